@@ -1,0 +1,328 @@
+"""Read msprobe dumps: ``<root>/step<N>/rank<R>/{dump.json, stack.json, construct.json, dump_tensor_data/}``.
+
+Accepts what msprobe 1.x writes (and our own writer), the non-distributed ``rank`` directory,
+26.x's ``proc<pid>`` directories and its deduplicated ``stack.json``.  Everything read from a
+dump is untrusted: JSON errors become :class:`~msprobe_cmp.errors.DumpFormatError` naming the
+file and field, tensor files are confined to the dump's ``dump_tensor_data/`` and loaded with
+``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from msprobe_cmp.dump.schema import DumpMeta, Entry, TensorLeaf
+from msprobe_cmp.dump.serde import entry_from_json, meta_from_json
+from msprobe_cmp.errors import DumpFormatError
+
+DUMP_JSON = "dump.json"
+STACK_JSON = "stack.json"
+CONSTRUCT_JSON = "construct.json"
+TENSOR_DIR = "dump_tensor_data"
+
+_STEP_RE = re.compile(r"^step(\d+)$")
+_RANK_RE = re.compile(r"^(?:rank(\d*)|proc(\d+))$")
+
+
+def _reject_duplicates(file: Path):  # type: ignore[no-untyped-def]
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise DumpFormatError(file, repr(k), "duplicate key")
+            out[k] = v
+        return out
+
+    return hook
+
+
+def read_json(file: Path) -> Any:
+    """Parse a JSON file; accepts msprobe's ``NaN``/``Infinity`` tokens, rejects duplicate keys.
+
+    Raises:
+        DumpFormatError: when the file cannot be read, is not UTF-8, or is not valid JSON
+            (the message gives line and column).
+    """
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise DumpFormatError(file, None, f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DumpFormatError(file, None, f"not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicates(file))
+    except json.JSONDecodeError as exc:
+        raise DumpFormatError(file, None, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise DumpFormatError(file, None, "JSON nested too deeply") from None
+
+
+def _load_stack(file: Path) -> Mapping[str, tuple[str, ...]]:
+    if not file.is_file():
+        return MappingProxyType({})
+    obj = read_json(file)
+    if not isinstance(obj, dict):
+        raise DumpFormatError(file, None, "expected a JSON object")
+    out: dict[str, tuple[str, ...]] = {}
+    for key, value in obj.items():
+        if (
+            isinstance(value, list)
+            and len(value) == 2
+            and isinstance(value[0], list)
+            and isinstance(value[1], list)
+            and all(isinstance(n, str) for n in value[0])
+        ):
+            # msprobe 26.x deduplicated form: {"<id>": [[entry names...], [frames...]]}
+            frames = tuple(str(f) for f in value[1])
+            for name in value[0]:
+                out[name] = frames
+        elif isinstance(value, list):
+            out[key] = tuple(str(f) for f in value)
+        elif value is None:
+            out[key] = ()
+        else:
+            raise DumpFormatError(file, repr(key), "expected a list of stack frames")
+    return MappingProxyType(out)
+
+
+def _load_construct(file: Path) -> Mapping[str, str | None]:
+    if not file.is_file():
+        return MappingProxyType({})
+    obj = read_json(file)
+    if not isinstance(obj, dict):
+        raise DumpFormatError(file, None, "expected a JSON object")
+    out: dict[str, str | None] = {}
+    for key, value in obj.items():
+        if isinstance(value, list) and value:  # Megatron form: [parent, micro_step]
+            value = value[0]
+        if value is not None and not isinstance(value, str):
+            raise DumpFormatError(file, repr(key), "expected a parent cell name or null")
+        out[key] = value
+    return MappingProxyType(out)
+
+
+@dataclass(frozen=True)
+class RankDump:
+    """One ``step<N>/rank<R>`` directory: the entries of one step on one rank.
+
+    Attributes:
+        directory: the rank directory.
+        step: the step number from ``step<N>``, or None when the dump has no step directory.
+        rank: the rank from ``rank<R>``, or None for a non-distributed ``rank`` / ``proc<pid>`` directory.
+        meta: the dump.json header.
+        entries: the entries in file order (execution order, as recorded).
+        stack: entry name → call-stack lines (forward entries).
+        construct: entry name → parent cell entry name (None for top-level).
+    """
+
+    directory: Path
+    step: int | None
+    rank: int | None
+    meta: DumpMeta
+    entries: tuple[Entry, ...]
+    stack: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    construct: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def label(self) -> str:
+        """``"step0/rank"``-style label of this unit, for messages."""
+        step = "-" if self.step is None else f"step{self.step}"
+        rank = "rank" if self.rank is None else f"rank{self.rank}"
+        return f"{step}/{rank}"
+
+    def entry(self, name: str) -> Entry | None:
+        """The entry called ``name``, or None."""
+        for e in self.entries:
+            if e.name == name:
+                return e
+        return None
+
+    @property
+    def tensor_dir(self) -> Path:
+        """``<directory>/dump_tensor_data`` (whatever ``dump_data_dir`` in the header says)."""
+        return self.directory / TENSOR_DIR
+
+    def tensor_path(self, leaf: TensorLeaf) -> Path | None:
+        """Where ``leaf``'s tensor file is, confined to :attr:`tensor_dir`; None when it has no ``data_name``.
+
+        Raises:
+            DumpFormatError: when ``data_name`` is absolute, contains ``..`` or resolves (through
+                symlinks) outside the tensor directory.
+        """
+        name = leaf.data_name
+        if name is None:
+            return None
+        file = self.directory / DUMP_JSON
+        plain = name and "\x00" not in name and "/" not in name and "\\" not in name and name not in (".", "..")
+        if not plain:
+            raise DumpFormatError(file, f"data_name {name!r:.80}", "not a plain file name inside dump_tensor_data")
+        base = self.tensor_dir.resolve()
+        path = (base / name).resolve()
+        if path.parent != base:
+            raise DumpFormatError(file, f"data_name {name!r:.80}", "resolves outside dump_tensor_data")
+        return path
+
+    def load_tensor(self, leaf: TensorLeaf) -> np.ndarray:
+        """Load ``leaf``'s saved tensor (memory-mapped, ``allow_pickle=False``).
+
+        A bfloat16 tensor stored as raw 16-bit patterns (uint16/int16) is viewed as
+        ``ml_dtypes.bfloat16`` when dump.json says ``BFloat16``; other arrays are returned as stored.
+
+        Returns:
+            The array as stored (not upcast); callers upcast before computing.
+
+        Raises:
+            DumpFormatError: no ``data_name``, a missing/unreadable/corrupt file, an object array,
+                a ``.pt`` file (PyTorch tensors need torch; not supported in this version), or a
+                stored shape that disagrees with dump.json.
+        """
+        path = self.tensor_path(leaf)
+        if path is None:
+            raise DumpFormatError(self.directory / DUMP_JSON, "data_name", "the tensor was not saved")
+        if path.suffix != ".npy":
+            raise DumpFormatError(path, None, f"unsupported tensor file type {path.suffix!r} (only .npy is read)")
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise DumpFormatError(path, None, "tensor file not found") from None
+        except (ValueError, OSError, EOFError) as exc:
+            raise DumpFormatError(path, None, f"not a readable npy file: {exc}") from None
+        if not isinstance(arr, np.ndarray):
+            raise DumpFormatError(path, None, "not a single npy array")
+        if tuple(arr.shape) != tuple(leaf.shape) and arr.size != leaf.numel:
+            raise DumpFormatError(path, "shape", f"file holds {list(arr.shape)}, dump.json says {list(leaf.shape)}")
+        if leaf.dtype.lower() in ("bfloat16", "torch.bfloat16") and arr.dtype in (np.uint16, np.int16):
+            import ml_dtypes
+
+            arr = arr.view(ml_dtypes.bfloat16)
+        return arr
+
+
+@dataclass(frozen=True)
+class Dump:
+    """A whole dump: every (step, rank) unit found under ``root``, sorted by (step, rank).
+
+    Attributes:
+        root: the path the dump was loaded from.
+        units: the rank dumps; steps/ranks that are None sort first.
+    """
+
+    root: Path
+    units: tuple[RankDump, ...]
+
+    def get(self, step: int | None, rank: int | None) -> RankDump | None:
+        """The unit with this step and rank, or None."""
+        for u in self.units:
+            if u.step == step and u.rank == rank:
+                return u
+        return None
+
+    @property
+    def steps(self) -> tuple[int | None, ...]:
+        """The distinct steps, sorted."""
+        return tuple(sorted({u.step for u in self.units}, key=lambda s: -1 if s is None else s))
+
+
+def _parse_rank(name: str) -> tuple[bool, int | None]:
+    m = _RANK_RE.match(name)
+    if not m:
+        return False, None
+    if m.group(1):
+        return True, int(m.group(1))
+    return True, None
+
+
+def _parse_step(name: str) -> int | None:
+    m = _STEP_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def load_rank_dump(
+    directory: Path, step: int | None = None, rank: int | None = None, *, file: Path | None = None
+) -> RankDump:
+    """Load one rank directory holding a dump.json (and optionally stack.json, construct.json).
+
+    Args:
+        directory: the rank directory.
+        step, rank: the ids to stamp on the unit.
+        file: the dump JSON to read instead of ``<directory>/dump.json``.
+
+    Raises:
+        DumpFormatError: on any malformed file (naming the file and field).
+    """
+    file = file or directory / DUMP_JSON
+    obj = read_json(file)
+    if not isinstance(obj, dict):
+        raise DumpFormatError(file, None, "expected a JSON object at the top level")
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        raise DumpFormatError(file, "data", "missing or not an object")
+    meta = meta_from_json(obj, file)
+    entries = tuple(entry_from_json(str(name), value, file) for name, value in data.items())
+    return RankDump(
+        directory=directory,
+        step=step,
+        rank=rank,
+        meta=meta,
+        entries=entries,
+        stack=_load_stack(directory / STACK_JSON),
+        construct=_load_construct(directory / CONSTRUCT_JSON),
+    )
+
+
+def _rank_dirs(step_dir: Path) -> list[tuple[Path, int | None]]:
+    found = []
+    for child in sorted(step_dir.iterdir()):
+        ok, rank = _parse_rank(child.name)
+        if ok and child.is_dir() and (child / DUMP_JSON).is_file():
+            found.append((child, rank))
+    return found
+
+
+def load_dump(path: str | Path) -> Dump:
+    """Load a dump from a dump root, a ``step<N>`` directory, a ``rank<R>`` directory or a dump.json.
+
+    Step and rank numbers come from the directory names (``step3``, ``rank1``; ``rank`` and
+    ``proc<pid>`` give rank None).  Stray files and unrelated directories are ignored.
+
+    Raises:
+        DumpFormatError: when ``path`` does not exist, holds no dump.json where one is expected,
+            or any file is malformed.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise DumpFormatError(p, None, "does not exist")
+    if p.is_file():
+        if p.name != DUMP_JSON and p.suffix != ".json":
+            raise DumpFormatError(p, None, "expected a dump.json or a dump directory")
+        return Dump(p, (_load_unit_with_context(p.parent, p),))
+    if (p / DUMP_JSON).is_file():
+        return Dump(p, (_load_unit_with_context(p, p / DUMP_JSON),))
+    step = _parse_step(p.name)
+    ranks = _rank_dirs(p)
+    if ranks:
+        return Dump(p, tuple(load_rank_dump(d, step, r) for d, r in ranks))
+    units: list[RankDump] = []
+    for child in sorted(p.iterdir()):
+        s = _parse_step(child.name)
+        if s is None or not child.is_dir():
+            continue
+        units.extend(load_rank_dump(d, s, r) for d, r in _rank_dirs(child))
+    if not units:
+        raise DumpFormatError(p, None, "no dump.json found (expected step<N>/rank<R>/dump.json below it)")
+    units.sort(key=lambda u: (-1 if u.step is None else u.step, -1 if u.rank is None else u.rank))
+    return Dump(p, tuple(units))
+
+
+def _load_unit_with_context(directory: Path, file: Path) -> RankDump:
+    ok, rank = _parse_rank(directory.name)
+    step = _parse_step(directory.parent.name) if ok else None
+    return load_rank_dump(directory, step, rank if ok else None, file=file)

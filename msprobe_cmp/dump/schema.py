@@ -1,0 +1,241 @@
+"""Typed records of the dump format (frozen dataclasses of plain values).
+
+The on-disk layout is msprobe's (DESIGN.md §3).  One ``dump.json`` holds a header
+(:class:`DumpMeta`) and ``data``: a mapping of entry names to :class:`Entry` records.  An
+entry's fields hold nested nodes: :class:`Seq` (a JSON list), :class:`Map` (a JSON object),
+:class:`TensorLeaf` (a tensor's summary), :class:`ValueLeaf` (a non-tensor argument such as
+``{"type": "int", "value": 3}``) or ``None`` (JSON ``null``: no data, e.g. the gradient of an
+input that needs none).
+
+Everything here is immutable and framework-free; conversion from and to JSON lives in
+:mod:`msprobe_cmp.dump.serde`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Union
+
+#: Format version our writer stamps into dump.json as ``msprobe_cmp_format`` (msprobe ignores the key).
+FORMAT_VERSION = 1
+
+#: Leaf ``type`` strings that denote tensors (msprobe 1.x–26.x, MindSpore, PyTorch, mindtorch, numpy).
+TENSOR_TYPES = frozenset(
+    {
+        "mindspore.Tensor",
+        "mindspore.Parameter",
+        "mindspore.common.tensor.Tensor",
+        "mindspore._c_expression.Tensor",
+        "torch.Tensor",
+        "torch.nn.parameter.Parameter",
+        "numpy.ndarray",
+    }
+)
+
+#: The four statistics msprobe writes for every tensor, in order, as they are spelled in dump.json.
+STAT_KEYS = ("Max", "Min", "Mean", "Norm")
+
+
+@dataclass(frozen=True)
+class TensorLeaf:
+    """Summary of one tensor argument, as one dump.json leaf.
+
+    Attributes:
+        type: the leaf's ``type`` string (``"mindspore.Tensor"``, ``"torch.Tensor"``, ``"numpy.ndarray"``).
+        dtype: the framework's spelling of the dtype (``"Float32"``, ``"BFloat16"``, ``"torch.float32"``).
+        shape: the tensor's shape; ``()`` for a 0-d tensor.
+        max, min, mean, norm: the statistics (``Norm`` is the L2 norm over all elements), in the
+            tensor's value units; None when not computed (empty tensor, structure task).  May be NaN/±Inf.
+        md5: the checksum string of msprobe's md5 summary mode (a CRC32 in 8 hex digits), if any.
+        data_name: file name of the saved tensor in ``dump_tensor_data/`` (tensor task), if any.
+        requires_grad: PyTorch's ``requires_grad`` when recorded (MindSpore dumps have none).
+        extra: any other keys of the leaf, kept for round-tripping, as ``(key, value)`` pairs.
+    """
+
+    type: str
+    dtype: str
+    shape: tuple[int, ...]
+    max: float | None = None
+    min: float | None = None
+    mean: float | None = None
+    norm: float | None = None
+    md5: str | None = None
+    data_name: str | None = None
+    requires_grad: bool | None = None
+    extra: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def numel(self) -> int:
+        """Number of elements (1 for a 0-d tensor, 0 for an empty one)."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def stats(self) -> tuple[float | None, float | None, float | None, float | None]:
+        """``(max, min, mean, norm)`` in :data:`STAT_KEYS` order."""
+        return (self.max, self.min, self.mean, self.norm)
+
+
+@dataclass(frozen=True)
+class JsonObject:
+    """An arbitrary JSON object kept inside a record (e.g. an unknown leaf field), as ordered pairs."""
+
+    items: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class ValueLeaf:
+    """A non-tensor argument: ``{"type": "int", "value": 3}``, a slice, a dtype, a string...
+
+    Attributes:
+        type: the value's type name as written (``"int"``, ``"float"``, ``"slice"``, ``"mindspore.dtype"``).
+        value: the JSON value; lists are stored as tuples and objects as :class:`JsonObject`, so the
+            record stays hashable.
+    """
+
+    type: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Seq:
+    """A JSON list of nodes (positional arguments, outputs, a nested tuple)."""
+
+    items: tuple[Node, ...] = ()
+
+
+@dataclass(frozen=True)
+class Map:
+    """A JSON object of nodes (keyword arguments, parameters), in file order."""
+
+    items: tuple[tuple[str, Node], ...] = ()
+
+    def get(self, key: str) -> Node:
+        """The node under ``key``, or None when absent."""
+        for k, v in self.items:
+            if k == key:
+                return v
+        return None
+
+    def keys(self) -> tuple[str, ...]:
+        """The keys, in order."""
+        return tuple(k for k, _ in self.items)
+
+
+Node = Union[TensorLeaf, ValueLeaf, Seq, Map, None]
+Leaf = Union[TensorLeaf, ValueLeaf, None]
+
+# How an entry field is spelled in an argument path (DESIGN.md §4: ".input.0", ".kwargs.dim", ...).
+_FIELD_PATH = {
+    "input_args": "input",
+    "input_kwargs": "kwargs",
+    "output": "output",
+    "parameters": "parameters",
+    "input": "input",
+}
+
+
+def iter_leaves(node: Node, path: str) -> Iterator[tuple[str, Leaf]]:
+    """Flatten ``node`` depth-first into ``(arg path, leaf)`` pairs; containers add ``.<index>`` / ``.<key>``."""
+    if isinstance(node, Seq):
+        for i, item in enumerate(node.items):
+            yield from iter_leaves(item, f"{path}.{i}")
+    elif isinstance(node, Map):
+        for key, item in node.items:
+            yield from iter_leaves(item, f"{path}.{key}")
+    else:
+        yield path, node
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One record of ``dump.json``'s ``data``: an API, cell or parameters_grad entry.
+
+    Attributes:
+        name: the entry name (see :mod:`msprobe_cmp.dump.naming`).
+        fields: the entry's fields in file order, as ``(key, node)`` pairs:
+            forward: ``input_args`` (Seq), ``input_kwargs`` (Map), ``output`` (Seq) and, for cells,
+            ``parameters`` (Map); backward: ``input`` (gradients w.r.t. the forward outputs) and ``output``
+            (gradients w.r.t. the forward inputs); parameters_grad: one ``(param name, Seq of leaves)`` each.
+    """
+
+    name: str
+    fields: tuple[tuple[str, Node], ...] = ()
+
+    @classmethod
+    def forward(
+        cls, name: str, input_args: Seq, input_kwargs: Map, output: Seq, parameters: Map | None = None
+    ) -> Entry:
+        """A forward entry (API or cell); ``parameters`` only for cells."""
+        fields: list[tuple[str, Node]] = [
+            ("input_args", input_args),
+            ("input_kwargs", input_kwargs),
+            ("output", output),
+        ]
+        if parameters is not None:
+            fields.append(("parameters", parameters))
+        return cls(name, tuple(fields))
+
+    @classmethod
+    def backward(cls, name: str, input: Seq, output: Seq) -> Entry:  # noqa: A002 - msprobe's field names
+        """A backward entry: ``input`` = grads w.r.t. forward outputs, ``output`` = grads w.r.t. forward inputs."""
+        return cls(name, (("input", input), ("output", output)))
+
+    @classmethod
+    def parameters_grad(cls, name: str, grads: Sequence[tuple[str, Seq]]) -> Entry:
+        """A ``<cell>.parameters_grad`` entry: ``[(param name, Seq of gradient leaves), ...]``."""
+        return cls(name, tuple((p, g) for p, g in grads))
+
+    @property
+    def is_parameters_grad(self) -> bool:
+        """True for ``...parameters_grad`` (and 26.x ``...parameters_grad.<k>``) entries."""
+        tokens = self.name.split(".")
+        return tokens[-1] == "parameters_grad" or (len(tokens) > 1 and tokens[-2] == "parameters_grad")
+
+    def field(self, key: str) -> Node:
+        """The node of field ``key`` (``"input_args"``, ``"output"``, ...), or None when absent."""
+        for k, v in self.fields:
+            if k == key:
+                return v
+        return None
+
+    def leaves(self) -> Iterator[tuple[str, Leaf]]:
+        """All leaves with their argument paths, in file order.
+
+        Paths: ``input.<i>`` (positional inputs, and a backward entry's ``input``), ``kwargs.<key>``,
+        ``output.<i>``, ``parameters.<name>``; nested containers append ``.<index>`` or ``.<key>``.
+        In a parameters_grad entry a parameter with one gradient leaf has path ``<name>``, with several
+        ``<name>.<k>``.
+        """
+        if self.is_parameters_grad:
+            for key, node in self.fields:
+                if isinstance(node, Seq) and len(node.items) == 1:
+                    yield from iter_leaves(node.items[0], key)
+                else:
+                    yield from iter_leaves(node, key)
+            return
+        for key, node in self.fields:
+            yield from iter_leaves(node, _FIELD_PATH.get(key, key))
+
+
+@dataclass(frozen=True)
+class DumpMeta:
+    """Header of a dump.json.
+
+    Attributes:
+        task: ``"statistics"``, ``"tensor"``, ``"structure"``, ... as written.
+        level: ``"L0"``, ``"L1"``, ``"mix"``, ``"debug"``, or None when absent.
+        framework: ``"mindspore"``, ``"pytorch"``, ``"mindtorch"``, or ``"unknown"`` when absent.
+        dump_data_dir: the tensor directory as the writing machine saw it (informative only; never
+            used to locate files), or None.
+        extra: other header keys, kept for round-tripping.
+    """
+
+    task: str
+    level: str | None
+    framework: str
+    dump_data_dir: str | None = None
+    extra: tuple[tuple[str, object], ...] = field(default=())

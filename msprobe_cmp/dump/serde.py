@@ -1,0 +1,224 @@
+"""Conversion between dump.json's JSON values and the records of :mod:`msprobe_cmp.dump.schema`.
+
+The one place that knows how a record is spelled in JSON (STYLE.md §5).  Readers call the
+``*_from_json`` functions with the file and the JSON path of the value so every error names both;
+the writer calls the ``*_to_json`` functions.  ``x_from_json(x_to_json(r)) == r`` for every record.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from msprobe_cmp.dump.schema import (
+    FORMAT_VERSION,
+    TENSOR_TYPES,
+    DumpMeta,
+    Entry,
+    JsonObject,
+    Map,
+    Node,
+    Seq,
+    TensorLeaf,
+    ValueLeaf,
+)
+from msprobe_cmp.errors import DumpFormatError
+
+_MAX_DEPTH = 64
+_LEAF_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "md5", "data_name")
+_META_KEYS = ("task", "level", "framework", "dump_data_dir", "data")
+
+
+def _is_tensor_object(obj: dict[str, Any]) -> bool:
+    t = obj.get("type")
+    if isinstance(t, str) and t in TENSOR_TYPES:
+        return True
+    # Unknown tensor-like types of other tool versions: a dtype plus a shape and no "value".
+    return "dtype" in obj and "shape" in obj and "value" not in obj and isinstance(t, str)
+
+
+def _stat(value: Any, file: str | Path, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        # Some writers stringify special values; accept the spellings float() understands.
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise DumpFormatError(file, where, f"expected a number or null, got {type(value).__name__} {value!r:.40}")
+
+
+def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> TensorLeaf:
+    """Build a :class:`TensorLeaf` from a dump.json tensor object.
+
+    Raises:
+        DumpFormatError: when ``dtype`` is not a string, ``shape`` is not a list of non-negative
+            ints, a statistic is not a number/null, or ``data_name``/``md5`` are not strings.
+    """
+    dtype = obj.get("dtype")
+    if not isinstance(dtype, str):
+        raise DumpFormatError(file, f"{where}.dtype", f"expected a string, got {dtype!r:.40}")
+    shape_raw = obj.get("shape")
+    if not isinstance(shape_raw, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape_raw
+    ):
+        raise DumpFormatError(file, f"{where}.shape", f"expected a list of non-negative ints, got {shape_raw!r:.60}")
+    md5 = obj.get("md5")
+    if md5 is not None and not isinstance(md5, str):
+        raise DumpFormatError(file, f"{where}.md5", "expected a string")
+    data_name = obj.get("data_name")
+    if data_name is not None and not isinstance(data_name, str):
+        raise DumpFormatError(file, f"{where}.data_name", "expected a string")
+    rg = obj.get("requires_grad")
+    if rg is not None and not isinstance(rg, bool):
+        raise DumpFormatError(file, f"{where}.requires_grad", "expected true or false")
+    extra = tuple((k, _freeze(v)) for k, v in obj.items() if k not in _LEAF_KEYS)
+    return TensorLeaf(
+        type=str(obj.get("type")),
+        dtype=dtype,
+        shape=tuple(shape_raw),
+        max=_stat(obj.get("Max"), file, f"{where}.Max"),
+        min=_stat(obj.get("Min"), file, f"{where}.Min"),
+        mean=_stat(obj.get("Mean"), file, f"{where}.Mean"),
+        norm=_stat(obj.get("Norm"), file, f"{where}.Norm"),
+        md5=md5,
+        data_name=data_name,
+        requires_grad=rg,
+        extra=extra,
+    )
+
+
+def _freeze(value: Any) -> object:
+    """JSON value → hashable plain value (lists become tuples, objects become :class:`JsonObject`)."""
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return JsonObject(tuple((str(k), _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _thaw(value: object) -> Any:
+    """Inverse of :func:`_freeze`."""
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    if isinstance(value, JsonObject):
+        return {k: _thaw(v) for k, v in value.items}
+    return value
+
+
+def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> Node:
+    """Build a node (leaf or container) from any JSON value of an entry field.
+
+    Raises:
+        DumpFormatError: on nesting deeper than 64 levels or a malformed tensor leaf.
+    """
+    if depth > _MAX_DEPTH:
+        raise DumpFormatError(file, where, f"nested deeper than {_MAX_DEPTH} levels")
+    if obj is None:
+        return None
+    if isinstance(obj, list):
+        return Seq(tuple(node_from_json(v, file, f"{where}[{i}]", depth + 1) for i, v in enumerate(obj)))
+    if isinstance(obj, dict):
+        if _is_tensor_object(obj):
+            return tensor_leaf_from_json(obj, file, where)
+        if "type" in obj and "value" in obj and isinstance(obj["type"], str) and len(obj) == 2:
+            return ValueLeaf(obj["type"], _freeze(obj["value"]))
+        return Map(tuple((str(k), node_from_json(v, file, f"{where}.{k}", depth + 1)) for k, v in obj.items()))
+    # A bare scalar where a node is expected: keep it as a value of its JSON type.
+    if isinstance(obj, bool):
+        return ValueLeaf("bool", obj)
+    if isinstance(obj, int):
+        return ValueLeaf("int", obj)
+    if isinstance(obj, float):
+        return ValueLeaf("float", obj)
+    return ValueLeaf("str", str(obj))
+
+
+def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
+    """Build an :class:`Entry` from ``data[name]`` of a dump.json.
+
+    Raises:
+        DumpFormatError: when the entry is not a JSON object, or any of its leaves is malformed.
+    """
+    where = f"data[{name!r}]"
+    if not isinstance(obj, dict):
+        raise DumpFormatError(file, where, f"expected an object, got {type(obj).__name__}")
+    fields = tuple((str(k), node_from_json(v, file, f"{where}.{k}")) for k, v in obj.items())
+    return Entry(name, fields)
+
+
+def meta_from_json(obj: dict[str, Any], file: str | Path) -> DumpMeta:
+    """Build the :class:`DumpMeta` header of a dump.json.
+
+    Raises:
+        DumpFormatError: when ``task`` is missing or not a string, or ``level``/``framework``/
+            ``dump_data_dir`` have the wrong type.
+    """
+    task = obj.get("task")
+    if not isinstance(task, str):
+        raise DumpFormatError(file, "task", "missing or not a string")
+    level = obj.get("level")
+    if level is not None and not isinstance(level, str):
+        raise DumpFormatError(file, "level", "expected a string")
+    framework = obj.get("framework", "unknown")
+    if not isinstance(framework, str):
+        raise DumpFormatError(file, "framework", "expected a string")
+    ddd = obj.get("dump_data_dir")
+    if ddd is not None and not isinstance(ddd, str):
+        raise DumpFormatError(file, "dump_data_dir", "expected a string or null")
+    extra = tuple((k, _freeze(v)) for k, v in obj.items() if k not in _META_KEYS)
+    return DumpMeta(task=task, level=level, framework=framework, dump_data_dir=ddd, extra=extra)
+
+
+def node_to_json(node: Node) -> Any:
+    """The JSON value of a node (tensor leaves in msprobe's key order)."""
+    if node is None:
+        return None
+    if isinstance(node, Seq):
+        return [node_to_json(n) for n in node.items]
+    if isinstance(node, Map):
+        return {k: node_to_json(v) for k, v in node.items}
+    if isinstance(node, ValueLeaf):
+        return {"type": node.type, "value": _thaw(node.value)}
+    out: dict[str, Any] = {
+        "type": node.type,
+        "dtype": node.dtype,
+        "shape": list(node.shape),
+        "Max": (node.max),
+        "Min": (node.min),
+        "Mean": (node.mean),
+        "Norm": (node.norm),
+    }
+    if node.requires_grad is not None:
+        out["requires_grad"] = node.requires_grad
+    if node.md5 is not None:
+        out["md5"] = node.md5
+    if node.data_name is not None:
+        out["data_name"] = node.data_name
+    for k, v in node.extra:
+        out[k] = _thaw(v)
+    return out
+
+
+def entry_to_json(entry: Entry) -> dict[str, Any]:
+    """The JSON object of ``data[entry.name]``."""
+    return {k: node_to_json(v) for k, v in entry.fields}
+
+
+def meta_to_json(meta: DumpMeta) -> dict[str, Any]:
+    """The header keys of a dump.json, with our format version added (msprobe ignores unknown keys)."""
+    out: dict[str, Any] = {
+        "task": meta.task,
+        "level": meta.level,
+        "framework": meta.framework,
+        "dump_data_dir": meta.dump_data_dir,
+    }
+    for k, v in meta.extra:
+        out[k] = _thaw(v)
+    out.setdefault("msprobe_cmp_format", FORMAT_VERSION)
+    return out

@@ -1,0 +1,122 @@
+"""Write the msprobe dump layout: ``<rank_dir>/{dump.json, stack.json, construct.json, dump_tensor_data/}``.
+
+Every file is written atomically (to a temporary file in the same directory, then
+``os.replace``), so a crash leaves either the previous complete file or the new one, never a
+torn one.  JSON is written the way msprobe writes it (``indent=1``, ``NaN``/``Infinity`` tokens
+for non-finite statistics), so msprobe's own compare can read our dumps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msprobe_cmp.dump.reader import CONSTRUCT_JSON, DUMP_JSON, STACK_JSON, TENSOR_DIR
+from msprobe_cmp.dump.schema import DumpMeta, Entry
+from msprobe_cmp.dump.serde import entry_to_json, meta_to_json
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace`` (atomic on POSIX)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=True).encode("utf-8")
+
+
+class DumpWriter:
+    """Accumulates the entries of one step on one rank and writes them in msprobe's layout.
+
+    Args:
+        rank_dir: the ``<dump_path>/step<N>/rank<R>`` directory (created on first write).
+        meta: the dump.json header; ``dump_data_dir`` is set to the tensor directory once a tensor is saved.
+
+    Entries keep the order of their first :meth:`put`; putting an entry again replaces it in place
+    (how a parameters_grad placeholder written at forward is filled at backward).
+    """
+
+    def __init__(self, rank_dir: Path, meta: DumpMeta) -> None:
+        self.rank_dir = Path(rank_dir)
+        self.meta = meta
+        self._entries: dict[str, Entry] = {}
+        self._stack: dict[str, list[str]] = {}
+        self._construct: dict[str, str | None] = {}
+        self._saved_tensors = False
+
+    def put(self, entry: Entry) -> None:
+        """Insert ``entry``, or replace the entry of the same name keeping its position."""
+        self._entries[entry.name] = entry
+
+    def get(self, name: str) -> Entry | None:
+        """The entry put under ``name``, or None."""
+        return self._entries.get(name)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def set_stack(self, name: str, frames: Sequence[str]) -> None:
+        """Record the call stack of entry ``name`` (``"File <path>, line <n>, in <func>, \\n <source>"`` lines)."""
+        self._stack[name] = list(frames)
+
+    def set_parent(self, name: str, parent: str | None) -> None:
+        """Record the parent cell entry of ``name`` for construct.json (None: top level)."""
+        self._construct[name] = parent
+
+    @property
+    def tensor_dir(self) -> Path:
+        """``<rank_dir>/dump_tensor_data``."""
+        return self.rank_dir / TENSOR_DIR
+
+    def save_tensor(self, data_name: str, array: np.ndarray) -> None:
+        """Save ``array`` as ``dump_tensor_data/<data_name>`` (npy, ``allow_pickle=False``), atomically.
+
+        Raises:
+            ValueError: when ``data_name`` is not a plain ``.npy`` file name, or ``array`` holds Python objects.
+        """
+        if "/" in data_name or "\\" in data_name or data_name.startswith(".") or not data_name.endswith(".npy"):
+            raise ValueError(f"data_name {data_name!r} is not a plain .npy file name")
+        arr = np.asarray(array)
+        if arr.dtype.hasobject:
+            raise ValueError(f"{data_name}: object arrays are not saved")
+        self.tensor_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{data_name}.", suffix=".tmp", dir=self.tensor_dir)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.save(fh, arr, allow_pickle=False)
+            os.replace(tmp, self.tensor_dir / data_name)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        self._saved_tensors = True
+
+    def flush(self) -> None:
+        """Write dump.json, stack.json and construct.json (each atomically) with everything put so far."""
+        meta = meta_to_json(self.meta)
+        if self._saved_tensors:
+            meta["dump_data_dir"] = str(self.tensor_dir.resolve())
+        doc = dict(meta)
+        doc["data"] = {name: entry_to_json(e) for name, e in self._entries.items()}
+        write_bytes_atomic(self.rank_dir / DUMP_JSON, _json_bytes(doc))
+        write_bytes_atomic(self.rank_dir / STACK_JSON, _json_bytes(self._stack))
+        write_bytes_atomic(self.rank_dir / CONSTRUCT_JSON, _json_bytes(self._construct))

@@ -1,0 +1,94 @@
+"""The writer: msprobe layout, atomic files, order kept on replace, and read(write(x)) == x."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf, ValueLeaf, load_dump
+
+LEAF = TensorLeaf("mindspore.Tensor", "Float32", (2,), 2.0, 1.0, 1.5, 5**0.5)
+
+
+def test_write_then_read_gives_the_same_records(tmp_path, msprobe_fixtures):
+    src = load_dump(msprobe_fixtures / "tensor_a" / "step0" / "rank").units[0]
+    w = DumpWriter(tmp_path / "step0" / "rank", src.meta)
+    for e in src.entries:
+        w.put(e)
+        w.set_stack(e.name, src.stack.get(e.name, ()))
+        if e.name in src.construct:
+            w.set_parent(e.name, src.construct[e.name])
+    w.flush()
+    back = load_dump(tmp_path).units[0]
+    assert back.entries == src.entries
+    assert dict(back.construct) == dict(src.construct)
+    assert {k: v for k, v in back.stack.items() if v} == {k: v for k, v in src.stack.items() if v}
+    assert back.meta.task == "tensor" and back.meta.framework == "mindspore"
+
+
+def test_put_replaces_in_place_keeping_order(tmp_path):
+    w = DumpWriter(tmp_path / "rank", DumpMeta("statistics", "L0", "mindspore"))
+    pg = "Cell.fc1.Dense.parameters_grad"
+    w.put(Entry.forward("Cell.fc1.Dense.forward.0", Seq((LEAF,)), Map(), Seq((LEAF,))))
+    w.put(Entry.parameters_grad(pg, [("weight", Seq((None,)))]))
+    w.put(Entry.forward("Cell.fc2.Dense.forward.0", Seq((LEAF,)), Map(), Seq((LEAF,))))
+    w.put(Entry.parameters_grad(pg, [("weight", Seq((LEAF,)))]))
+    w.flush()
+    data = json.loads((tmp_path / "rank" / "dump.json").read_text())["data"]
+    assert list(data) == ["Cell.fc1.Dense.forward.0", pg, "Cell.fc2.Dense.forward.0"]
+    assert data[pg]["weight"][0]["Max"] == 2.0
+
+
+def test_layout_and_msprobe_spelling(tmp_path):
+    rank_dir = tmp_path / "step3" / "rank1"
+    w = DumpWriter(rank_dir, DumpMeta("tensor", "mix", "mindspore"))
+    w.save_tensor("Functional.relu.0.forward.output.0.npy", np.array([1.0, 2.0], dtype=np.float32))
+    leaf = TensorLeaf("mindspore.Tensor", "Float32", (2,), 2.0, 1.0, 1.5, 5**0.5,
+                      data_name="Functional.relu.0.forward.output.0.npy")
+    w.put(Entry.forward("Functional.relu.0.forward", Seq((leaf, ValueLeaf("int", 3))), Map(), Seq((leaf,))))
+    w.flush()
+    assert sorted(p.name for p in rank_dir.iterdir()) == ["construct.json", "dump.json", "dump_tensor_data", "stack.json"]
+    doc = json.loads((rank_dir / "dump.json").read_text())
+    assert doc["dump_data_dir"] == str((rank_dir / "dump_tensor_data").resolve())
+    assert doc["data"]["Functional.relu.0.forward"]["input_args"][1] == {"type": "int", "value": 3}
+    assert list(doc["data"]["Functional.relu.0.forward"]["output"][0]) == [
+        "type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "data_name"]
+    unit = load_dump(tmp_path).units[0]
+    assert (unit.step, unit.rank) == (3, 1)
+    np.testing.assert_array_equal(unit.load_tensor(leaf), [1.0, 2.0])
+    assert not [p for p in rank_dir.rglob(".*.tmp")]
+
+
+def test_nan_statistics_written_as_msprobe_tokens(tmp_path):
+    w = DumpWriter(tmp_path / "rank", DumpMeta("statistics", "L1", "mindspore"))
+    bad = TensorLeaf("mindspore.Tensor", "Float32", (2,), float("inf"), float("-inf"), float("nan"), float("nan"))
+    w.put(Entry.forward("Functional.x.0.forward", Seq(), Map(), Seq((bad,))))
+    w.flush()
+    text = (tmp_path / "rank" / "dump.json").read_text()
+    assert "Infinity" in text and "-Infinity" in text and "NaN" in text
+
+
+def test_failed_write_keeps_previous_file(tmp_path, monkeypatch):
+    w = DumpWriter(tmp_path / "rank", DumpMeta("statistics", "L1", "mindspore"))
+    w.put(Entry.forward("Functional.x.0.forward", Seq(), Map(), Seq((LEAF,))))
+    w.flush()
+    before = (tmp_path / "rank" / "dump.json").read_bytes()
+    w.put(Entry.forward("Functional.x.1.forward", Seq(), Map(), Seq((LEAF,))))
+
+    def boom(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("msprobe_cmp.dump.writer.os.replace", boom)
+    with pytest.raises(OSError):
+        w.flush()
+    assert (tmp_path / "rank" / "dump.json").read_bytes() == before
+    assert not [p for p in (tmp_path / "rank").iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("name", ["../x.npy", "a/b.npy", ".hidden.npy", "x.txt"])
+def test_save_tensor_refuses_unsafe_names(tmp_path, name):
+    w = DumpWriter(tmp_path / "rank", DumpMeta("tensor", "L1", "mindspore"))
+    with pytest.raises(ValueError):
+        w.save_tensor(name, np.zeros(2))

@@ -1,0 +1,172 @@
+"""The ``msprobe-cmp`` command: compare two dumps into reports, or run the demo.
+
+Usage::
+
+    msprobe-cmp TARGET BASELINE [-o OUT] [--force]
+    msprobe-cmp demo [-o OUT] [--steps N] [--force]
+
+``main(argv) -> int`` is the whole command (STYLE.md §10): user errors
+(:class:`~msprobe_cmp.errors.MsprobeCmpError`, bad options) are one line on stderr and exit 2;
+any other exception is a bug and keeps its traceback.  Exit codes (DESIGN.md §4): 0 no
+regression, 1 regression found, 2 unusable input or usage error, 3 nothing comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from msprobe_cmp import __version__
+from msprobe_cmp.comparator import Comparison, compare
+from msprobe_cmp.dump.reader import load_dump
+from msprobe_cmp.dump.writer import write_bytes_atomic
+from msprobe_cmp.errors import ConfigError, MsprobeCmpError
+from msprobe_cmp.reports import render_csv, render_html, render_json
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_USAGE = 2
+EXIT_NOTHING_COMPARED = 3
+
+REPORT_FILES = ("report.html", "comparison.json", "comparison.csv")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so usage errors become one line and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def _compare_parser() -> _Parser:
+    p = _Parser(
+        prog="msprobe-cmp",
+        description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
+        "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
+        epilog="Exit codes: 0 no regression, 1 regression found, 2 unusable input or usage error, "
+        "3 nothing comparable.",
+    )
+    p.add_argument("target", type=Path, help="dump root, step<N> dir, rank<R> dir or dump.json to check")
+    p.add_argument("baseline", type=Path, help="the reference dump (msprobe's 'bench'); same forms as TARGET")
+    p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-report"),
+                   help="directory for report.html, comparison.json, comparison.csv (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="overwrite existing report files in the output directory")
+    p.add_argument("--version", action="version", version=f"msprobe-cmp {__version__}")
+    return p
+
+
+def _demo_parser() -> _Parser:
+    p = _Parser(
+        prog="msprobe-cmp demo",
+        description="Train a small MindSpore MLP on scikit-learn's bundled digits twice (float32, and float16 "
+        "compute in the hidden layers), record both runs at mix level and compare them.",
+    )
+    p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-demo"),
+                   help="directory for the two dumps and the reports (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=5, help="training steps to record (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="replace an earlier demo in the output directory")
+    return p
+
+
+def _check_outputs(out: Path, force: bool, names: Sequence[str] = REPORT_FILES) -> None:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output {out}: exists and is not a directory")
+    existing = [n for n in names if (out / n).exists()]
+    if existing and not force:
+        raise ConfigError(f"--output {out}: {existing[0]} already exists; pass --force to overwrite it")
+
+
+def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
+    """Render ``comparison`` as HTML, JSON and CSV into ``out`` (each file written atomically).
+
+    Returns:
+        ``{"html": path, "json": path, "csv": path}``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "html": (out / "report.html", render_html(comparison)),
+        "json": (out / "comparison.json", render_json(comparison)),
+        "csv": (out / "comparison.csv", render_csv(comparison)),
+    }
+    for path, text in files.values():
+        write_bytes_atomic(path, text.encode("utf-8"))
+    return {k: v[0] for k, v in files.items()}
+
+
+def exit_code_for(comparison: Comparison) -> int:
+    """The CLI exit code of a comparison: 0 pass, 1 fail, 3 nothing compared."""
+    if comparison.verdict == "pass":
+        return EXIT_OK
+    if comparison.verdict == "fail":
+        return EXIT_REGRESSION
+    return EXIT_NOTHING_COMPARED
+
+
+def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
+    """A few lines for the terminal: verdict, counts, where the runs start to differ, the report path."""
+    lines = [f"verdict: {comparison.verdict.upper()}  ({comparison.mode} mode)"]
+    lines.append("rows: " + ", ".join(f"{k} {v}" for k, v in comparison.counts if v))
+    first_diff = comparison.first_divergent
+    lines.append(f"first divergent: {first_diff.label if first_diff else 'none (the runs are identical)'}")
+    first_fail = comparison.first_failing
+    if first_fail is not None:
+        lines.append(f"first failing:   {first_fail.label}")
+    for note in comparison.notes:
+        lines.append(f"note: {note}")
+    lines.append(f"report: {files['html']}")
+    return "\n".join(lines)
+
+
+def _run_compare(argv: Sequence[str]) -> int:
+    args = _compare_parser().parse_args(list(argv))
+    _check_outputs(args.output, args.force)
+    dump_a = load_dump(args.target)
+    dump_b = load_dump(args.baseline)
+    comparison = compare(dump_a, dump_b)
+    files = write_reports(comparison, args.output)
+    print(render_summary(comparison, files))
+    return exit_code_for(comparison)
+
+
+def _run_demo(argv: Sequence[str]) -> int:
+    args = _demo_parser().parse_args(list(argv))
+    if args.steps < 1:
+        raise ConfigError(f"--steps: must be at least 1, got {args.steps}")
+    out: Path = args.output
+    _check_outputs(out, args.force, (*REPORT_FILES, "dumps"))
+    from msprobe_cmp.recorder.demo import run_demo_recordings
+
+    print(f"training and recording 2 runs of {args.steps} steps into {out / 'dumps'} ...", flush=True)
+    baseline_dir, target_dir, summary = run_demo_recordings(out / "dumps", steps=args.steps, replace=args.force)
+    for line in summary:
+        print(line)
+    comparison = compare(load_dump(target_dir), load_dump(baseline_dir))
+    files = write_reports(comparison, out)
+    print(render_summary(comparison, files))
+    # The demo succeeded whatever the verdict (the float16 run is expected to differ).
+    return EXIT_OK if comparison.verdict in ("pass", "fail") else EXIT_NOTHING_COMPARED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] == "demo":
+            return _run_demo(args[1:])
+        if args and args[0] == "compare":
+            args = args[1:]
+        return _run_compare(args)
+    except MsprobeCmpError as exc:
+        print(f"msprobe-cmp: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help / --version
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        print("msprobe-cmp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

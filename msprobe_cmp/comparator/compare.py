@@ -1,0 +1,693 @@
+"""compare(A, B) → Comparison: pair units, match rows, compute metrics, apply rules.
+
+Roles (msprobe's convention): **A is the target** ("NPU" in msprobe's columns) and **B the
+baseline** ("Bench", golden); relative errors divide by B.
+
+This module does no I/O of its own: the only reads are tensor files, through
+:meth:`msprobe_cmp.dump.reader.RankDump.load_tensor` of the dumps passed in.  It prints nothing
+and returns a frozen :class:`Comparison` that reports render as they are.
+
+Units (one ``step<N>/rank<R>`` directory each) are paired by their (step, rank) ids, never by
+directory order.  When each side holds exactly one unit the two are paired whatever their ids
+(a note says so when the ids differ); a non-distributed ``rank`` directory (rank None) pairs with
+``rank0`` when that is unambiguous.  Units left without a partner are listed in
+:attr:`Comparison.unpaired`.
+
+Mode (DESIGN.md §4, anatomy §3.1): ``tensor`` when every unit of both sides was dumped with
+``task: tensor``; otherwise ``md5`` when both sides carry checksums; otherwise ``statistics``.
+Within tensor mode a row whose tensor files are missing or unreadable on either side falls back to
+its statistics (a note says why); within md5 mode a row without checksums does the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from msprobe_cmp.comparator.dtypes import compute_relative_floor, normalize_dtype
+from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass, RowPair, count_classes, match_entries
+from msprobe_cmp.comparator.metrics import (
+    STAT_NAMES,
+    TENSOR_METRIC_KEYS,
+    StatDiff,
+    TensorMetrics,
+    compute_max_abs_err_lower_bound,
+    compute_stat_diffs,
+    compute_tensor_metrics,
+)
+from msprobe_cmp.comparator.rules import (
+    RuleOutcome,
+    Rules,
+    Thresholds,
+    Verdict,
+    compute_md5_verdict,
+    compute_statistics_verdict,
+    compute_tensor_verdict,
+    compute_value_verdict,
+)
+from msprobe_cmp.dump.reader import Dump, RankDump
+from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf
+from msprobe_cmp.errors import ConfigError, MsprobeCmpError
+
+Mode = Literal["tensor", "statistics", "md5"]
+ModeOption = Literal["auto", "tensor", "statistics", "md5"]
+OverallVerdict = Literal["pass", "fail", "nothing_compared"]
+ComparedBy = Literal["tensor", "statistics", "md5", "value", "none"]
+
+#: Every row verdict, in report order.
+VERDICTS: tuple[Verdict, ...] = ("fail", "warning", "pass", "skip")
+
+#: Names of the tensor-mode metrics in rows, msprobe's column names (EucDist: msprobe 26.x), in
+#: :data:`msprobe_cmp.comparator.metrics.TENSOR_METRIC_KEYS` order.
+TENSOR_METRIC_NAMES = (
+    "Cosine",
+    "MaxAbsErr",
+    "MaxRelativeErr",
+    "One Thousandth Err Ratio",
+    "Five Thousandths Err Ratio",
+    "EucDist",
+)
+
+#: Statistic labels as msprobe spells them in its "<S> diff" columns.
+_STAT_LABELS = {"max": "Max", "min": "Min", "mean": "Mean", "norm": "L2norm"}
+
+#: Names of the statistic-diff metrics in rows: msprobe's "<S> diff" columns (signed A - B, value units),
+#: then the relative differences |A - B| / max(|B|, floor) as plain ratios.  msprobe names the latter
+#: "MaxRelativeErr", ... (the name of another tensor-mode quantity) and writes them as "%" strings.
+STAT_METRIC_NAMES = (
+    "Max diff",
+    "Min diff",
+    "Mean diff",
+    "L2norm diff",
+    "Max relative diff",
+    "Min relative diff",
+    "Mean relative diff",
+    "L2norm relative diff",
+)
+
+#: Name of the statistics-mode lower bound on MaxAbsErr (value units).
+LOWER_BOUND_NAME = "MaxAbsErr lower bound"
+
+_TENSOR_NAME_OF = dict(zip(TENSOR_METRIC_KEYS, TENSOR_METRIC_NAMES, strict=True))
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """Options of :func:`compare`.
+
+    Attributes:
+        rules: the thresholds in force (defaults: DESIGN.md §4).
+        mode: ``"auto"`` (module docstring), or force ``"tensor"``, ``"statistics"`` or ``"md5"``
+            (rows lacking what the forced mode needs fall back to statistics, with a note).
+
+    Raises:
+        msprobe_cmp.errors.ConfigError: an unknown mode.
+    """
+
+    rules: Rules = field(default_factory=Rules)
+    mode: ModeOption = "auto"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("auto", "tensor", "statistics", "md5"):
+            raise ConfigError(f"mode: must be auto, tensor, statistics or md5, got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class SideSummary:
+    """What one side recorded for a row (all from dump.json; numbers in the tensor's value units).
+
+    Attributes:
+        kind: ``"tensor"``, ``"value"`` (a non-tensor argument) or ``"null"`` (JSON null).
+        dtype: the tensor dtype as written (``"Float32"``), or the value's type (``"int"``); None for null.
+        shape: the tensor shape; None for values and null.
+        max, min, mean, norm: the recorded statistics (None when not recorded; may be NaN/±Inf).
+        md5: the recorded checksum, if any.
+        data_name: the saved tensor file name, if any.
+        value: the non-tensor value rendered as text (``repr``), None for tensors and null.
+    """
+
+    kind: Literal["tensor", "value", "null"]
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    max: float | None = None
+    min: float | None = None
+    mean: float | None = None
+    norm: float | None = None
+    md5: str | None = None
+    data_name: str | None = None
+    value: str | None = None
+
+    @classmethod
+    def of(cls, leaf: Leaf) -> SideSummary:
+        """The summary of a dump leaf."""
+        if leaf is None:
+            return cls("null")
+        if isinstance(leaf, ValueLeaf):
+            return cls("value", dtype=leaf.type, value=repr(leaf.value))
+        return cls(
+            "tensor",
+            dtype=leaf.dtype,
+            shape=tuple(leaf.shape),
+            max=leaf.max,
+            min=leaf.min,
+            mean=leaf.mean,
+            norm=leaf.norm,
+            md5=leaf.md5,
+            data_name=leaf.data_name,
+        )
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One compared row: a leaf of an entry on both sides, its metrics and its verdict.
+
+    Attributes:
+        index: position of the row in its unit, in execution order (0-based).
+        entry_name: the entry (``"Cell.blocks.0.Dense.forward.0"``).
+        arg_path: the argument path (``"parameters.weight"``, ``"input.0"``, ``"output.0"``).
+        match_class: the matching class (:data:`msprobe_cmp.comparator.matching.MATCH_CLASSES`).
+        a, b: what each side recorded; None when the row is absent from that side.
+        compared_by: how the values were compared: ``"tensor"`` (saved arrays), ``"statistics"``,
+            ``"md5"``, ``"value"`` (non-tensor arguments), or ``"none"``.
+        metrics: ``(key, value)`` pairs: tensor metrics (:data:`metrics.TENSOR_METRIC_KEYS`), statistic
+            diffs (:data:`STAT_METRIC_NAMES`), and in statistics mode :data:`LOWER_BOUND_NAME`; the
+            names are msprobe's column names where msprobe has the column (``"Cosine"``, ``"MaxAbsErr"``).
+            None = undefined or not computable.  Absolute metrics are in value units; relative ones,
+            ratios and Cosine are dimensionless.
+        verdict: ``"pass"``, ``"warning"``, ``"fail"`` or ``"skip"`` (nothing to compare).
+        reasons: why the verdict is not a plain pass (one sentence each).
+        notes: informative remarks (dtype upcast, non-finite values left out, fallbacks).
+        differs: True when the two sides' values are known to differ, False when known identical,
+            None when they were not compared.
+        parent_cell: the parent cell from construct.json (A's, else B's), or None.
+        stack: the call stack of the entry from stack.json (A's, else B's); () when unknown.
+    """
+
+    index: int
+    entry_name: str
+    arg_path: str
+    match_class: MatchClass
+    a: SideSummary | None
+    b: SideSummary | None
+    compared_by: ComparedBy
+    metrics: tuple[tuple[str, float | None], ...]
+    verdict: Verdict
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    differs: bool | None = None
+    parent_cell: str | None = None
+    stack: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The row name ``<entry name>.<arg path>``."""
+        return f"{self.entry_name}.{self.arg_path}"
+
+    def metric(self, key: str) -> float | None:
+        """The metric ``key``, or None when absent or undefined."""
+        for k, v in self.metrics:
+            if k == key:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class UnitRef:
+    """A (step, rank) unit of one side.
+
+    Attributes:
+        side: ``"a"`` or ``"b"``.
+        step, rank: the unit's ids (None: no step directory / non-distributed ``rank`` directory).
+        label: ``"step0/rank1"``-style label.
+        directory: the unit's directory.
+    """
+
+    side: Literal["a", "b"]
+    step: int | None
+    rank: int | None
+    label: str
+    directory: str
+
+    @classmethod
+    def of(cls, side: Literal["a", "b"], unit: RankDump) -> UnitRef:
+        """The reference of a loaded unit."""
+        return cls(side, unit.step, unit.rank, unit.label, str(unit.directory))
+
+
+@dataclass(frozen=True)
+class UnitComparison:
+    """The comparison of one unit of A with its partner in B.
+
+    Attributes:
+        unit_a, unit_b: the two units.
+        rows: every row of both sides, in execution order (:mod:`msprobe_cmp.comparator.matching`).
+        counts: ``(class, count)`` for every match class.
+        verdict_counts: ``(verdict, count)`` for every row verdict (:data:`VERDICTS`).
+        first_divergent: index of the first ``matched`` row whose values differ, or None.
+        first_failing: index of the first row whose verdict is ``fail``, or None.
+        verdict: ``"fail"`` when a row fails; else ``"nothing_compared"`` when no matched row was
+            compared; else ``"pass"``.
+        notes: remarks about the pairing.
+    """
+
+    unit_a: UnitRef
+    unit_b: UnitRef
+    rows: tuple[ComparisonRow, ...]
+    counts: tuple[tuple[MatchClass, int], ...]
+    verdict_counts: tuple[tuple[Verdict, int], ...]
+    first_divergent: int | None
+    first_failing: int | None
+    verdict: OverallVerdict
+    notes: tuple[str, ...] = ()
+
+    @property
+    def compared_count(self) -> int:
+        """Number of matched rows whose values were compared (verdict other than skip)."""
+        return sum(1 for r in self.rows if r.match_class == "matched" and r.verdict != "skip")
+
+
+@dataclass(frozen=True)
+class RowRef:
+    """Where a row sits in a :class:`Comparison`.
+
+    Attributes:
+        unit: index of the unit in :attr:`Comparison.units`.
+        row: index of the row in that unit's rows (its execution-order position).
+        name: the row name ``<entry name>.<arg path>``.
+        unit_label: the unit's label on the A side (``"step0/rank"``).
+        parent_cell: the row's parent cell (construct.json), or None.
+    """
+
+    unit: int
+    row: int
+    name: str
+    unit_label: str
+    parent_cell: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``"<row name> (<unit label>[, in <parent cell>])"``, for one-line messages."""
+        inside = f", in {self.parent_cell}" if self.parent_cell else ""
+        return f"{self.name} ({self.unit_label}{inside})"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of :func:`compare`: a frozen value, rendered by :mod:`msprobe_cmp.reports`.
+
+    Attributes:
+        input_a, input_b: the paths the two dumps were loaded from (A = target, B = baseline).
+        mode: ``"tensor"``, ``"statistics"`` or ``"md5"``.
+        rules: the thresholds in force.
+        units: one :class:`UnitComparison` per paired unit, sorted by (step, rank) of A.
+        unpaired: the units of either side that found no partner.
+        counts, verdict_counts: per-class / per-verdict row totals over all units (zeros included).
+        first_divergent, first_failing: :class:`RowRef` of the first divergent / failing row, taking
+            units in order (lowest step, then rank), or None.
+        verdict: ``"fail"`` if any unit fails; else ``"nothing_compared"`` when no matched row was
+            compared anywhere (a run with nothing compared never passes); else ``"pass"``.
+        notes: remarks about the whole comparison (pairing, mode).
+    """
+
+    input_a: str
+    input_b: str
+    mode: Mode
+    rules: Rules
+    units: tuple[UnitComparison, ...]
+    unpaired: tuple[UnitRef, ...]
+    counts: tuple[tuple[MatchClass, int], ...]
+    verdict_counts: tuple[tuple[Verdict, int], ...]
+    first_divergent: RowRef | None
+    first_failing: RowRef | None
+    verdict: OverallVerdict
+    notes: tuple[str, ...] = ()
+
+    def row(self, ref: RowRef) -> ComparisonRow:
+        """The row at ``ref``."""
+        return self.units[ref.unit].rows[ref.row]
+
+    @property
+    def compared_count(self) -> int:
+        """Number of matched rows whose values were compared, over all units."""
+        return sum(u.compared_count for u in self.units)
+
+
+# --------------------------------------------------------------------------------------------------
+# units and mode
+
+
+def _units_of(x: Dump | RankDump) -> tuple[RankDump, ...]:
+    return (x,) if isinstance(x, RankDump) else tuple(x.units)
+
+
+def _path_of(x: Dump | RankDump) -> str:
+    return str(x.directory) if isinstance(x, RankDump) else str(x.root)
+
+
+def _unit_sort_key(u: RankDump) -> tuple[int, int]:
+    return (-1 if u.step is None else u.step, -1 if u.rank is None else u.rank)
+
+
+def pair_units(
+    units_a: tuple[RankDump, ...], units_b: tuple[RankDump, ...]
+) -> tuple[list[tuple[RankDump, RankDump]], list[RankDump], list[RankDump], list[str]]:
+    """Pair units by (step, rank) id (module docstring); returns pairs, A leftovers, B leftovers, notes."""
+    notes: list[str] = []
+    if len(units_a) == 1 and len(units_b) == 1:
+        only_a, only_b = units_a[0], units_b[0]
+        if (only_a.step, only_a.rank) != (only_b.step, only_b.rank):
+            notes.append(f"each side holds one unit: paired A {only_a.label} with B {only_b.label}")
+        return [(only_a, only_b)], [], [], notes
+    by_id_b = {(u.step, u.rank): u for u in units_b}
+    pairs: list[tuple[RankDump, RankDump]] = []
+    left_a: list[RankDump] = []
+    for ua in sorted(units_a, key=_unit_sort_key):
+        ub: RankDump | None = by_id_b.pop((ua.step, ua.rank)) if (ua.step, ua.rank) in by_id_b else None
+        if ub is None:
+            left_a.append(ua)
+        else:
+            pairs.append((ua, ub))
+    # Second pass: a non-distributed "rank" directory (rank None) against "rank0" of the same step.
+    still_a: list[RankDump] = []
+    for ua in left_a:
+        partner_id = (ua.step, 0) if ua.rank is None else (ua.step, None) if ua.rank == 0 else None
+        ub2: RankDump | None = by_id_b.pop(partner_id) if partner_id is not None and partner_id in by_id_b else None
+        if ub2 is None:
+            still_a.append(ua)
+        else:
+            pairs.append((ua, ub2))
+            notes.append(f"paired A {ua.label} with B {ub2.label} (non-distributed rank taken as rank 0)")
+    pairs.sort(key=lambda p: _unit_sort_key(p[0]))
+    left_b = sorted(by_id_b.values(), key=_unit_sort_key)
+    return pairs, still_a, left_b, notes
+
+
+def _tensor_leaves(units: Iterable[RankDump]) -> Iterable[TensorLeaf]:
+    for u in units:
+        for e in u.entries:
+            for _, leaf in e.leaves():
+                if isinstance(leaf, TensorLeaf):
+                    yield leaf
+
+
+def detect_mode(units_a: tuple[RankDump, ...], units_b: tuple[RankDump, ...]) -> Mode:
+    """The comparison mode of two sides' units (module docstring)."""
+    if units_a and units_b and all(u.meta.task == "tensor" for u in (*units_a, *units_b)):
+        return "tensor"
+    has_md5_a = any(leaf.md5 is not None for leaf in _tensor_leaves(units_a))
+    if has_md5_a and any(leaf.md5 is not None for leaf in _tensor_leaves(units_b)):
+        return "md5"
+    return "statistics"
+
+
+# --------------------------------------------------------------------------------------------------
+# rows
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    compared_by: ComparedBy
+    metrics: tuple[tuple[str, float | None], ...]
+    rule: RuleOutcome
+    notes: tuple[str, ...]
+    differs: bool | None
+
+
+def _stat_pairs(diffs: tuple[StatDiff, ...]) -> list[tuple[str, float | None]]:
+    out: list[tuple[str, float | None]] = [(f"{_STAT_LABELS[d.stat]} diff", d.diff) for d in diffs]
+    out += [(f"{_STAT_LABELS[d.stat]} relative diff", d.relative) for d in diffs]
+    return out
+
+
+def _stat_notes(diffs: tuple[StatDiff, ...]) -> list[str]:
+    return [
+        f"{d.stat} is {d.a!r} on both sides (not compared)" for d in diffs if d.nonfinite_agree is True
+    ]
+
+
+def _stat_differs(diffs: tuple[StatDiff, ...]) -> bool:
+    return any((d.diff is not None and d.diff != 0.0) or d.nonfinite_agree is False for d in diffs)
+
+
+def _compare_statistics(
+    la: TensorLeaf, lb: TensorLeaf, diffs: tuple[StatDiff, ...], t: Thresholds, notes: list[str]
+) -> _Outcome:
+    if all(d.a is None and d.b is None for d in diffs):
+        rule = RuleOutcome("skip", ("no statistics recorded on either side",))
+        return _Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), None)
+    one_sided = [d.stat for d in diffs if (d.a is None) != (d.b is None)]
+    if one_sided:
+        notes.append(f"statistics recorded on one side only: {', '.join(one_sided)}")
+    bound = compute_max_abs_err_lower_bound(diffs, la.numel)
+    metrics = (*_stat_pairs(diffs), (LOWER_BOUND_NAME, bound))
+    rule = compute_statistics_verdict(diffs, la.numel, t)
+    return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs)), _stat_differs(diffs))
+
+
+def _load_pair(
+    unit_a: RankDump, unit_b: RankDump, la: TensorLeaf, lb: TensorLeaf
+) -> tuple[np.ndarray, np.ndarray] | str:
+    try:
+        return unit_a.load_tensor(la), unit_b.load_tensor(lb)
+    except MsprobeCmpError as exc:
+        return str(exc)
+
+
+def _compare_tensors(
+    pair: RowPair, la: TensorLeaf, lb: TensorLeaf, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules
+) -> _Outcome:
+    t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype))
+    floor = t.relative_floor or compute_relative_floor(normalize_dtype(la.dtype), normalize_dtype(lb.dtype))
+    diffs = compute_stat_diffs(la.stats, lb.stats, floor)
+    notes = list(pair.notes)
+    if la.numel == 0:
+        rule = RuleOutcome("skip", ("empty tensor (0 elements) on both sides: nothing to compare",))
+        return _Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), False)
+    if mode == "tensor":
+        if la.data_name is None or lb.data_name is None:
+            missing = " and ".join(s for s, leaf in (("A", la), ("B", lb)) if leaf.data_name is None)
+            notes.append(f"no tensor file in {missing}: compared statistics instead")
+        else:
+            loaded = _load_pair(unit_a, unit_b, la, lb)
+            if isinstance(loaded, str):
+                notes.append(f"tensor file unreadable ({loaded}): compared statistics instead")
+            else:
+                return _tensor_outcome(loaded[0], loaded[1], floor, t, diffs, notes)
+    elif mode == "md5":
+        if la.md5 is not None and lb.md5 is not None:
+            rule = compute_md5_verdict(la.md5, lb.md5)
+            return _Outcome("md5", tuple(_stat_pairs(diffs)), rule, tuple(notes), rule.verdict != "pass")
+        notes.append("no checksum on one side: compared statistics instead")
+    return _compare_statistics(la, lb, diffs, t, notes)
+
+
+def _tensor_outcome(
+    arr_a: np.ndarray, arr_b: np.ndarray, floor: float, t: Thresholds, diffs: tuple[StatDiff, ...], notes: list[str]
+) -> _Outcome:
+    if arr_a.size != arr_b.size:
+        rule = RuleOutcome("fail", (f"tensor files differ in size: A {arr_a.size}, B {arr_b.size}",))
+        return _Outcome("tensor", tuple(_stat_pairs(diffs)), rule, tuple(notes), True)
+    try:
+        tm: TensorMetrics = compute_tensor_metrics(arr_a, arr_b, floor)
+    except TypeError as exc:
+        rule = RuleOutcome("skip", (f"values not comparable as real numbers: {exc}",))
+        return _Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), None)
+    rule = compute_tensor_verdict(tm, t)
+    named = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs())
+    return _Outcome("tensor", (*named, *_stat_pairs(diffs)), rule, tuple(notes) + tm.notes, tm.differs)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -> _Outcome:
+    notes = list(pair.notes)
+    if va.type != vb.type:
+        notes.append(f"value types differ: A {va.type}, B {vb.type}")
+    x, y = va.value, vb.value
+    if _is_number(x) and _is_number(y) and (isinstance(x, float) or isinstance(y, float)):
+        # A float scalar is compared like a 0-d tensor (only the MaxAbsErr rules can apply).
+        t = rules.thresholds_for(pair.name, (va.type, vb.type))
+        floor = t.relative_floor or compute_relative_floor("float64")
+        tm = compute_tensor_metrics(np.array([x], dtype=np.float64), np.array([y], dtype=np.float64), floor)
+        rule = compute_tensor_verdict(tm, t)
+        kept = ("max_abs_err", "max_relative_err")
+        metrics = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs() if k in kept)
+        return _Outcome("value", metrics, rule, tuple(notes), tm.differs)
+    rule = compute_value_verdict(x, y)
+    return _Outcome("value", (), rule, tuple(notes), rule.verdict != "pass")
+
+
+def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules) -> _Outcome:
+    la, lb = pair.leaf_a, pair.leaf_b
+    cls = pair.match_class
+    if cls in ("only_in_a", "only_in_b", "not_captured"):
+        reason = {"only_in_a": "present in A only", "only_in_b": "present in B only"}.get(cls)
+        reasons = (reason,) if reason else pair.notes
+        return _Outcome("none", (), RuleOutcome("skip", reasons), (), None)
+    if cls in ("shape_mismatch", "dtype_mismatch"):
+        metrics: tuple[tuple[str, float | None], ...] = ()
+        if isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf):
+            floor = compute_relative_floor(normalize_dtype(la.dtype), normalize_dtype(lb.dtype))
+            metrics = tuple(_stat_pairs(compute_stat_diffs(la.stats, lb.stats, floor)))
+        return _Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
+    if la is None and lb is None:
+        return _Outcome("none", (), RuleOutcome("skip", pair.notes), (), False)
+    if isinstance(la, ValueLeaf) and isinstance(lb, ValueLeaf):
+        return _compare_values(pair, la, lb, rules)
+    assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # guaranteed by classify_pair
+    return _compare_tensors(pair, la, lb, unit_a, unit_b, mode, rules)
+
+
+def _first(rows: tuple[ComparisonRow, ...], want: str) -> int | None:
+    for r in rows:
+        if want == "divergent" and r.match_class == "matched" and r.differs:
+            return r.index
+        if want == "failing" and r.verdict == "fail":
+            return r.index
+    return None
+
+
+def _count_verdicts(verdicts: Iterable[Verdict]) -> tuple[tuple[Verdict, int], ...]:
+    counts = dict.fromkeys(VERDICTS, 0)
+    for v in verdicts:
+        counts[v] += 1
+    return tuple(counts.items())
+
+
+def compare_units(
+    unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules, notes: tuple[str, ...] = ()
+) -> UnitComparison:
+    """Compare one unit of A (target) with one unit of B (baseline) in the given mode."""
+    pairs = match_entries(unit_a.entries, unit_b.entries)
+    rows: list[ComparisonRow] = []
+    for i, pair in enumerate(pairs):
+        out = _compare_pair(pair, unit_a, unit_b, mode, rules)
+        parent = unit_a.construct.get(pair.entry_name) if pair.in_a else None
+        if parent is None and pair.in_b:
+            parent = unit_b.construct.get(pair.entry_name)
+        stack = unit_a.stack.get(pair.entry_name, ()) if pair.in_a else ()
+        if not stack and pair.in_b:
+            stack = unit_b.stack.get(pair.entry_name, ())
+        rows.append(
+            ComparisonRow(
+                index=i,
+                entry_name=pair.entry_name,
+                arg_path=pair.arg_path,
+                match_class=pair.match_class,
+                a=SideSummary.of(pair.leaf_a) if pair.in_a else None,
+                b=SideSummary.of(pair.leaf_b) if pair.in_b else None,
+                compared_by=out.compared_by,
+                metrics=out.metrics,
+                verdict=out.rule.verdict,
+                reasons=out.rule.reasons,
+                notes=out.notes,
+                differs=out.differs,
+                parent_cell=parent,
+                stack=tuple(stack),
+            )
+        )
+    frozen_rows = tuple(rows)
+    first_failing = _first(frozen_rows, "failing")
+    compared = sum(1 for r in frozen_rows if r.match_class == "matched" and r.verdict != "skip")
+    verdict: OverallVerdict = "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
+    return UnitComparison(
+        unit_a=UnitRef.of("a", unit_a),
+        unit_b=UnitRef.of("b", unit_b),
+        rows=frozen_rows,
+        counts=count_classes(pairs),
+        verdict_counts=_count_verdicts(r.verdict for r in frozen_rows),
+        first_divergent=_first(frozen_rows, "divergent"),
+        first_failing=first_failing,
+        verdict=verdict,
+        notes=notes,
+    )
+
+
+def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
+    for i, u in enumerate(units):
+        index: int | None = getattr(u, attr)
+        if index is not None:
+            row = u.rows[index]
+            return RowRef(i, index, row.name, u.unit_a.label, row.parent_cell)
+    return None
+
+
+def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | None = None) -> Comparison:
+    """Compare dump ``a`` (target, msprobe's "NPU") against dump ``b`` (baseline, "Bench").
+
+    Args:
+        a: the target: a whole dump (every step/rank) or one unit.
+        b: the baseline, likewise.
+        options: rules and mode; defaults to :class:`CompareOptions` ().
+
+    Returns:
+        A frozen :class:`Comparison` (verdicts and every number; nothing is printed or written).
+
+    Raises:
+        msprobe_cmp.errors.MsprobeCmpError: only from the dump layer, for malformed input that the
+            comparator cannot route around (unreadable tensor files are not errors: those rows fall
+            back to statistics with a note).
+    """
+    opts = options or CompareOptions()
+    units_a, units_b = _units_of(a), _units_of(b)
+    pairs, left_a, left_b, notes = pair_units(units_a, units_b)
+    paired_a = tuple(p[0] for p in pairs)
+    paired_b = tuple(p[1] for p in pairs)
+    mode: Mode = detect_mode(paired_a, paired_b) if opts.mode == "auto" else opts.mode
+    units = tuple(compare_units(ua, ub, mode, opts.rules) for ua, ub in pairs)
+    unpaired = tuple([UnitRef.of("a", u) for u in left_a] + [UnitRef.of("b", u) for u in left_b])
+    if unpaired:
+        listed = ", ".join(f"{u.side.upper()} {u.label}" for u in unpaired)
+        notes.append(f"{len(unpaired)} unit(s) found on one side only: {listed}")
+    class_totals = dict.fromkeys(MATCH_CLASSES, 0)
+    verdict_totals = dict.fromkeys(VERDICTS, 0)
+    for u in units:
+        for cls, n in u.counts:
+            class_totals[cls] += n
+        for v, n in u.verdict_counts:
+            verdict_totals[v] += n
+    first_divergent = _first_ref(units, "first_divergent")
+    first_failing = _first_ref(units, "first_failing")
+    compared = sum(u.compared_count for u in units)
+    verdict: OverallVerdict = "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
+    return Comparison(
+        input_a=_path_of(a),
+        input_b=_path_of(b),
+        mode=mode,
+        rules=opts.rules,
+        units=units,
+        unpaired=unpaired,
+        counts=tuple(class_totals.items()),
+        verdict_counts=tuple(verdict_totals.items()),
+        first_divergent=first_divergent,
+        first_failing=first_failing,
+        verdict=verdict,
+        notes=tuple(notes),
+    )
+
+
+__all__ = [
+    "LOWER_BOUND_NAME",
+    "STAT_METRIC_NAMES",
+    "TENSOR_METRIC_NAMES",
+    "STAT_NAMES",
+    "VERDICTS",
+    "CompareOptions",
+    "Comparison",
+    "ComparisonRow",
+    "Mode",
+    "OverallVerdict",
+    "RowRef",
+    "SideSummary",
+    "UnitComparison",
+    "UnitRef",
+    "compare",
+    "compare_units",
+    "detect_mode",
+    "pair_units",
+]

@@ -1,0 +1,211 @@
+"""Verdict rules: thresholds (frozen, with per-pattern / per-dtype overrides) and the rule functions.
+
+Every rule function returns a :class:`RuleOutcome`: a verdict (``"pass"``, ``"warning"``,
+``"fail"``) and the reasons behind it, each a short sentence naming the metric, its value and the
+threshold it crossed.  The functions only read metrics; they compute nothing from tensors.
+
+Tensor mode (DESIGN.md §4, msprobe's ``Accuracy Reached or Not``, anatomy §3.6): a row fails when
+``Cosine < 0.99 and MaxAbsErr > 1e-3``, or ``Cosine < 0.9``, or ``MaxAbsErr > 1``, or its non-finite
+values disagree.  An undefined cosine (one side all zero, or fewer than 2 elements) never fails by
+itself; with ``MaxAbsErr > 1e-3`` it gives a warning, because the cosine rules could not run.
+
+Statistics mode has no cosine.  ``max``, ``min`` and ``mean`` are 1-Lipschitz in the sup norm and
+``|‖a‖−‖b‖| ≤ ‖a−b‖₂ ≤ sqrt(n)·max|a−b|``, so ``L = max(|ΔMax|, |ΔMin|, |ΔMean|, |ΔNorm|/sqrt(n))``
+is a lower bound on MaxAbsErr.  A row fails when ``L`` exceeds the MaxAbsErr fail threshold (so it
+would fail in tensor mode too), or when a non-finite statistic disagrees.  It gets a warning when
+msprobe's own statistics rule fires on any statistic: ``|diff| / (|max(a, b)| + 1e-10) > 0.5``
+(the PyTorch comparator's "any one" reading; msprobe's MindSpore comparator requires all four).
+
+md5 mode: equal checksums pass, different ones fail.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from msprobe_cmp.comparator.dtypes import normalize_dtype
+from msprobe_cmp.comparator.metrics import StatDiff, TensorMetrics, compute_max_abs_err_lower_bound
+from msprobe_cmp.errors import ConfigError
+
+Verdict = Literal["pass", "warning", "fail", "skip"]
+
+#: msprobe's additive constant in the statistics warning rule's denominator.
+STAT_WARNING_EPSILON = 1e-10
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Thresholds of the verdict rules (defaults: DESIGN.md §4, msprobe's convention).
+
+    Attributes:
+        cosine_fail_below: fail when Cosine < this (0.9).
+        cosine_suspect_below: fail when Cosine < this (0.99) *and* MaxAbsErr > ``max_abs_err_suspect_above``.
+        max_abs_err_suspect_above: see above (1e-3, value units).
+        max_abs_err_fail_above: fail when MaxAbsErr (or, in statistics mode, its lower bound) > this (1.0).
+        stat_warning_ratio: statistics-mode warning when ``|diff| / (|max(a, b)| + 1e-10)`` > this (0.5).
+        relative_floor: denominator floor for relative errors (value units); None = machine epsilon of
+            the coarser stated dtype (:func:`msprobe_cmp.comparator.dtypes.compute_relative_floor`).
+
+    Raises:
+        msprobe_cmp.errors.ConfigError: ``relative_floor`` is not > 0.
+    """
+
+    cosine_fail_below: float = 0.9
+    cosine_suspect_below: float = 0.99
+    max_abs_err_suspect_above: float = 1e-3
+    max_abs_err_fail_above: float = 1.0
+    stat_warning_ratio: float = 0.5
+    relative_floor: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.relative_floor is not None and not self.relative_floor > 0.0:
+            raise ConfigError(f"relative_floor: must be > 0, got {self.relative_floor!r}")
+
+
+@dataclass(frozen=True)
+class ThresholdOverride:
+    """Thresholds for the rows that match a row-name pattern and/or a dtype.
+
+    Attributes:
+        thresholds: the thresholds to use instead of the defaults.
+        pattern: an ``fnmatch`` pattern over the row name ``<entry name>.<arg path>``
+            (``"Cell.blocks.*.output.*"``); None matches every row.
+        dtype: a dtype in any framework's spelling (``"BFloat16"``, ``"torch.bfloat16"``); matches a row
+            when either side has that dtype; None matches every dtype.
+    """
+
+    thresholds: Thresholds
+    pattern: str | None = None
+    dtype: str | None = None
+
+    def matches(self, row_name: str, dtypes: tuple[str | None, ...]) -> bool:
+        """True when this override applies to a row of that name whose sides have those dtypes."""
+        if self.pattern is not None and not fnmatch.fnmatchcase(row_name, self.pattern):
+            return False
+        if self.dtype is not None:
+            wanted = normalize_dtype(self.dtype)
+            return any(normalize_dtype(d) == wanted for d in dtypes)
+        return True
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The thresholds in force: defaults plus overrides, the first matching override winning."""
+
+    default: Thresholds = field(default_factory=Thresholds)
+    overrides: tuple[ThresholdOverride, ...] = ()
+
+    def thresholds_for(self, row_name: str, dtypes: tuple[str | None, ...] = ()) -> Thresholds:
+        """The thresholds for one row (first matching override, else the defaults)."""
+        for override in self.overrides:
+            if override.matches(row_name, dtypes):
+                return override.thresholds
+        return self.default
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """A verdict and its reasons (empty for a plain pass)."""
+
+    verdict: Verdict
+    reasons: tuple[str, ...] = ()
+
+
+def _g(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def compute_tensor_verdict(metrics: TensorMetrics, thresholds: Thresholds) -> RuleOutcome:
+    """Verdict of a tensor-mode row from its metrics (rules in the module docstring)."""
+    nf = metrics.nonfinite
+    if nf.disagreeing:
+        return RuleOutcome(
+            "fail",
+            (
+                f"non-finite values disagree at {nf.disagreeing} of {metrics.numel} positions "
+                f"(A has {nf.count_a} NaN/Inf, B has {nf.count_b})",
+            ),
+        )
+    cos, mae = metrics.cosine, metrics.max_abs_err
+    if mae is None:
+        return RuleOutcome("pass")
+    t = thresholds
+    reasons: list[str] = []
+    if cos is not None and cos < t.cosine_fail_below:
+        reasons.append(f"Cosine {_g(cos)} < {_g(t.cosine_fail_below)}")
+    if cos is not None and cos < t.cosine_suspect_below and mae > t.max_abs_err_suspect_above:
+        reasons.append(
+            f"Cosine {_g(cos)} < {_g(t.cosine_suspect_below)} "
+            f"and MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_suspect_above)}"
+        )
+    if mae > t.max_abs_err_fail_above:
+        reasons.append(f"MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_fail_above)}")
+    if reasons:
+        return RuleOutcome("fail", tuple(reasons))
+    if cos is None and mae > t.max_abs_err_suspect_above:
+        return RuleOutcome(
+            "warning",
+            (f"cosine undefined and MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_suspect_above)}",),
+        )
+    return RuleOutcome("pass")
+
+
+_STAT_LABEL = {"max": "Max", "min": "Min", "mean": "Mean", "norm": "Norm"}
+
+
+def compute_statistics_verdict(diffs: tuple[StatDiff, ...], numel: int, thresholds: Thresholds) -> RuleOutcome:
+    """Verdict of a statistics-mode row from its statistic diffs (rules in the module docstring).
+
+    Args:
+        diffs: the statistic diffs of the row (see :func:`msprobe_cmp.comparator.metrics.compute_stat_diffs`).
+        numel: the number of elements of the tensor (for the Norm term of the MaxAbsErr bound).
+        thresholds: the thresholds in force.
+    """
+    failing = [
+        f"non-finite {_STAT_LABEL.get(d.stat, d.stat)} disagrees: A {d.a!r}, B {d.b!r}"
+        for d in diffs
+        if d.nonfinite_agree is False
+    ]
+    if failing:
+        return RuleOutcome("fail", tuple(failing))
+    bound = compute_max_abs_err_lower_bound(diffs, numel)
+    if bound is not None and bound > thresholds.max_abs_err_fail_above:
+        return RuleOutcome(
+            "fail",
+            (
+                f"MaxAbsErr >= {_g(bound)} (lower bound from the statistics) > {_g(thresholds.max_abs_err_fail_above)}",
+            ),
+        )
+    warnings: list[str] = []
+    for d in diffs:
+        if d.diff is None or d.a is None or d.b is None:
+            continue
+        ratio = abs(d.diff) / (abs(max(d.a, d.b)) + STAT_WARNING_EPSILON)
+        if ratio > thresholds.stat_warning_ratio and math.isfinite(ratio):
+            label = _STAT_LABEL.get(d.stat, d.stat)
+            warnings.append(
+                f"{label} diff {_g(d.diff)}: |diff|/|max(A, B)| = {_g(ratio)} > {_g(thresholds.stat_warning_ratio)}"
+            )
+    if warnings:
+        return RuleOutcome("warning", tuple(warnings))
+    return RuleOutcome("pass")
+
+
+def compute_md5_verdict(md5_a: str, md5_b: str) -> RuleOutcome:
+    """md5 mode: pass when the checksums are equal (case-insensitive), fail otherwise."""
+    if md5_a.strip().lower() == md5_b.strip().lower():
+        return RuleOutcome("pass")
+    return RuleOutcome("fail", (f"md5 differs: A {md5_a}, B {md5_b}",))
+
+
+def compute_value_verdict(value_a: object, value_b: object) -> RuleOutcome:
+    """Non-numeric or integer non-tensor arguments (ints, strings, slices, dtypes): equal or fail.
+
+    Floating-point scalars are compared like 0-d tensors by the comparator, not here.
+    """
+    if value_a == value_b:
+        return RuleOutcome("pass")
+    return RuleOutcome("fail", (f"value differs: A {value_a!r}, B {value_b!r}",))

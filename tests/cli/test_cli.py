@@ -1,0 +1,132 @@
+"""The msprobe-cmp command on real msprobe dumps: exit codes, one-line errors, outputs never overwritten."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from msprobe_cmp.cli import main
+from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf
+
+
+def _run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_dump_compared_with_itself_passes(msprobe_fixtures, tmp_path, capsys):
+    run = msprobe_fixtures / "tensor_a"
+    code, out, err = _run([run, run, "-o", tmp_path / "out"], capsys)
+    assert code == 0, err
+    doc = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    rows = [r for u in doc["units"] for r in u["rows"]]
+    tensor_rows = [r for r in rows if r.get("metrics", {}).get("Cosine") is not None]
+    assert rows and all(r["match_class"] == "matched" for r in rows)
+    assert tensor_rows and all(r["metrics"]["Cosine"] == 1.0 for r in tensor_rows)
+    assert "PASS" in out and str(tmp_path / "out" / "report.html") in out
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_fixture_pair_b_against_a(msprobe_fixtures, tmp_path, capsys, task):
+    code, out, err = _run([msprobe_fixtures / f"{task}_b", msprobe_fixtures / f"{task}_a", "-o", tmp_path], capsys)
+    # +0.001 on one weight: the outputs differ but stay within msprobe's thresholds.
+    assert code == 0, err
+    assert "first divergent: " in out and "Cell.blocks.0.Dense.forward.0" in out
+    for name in ("report.html", "comparison.json", "comparison.csv"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_step_and_rank_directories_and_dump_json_are_accepted(msprobe_fixtures, tmp_path, capsys):
+    a = msprobe_fixtures / "statistics_b" / "step1" / "rank" / "dump.json"
+    b = msprobe_fixtures / "statistics_a" / "step1"
+    code, _, err = _run([a, b, "-o", tmp_path], capsys)
+    assert code == 0, err
+
+
+def _unit(path: Path, names):
+    w = DumpWriter(path, DumpMeta("statistics", "L1", "mindspore"))
+    leaf = TensorLeaf("mindspore.Tensor", "Float32", (2,), 1.0, 0.0, 0.5, 1.0)
+    for n in names:
+        w.put(Entry.forward(n, Seq((leaf,)), Map(), Seq((leaf,))))
+    w.flush()
+
+
+def test_nothing_in_common_exits_3_never_0(tmp_path, capsys):
+    _unit(tmp_path / "a" / "step0" / "rank", ["Functional.relu.0.forward"])
+    _unit(tmp_path / "b" / "step0" / "rank", ["Functional.gelu.0.forward"])
+    code, out, err = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert code == 3, (out, err)
+
+
+def test_regression_exits_1(tmp_path, capsys):
+    w = DumpWriter(tmp_path / "a" / "rank", DumpMeta("statistics", "L1", "mindspore"))
+    w.put(Entry.forward("Functional.relu.0.forward", Seq(), Map(),
+                        Seq((TensorLeaf("mindspore.Tensor", "Float32", (4,), 9.0, 0.0, 2.0, 9.0),))))
+    w.flush()
+    w = DumpWriter(tmp_path / "b" / "rank", DumpMeta("statistics", "L1", "mindspore"))
+    w.put(Entry.forward("Functional.relu.0.forward", Seq(), Map(),
+                        Seq((TensorLeaf("mindspore.Tensor", "Float32", (4,), 1.0, 0.0, 0.5, 1.0),))))
+    w.flush()
+    code, out, err = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert code == 1, (out, err)
+    assert "FAIL" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["only-one"],
+        ["/nonexistent/a", "/nonexistent/b"],
+        ["--bogus"],
+    ],
+)
+def test_usage_and_input_errors_are_one_line_exit_2(argv, capsys, tmp_path):
+    code, out, err = _run(argv + ["-o", str(tmp_path / "o")] if len(argv) > 1 else argv, capsys)
+    assert code == 2
+    assert err.startswith("msprobe-cmp: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_malformed_dump_names_file_and_field(msprobe_fixtures, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(msprobe_fixtures / "statistics_a", bad)
+    f = bad / "step0" / "rank" / "dump.json"
+    doc = json.loads(f.read_text())
+    doc["data"]["Cell.blocks.0.Dense.forward.0"]["output"][0]["shape"] = "8x16"
+    f.write_text(json.dumps(doc))
+    code, _, err = _run([bad, msprobe_fixtures / "statistics_a", "-o", tmp_path / "o"], capsys)
+    assert code == 2
+    assert str(f) in err and "Cell.blocks.0.Dense.forward.0" in err and "shape" in err
+
+
+def test_existing_reports_are_not_overwritten_without_force(msprobe_fixtures, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.html").write_text("keep me")
+    run = msprobe_fixtures / "statistics_a"
+    code, _, err = _run([run, run, "-o", out], capsys)
+    assert code == 2 and "--force" in err
+    assert (out / "report.html").read_text() == "keep me"
+    code, _, _ = _run([run, run, "-o", out, "--force"], capsys)
+    assert code == 0 and (out / "report.html").read_text() != "keep me"
+
+
+def test_console_script_runs_without_a_framework_import(msprobe_fixtures, tmp_path):
+    run = msprobe_fixtures / "statistics_a"
+    code = ("import sys; from msprobe_cmp.cli import main; c = main(sys.argv[1:]); "
+            "assert 'mindspore' not in sys.modules and 'torch' not in sys.modules; sys.exit(c)")
+    res = subprocess.run([sys.executable, "-c", code, str(run), str(run), "-o", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_help_exits_0(capsys):
+    assert main(["--help"]) == 0
+    assert "Exit codes" in capsys.readouterr().out

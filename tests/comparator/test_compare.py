@@ -1,0 +1,359 @@
+"""compare(): small dumps written with DumpWriter, and the acceptance tests on real msprobe 1.2.2 dumps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msprobe_cmp.comparator import CompareOptions, Comparison, compare
+from msprobe_cmp.comparator.compare import ComparisonRow
+from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf, ValueLeaf, load_dump
+from msprobe_cmp.errors import ConfigError
+
+# ------------------------------------------------------------------ helpers
+
+
+def leaf(writer: DumpWriter | None, data_name: str | None, arr: np.ndarray, dtype: str = "Float32", **kw) -> TensorLeaf:
+    """A tensor leaf with statistics of ``arr`` (NaN-propagating, like msprobe); saves the npy if asked."""
+    a64 = arr.astype(np.float64)
+    stats = (
+        {
+            "max": float(a64.max()),
+            "min": float(a64.min()),
+            "mean": float(a64.mean()),
+            "norm": float(np.linalg.norm(a64)),
+        }
+        if arr.size
+        else {}
+    )
+    if writer is not None and data_name is not None:
+        writer.save_tensor(data_name, arr)
+    else:
+        data_name = None
+    return TensorLeaf("mindspore.Tensor", dtype, tuple(arr.shape), data_name=data_name, **{**stats, **kw})
+
+
+def write_unit(rank_dir: Path, arrays: dict[str, np.ndarray], task: str = "tensor", extra=()) -> None:
+    """One unit: an entry ``Functional.<key>.0.forward`` per array, input.0 = output.0 = the array."""
+    w = DumpWriter(rank_dir, DumpMeta(task, "L1", "mindspore"))
+    for key, arr in arrays.items():
+        name = f"Functional.{key}.0.forward"
+        save = w if task == "tensor" else None
+        inp = leaf(save, f"{name}.input.0.npy", arr)
+        out = leaf(save, f"{name}.output.0.npy", arr)
+        w.put(Entry.forward(name, Seq((inp,)), Map(), Seq((out,))))
+        w.set_stack(name, [f"File train.py, line 1, in step, \n y = {key}(x)"])
+        w.set_parent(name, "Cell.net.Net.forward.0")
+    for entry in extra:
+        w.put(entry)
+    w.flush()
+
+
+def rows_by_name(c: Comparison, unit: int = 0) -> dict[str, ComparisonRow]:
+    return {r.name: r for r in c.units[unit].rows}
+
+
+X = np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(3, 4)
+
+# ------------------------------------------------------------------ small dumps
+
+
+def test_identical_small_dump_passes(tmp_path):
+    write_unit(tmp_path / "a" / "step0" / "rank", {"relu": X, "gelu": X * 2})
+    write_unit(tmp_path / "b" / "step0" / "rank", {"relu": X, "gelu": X * 2})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.mode == "tensor" and c.verdict == "pass"
+    assert c.first_divergent is None and c.first_failing is None
+    r = rows_by_name(c)["Functional.relu.0.forward.output.0"]
+    assert r.metric("Cosine") == 1.0 and r.metric("MaxAbsErr") == 0.0 and r.differs is False
+    assert r.parent_cell == "Cell.net.Net.forward.0" and r.stack and "relu" in r.stack[0]
+
+
+def test_divergence_and_failure_are_located_in_execution_order(tmp_path):
+    write_unit(tmp_path / "a", {"first": X, "second": X + 0.01, "third": X + 5.0})
+    write_unit(tmp_path / "b", {"first": X, "second": X, "third": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.verdict == "fail"
+    assert c.first_divergent is not None and c.first_divergent.name == "Functional.second.0.forward.input.0"
+    assert c.first_failing is not None and c.first_failing.name == "Functional.third.0.forward.input.0"
+    assert "Functional.second" in c.first_divergent.label
+    second = c.row(c.first_divergent)
+    assert second.verdict == "pass" and second.metric("MaxAbsErr") == pytest.approx(0.01, abs=1e-6)
+    third = c.row(c.first_failing)
+    assert any("MaxAbsErr" in reason for reason in third.reasons)
+    assert dict(c.verdict_counts)["fail"] == 2
+
+
+def test_relative_errors_divide_by_b(tmp_path):
+    write_unit(tmp_path / "a", {"f": np.full(4, 1.1, dtype=np.float32)})
+    write_unit(tmp_path / "b", {"f": np.full(4, 1.0, dtype=np.float32)})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    r = rows_by_name(c)["Functional.f.0.forward.input.0"]
+    assert r.metric("MaxRelativeErr") == pytest.approx(0.1, rel=1e-6)
+    assert r.metric("Max diff") == pytest.approx(0.1, rel=1e-6)  # A - B, signed
+
+
+def test_nonfinite_same_positions_pass_with_note_and_opposite_infinities_fail(tmp_path):
+    a = np.array([1.0, np.nan, 3.0, np.inf], dtype=np.float32)
+    b = np.array([1.0, np.nan, 3.0, np.inf], dtype=np.float32)
+    c_ = np.array([1.0, np.nan, 3.0, -np.inf], dtype=np.float32)
+    write_unit(tmp_path / "a", {"same": a, "opposite": a})
+    write_unit(tmp_path / "b", {"same": b, "opposite": c_})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    rows = rows_by_name(c)
+    same = rows["Functional.same.0.forward.input.0"]
+    assert same.verdict == "pass" and any("left out" in n for n in same.notes)
+    opposite = rows["Functional.opposite.0.forward.input.0"]
+    assert opposite.verdict == "fail" and "1 of 4 positions" in opposite.reasons[0]
+
+
+def test_missing_tensor_file_falls_back_to_statistics(tmp_path):
+    write_unit(tmp_path / "a", {"f": X})
+    write_unit(tmp_path / "b", {"f": X})
+    (tmp_path / "a" / "dump_tensor_data" / "Functional.f.0.forward.input.0.npy").unlink()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    r = rows_by_name(c)["Functional.f.0.forward.input.0"]
+    assert r.compared_by == "statistics" and any("compared statistics instead" in n for n in r.notes)
+    assert r.verdict == "pass" and c.verdict == "pass"
+
+
+def test_statistics_mode_and_lower_bound_failure(tmp_path):
+    write_unit(tmp_path / "a", {"f": X, "g": X + 2.0}, task="statistics")
+    write_unit(tmp_path / "b", {"f": X, "g": X}, task="statistics")
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.mode == "statistics" and c.verdict == "fail"
+    g = rows_by_name(c)["Functional.g.0.forward.input.0"]
+    assert g.metric("Mean diff") == pytest.approx(2.0) and g.metric("MaxAbsErr lower bound") == pytest.approx(2.0)
+    assert g.verdict == "fail"
+
+
+def test_md5_mode(tmp_path):
+    for side, md5 in (("a", "0000beef"), ("b", "0000beef")):
+        w = DumpWriter(tmp_path / side, DumpMeta("statistics", "L1", "mindspore"))
+        w.put(Entry.forward("Functional.f.0.forward", Seq((leaf(None, None, X, md5=md5),)), Map(), Seq(())))
+        w.put(
+            Entry.forward(
+                "Functional.g.0.forward", Seq((leaf(None, None, X, md5=md5 if side == "a" else "1"),)), Map(), Seq(())
+            )
+        )
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.mode == "md5"
+    rows = rows_by_name(c)
+    assert rows["Functional.f.0.forward.input.0"].verdict == "pass"
+    assert rows["Functional.g.0.forward.input.0"].verdict == "fail"
+
+
+def test_values_and_mismatches(tmp_path):
+    def entries(dim, k, scale, shape):
+        return [
+            Entry.forward(
+                "Functional.cat.0.forward",
+                Seq((ValueLeaf("int", k),)),
+                Map((("dim", ValueLeaf("int", dim)),)),
+                Seq((ValueLeaf("float", scale),)),
+            ),
+            Entry.forward(
+                "Functional.view.0.forward", Seq((leaf(None, None, np.zeros(shape, np.float32) + 1),)), Map(), Seq(())
+            ),
+        ]
+
+    write_unit(tmp_path / "a", {"relu": X}, extra=entries(1, 2, 0.5, (2, 6)))
+    write_unit(tmp_path / "b", {"relu": X}, extra=entries(0, 2, 0.5000001, (3, 4)))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    rows = rows_by_name(c)
+    assert rows["Functional.cat.0.forward.kwargs.dim"].verdict == "fail"
+    assert rows["Functional.cat.0.forward.input.0"].verdict == "pass"
+    scale = rows["Functional.cat.0.forward.output.0"]
+    assert scale.verdict == "pass" and scale.metric("MaxAbsErr") == pytest.approx(1e-7)
+    view = rows["Functional.view.0.forward.input.0"]
+    assert view.match_class == "shape_mismatch" and view.verdict == "fail"
+    assert c.verdict == "fail"
+
+
+def test_units_paired_by_ids_not_directory_order(tmp_path):
+    for r in (0, 1):
+        write_unit(tmp_path / "a" / "step0" / f"rank{r}", {"f": X + r})
+    write_unit(tmp_path / "a" / "step3" / "rank0", {"f": X})
+    for r in (1, 0):  # B written in the other order, and rank1 holds rank1's data
+        write_unit(tmp_path / "b" / "step0" / f"rank{r}", {"f": X + r})
+    write_unit(tmp_path / "b" / "step5" / "rank0", {"f": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert [(u.unit_a.label, u.unit_b.label) for u in c.units] == [
+        ("step0/rank0", "step0/rank0"),
+        ("step0/rank1", "step0/rank1"),
+    ]
+    assert c.verdict == "pass"
+    assert {(u.side, u.label) for u in c.unpaired} == {("a", "step3/rank0"), ("b", "step5/rank0")}
+    assert any("one side only" in n for n in c.notes)
+
+
+def test_non_distributed_rank_pairs_with_rank0(tmp_path):
+    for s in (0, 1):
+        write_unit(tmp_path / "a" / f"step{s}" / "rank", {"f": X})
+        write_unit(tmp_path / "b" / f"step{s}" / "rank0", {"f": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert len(c.units) == 2 and not c.unpaired and c.verdict == "pass"
+
+
+def test_nothing_in_common_is_nothing_compared(tmp_path):
+    write_unit(tmp_path / "a", {"relu": X})
+    write_unit(tmp_path / "b", {"gelu": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.verdict == "nothing_compared"
+    counts = dict(c.counts)
+    assert counts["matched"] == 0 and counts["only_in_a"] == 2 and counts["only_in_b"] == 2
+    # B-only rows with no shared predecessor come first (they ran before anything A also ran)
+    assert [r.entry_name for r in c.units[0].rows] == ["Functional.gelu.0.forward"] * 2 + [
+        "Functional.relu.0.forward"
+    ] * 2
+
+
+def test_empty_tensors_only_is_nothing_compared(tmp_path):
+    empty = np.zeros((0, 4), np.float32)
+    write_unit(tmp_path / "a", {"f": empty})
+    write_unit(tmp_path / "b", {"f": empty})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    r = rows_by_name(c)["Functional.f.0.forward.input.0"]
+    assert r.match_class == "matched" and r.verdict == "skip" and "empty" in r.reasons[0]
+    assert c.verdict == "nothing_compared"
+
+
+def test_unknown_mode_is_a_config_error():
+    with pytest.raises(ConfigError):
+        CompareOptions(mode="fast")  # type: ignore[arg-type]
+
+
+def test_forced_statistics_mode_on_tensor_dumps(tmp_path):
+    write_unit(tmp_path / "a", {"f": X})
+    write_unit(tmp_path / "b", {"f": X + 1e-3})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(mode="statistics"))
+    assert c.mode == "statistics"
+    assert rows_by_name(c)["Functional.f.0.forward.input.0"].compared_by == "statistics"
+
+
+# ------------------------------------------------------------------ acceptance: real msprobe 1.2.2 dumps
+
+# Rows that must be identical at step0 in run b (blocks.0.weight + 0.001) vs run a: everything computed before
+# the perturbed weight is used, the parameters it does not touch, the label, and the loss-gradient seed.
+IDENTICAL_AT_STEP0 = {
+    "Primitive.shape_op.Shape.0.forward.input.0",  # the network input
+    "Primitive.matmul.MatMul.0.forward.input.0",
+    "Cell.blocks.0.Dense.forward.0.input.0",
+    "Primitive.bias_add.BiasAdd.0.forward.input.1",  # blocks.0.bias
+    "Cell.blocks.0.Dense.forward.0.parameters.bias",
+    "Primitive.matmul.MatMul.1.forward.input.1",  # blocks.1.weight
+    "Primitive.bias_add.BiasAdd.1.forward.input.1",
+    "Cell.blocks.1.Dense.forward.0.parameters.weight",
+    "Cell.blocks.1.Dense.forward.0.parameters.bias",
+    "Primitive.matmul.MatMul.2.forward.input.1",  # head.weight
+    "Primitive.bias_add.BiasAdd.2.forward.input.1",
+    "Cell.head.Dense.forward.0.parameters.weight",
+    "Cell.head.Dense.forward.0.parameters.bias",
+    "Tensor.__sub__.0.forward.input.1",  # the label
+    "Functional.square.0.backward.input.0",  # d loss / d square
+}
+
+
+@pytest.fixture(scope="module")
+def fixture_comparisons() -> dict[str, Comparison]:
+    root = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
+    return {
+        kind: compare(load_dump(root / f"{kind}_b"), load_dump(root / f"{kind}_a")) for kind in ("statistics", "tensor")
+    }
+
+
+@pytest.mark.parametrize("kind", ["statistics", "tensor"])
+def test_fixture_pairs_both_steps_and_modes(fixture_comparisons, kind):
+    c = fixture_comparisons[kind]
+    assert c.mode == kind
+    assert [u.unit_a.label for u in c.units] == ["step0/rank", "step1/rank"]
+    assert not c.unpaired
+    counts = dict(c.counts)
+    assert counts["matched"] == 2 * 97 and sum(counts.values()) == 2 * 97
+    # Cell.blocks.0 backward output is null on both sides (the network input needs no gradient): matched, skipped
+    null_row = rows_by_name(c)["Cell.blocks.0.Dense.backward.0.output.0"]
+    assert null_row.verdict == "skip" and null_row.a.kind == null_row.b.kind == "null"
+    assert c.compared_count == 2 * 96
+    assert c.verdict == "pass"  # +0.001 on one weight stays within msprobe's tolerance
+
+
+@pytest.mark.parametrize("kind", ["statistics", "tensor"])
+@pytest.mark.parametrize("step", [0, 1])
+def test_fixture_first_layer_input_identical(fixture_comparisons, kind, step):
+    rows = rows_by_name(fixture_comparisons[kind], step)
+    for name in ("Cell.blocks.0.Dense.forward.0.input.0", "Primitive.matmul.MatMul.0.forward.input.0"):
+        r = rows[name]
+        assert r.match_class == "matched" and r.differs is False and r.verdict == "pass"
+        for key in ("Max diff", "Min diff", "Mean diff", "L2norm diff"):
+            assert r.metric(key) == 0.0
+        if kind == "tensor":
+            assert r.metric("Cosine") == 1.0 and r.metric("MaxAbsErr") == 0.0
+
+
+@pytest.mark.parametrize("kind", ["statistics", "tensor"])
+def test_fixture_step0_identical_rows_and_everything_downstream_differs(fixture_comparisons, kind):
+    u = fixture_comparisons[kind].units[0]
+    tensor_rows = [r for r in u.rows if r.compared_by in ("tensor", "statistics")]
+    identical = {r.name for r in tensor_rows if r.differs is False}
+    assert identical == IDENTICAL_AT_STEP0
+    for r in tensor_rows:
+        if r.name not in IDENTICAL_AT_STEP0:
+            assert r.differs is True, r.name
+    rows = rows_by_name(fixture_comparisons[kind], 0)
+    assert rows["Cell.blocks.0.Dense.forward.0.output.0"].differs is True
+    assert rows["Cell.head.Dense.forward.0.output.0"].differs is True
+    # execution order: the weight enters MatMul.0 before the cell's own entry is recorded
+    first = fixture_comparisons[kind].first_divergent
+    assert first.name == "Primitive.matmul.MatMul.0.forward.input.1"
+    assert first.parent_cell == "Cell.blocks.0.Dense.forward.0" and "Cell.blocks.0.Dense.forward.0" in first.label
+
+
+def test_fixture_perturbed_weight_max_abs_err_is_0_001(fixture_comparisons):
+    root = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
+    name = "Cell.blocks.0.Dense.forward.0.parameters.weight"
+    for step in (0, 1):
+        files = [
+            root / run / f"step{step}" / "rank" / "dump_tensor_data" / f"{name}.npy" for run in ("tensor_b", "tensor_a")
+        ]
+        wb, wa = (np.load(f, allow_pickle=False).astype(np.float64) for f in files)
+        independent = float(np.max(np.abs(wb - wa)))
+        r = rows_by_name(fixture_comparisons["tensor"], step)[name]
+        assert r.metric("MaxAbsErr") == pytest.approx(independent, abs=1e-12)
+        if step == 0:
+            assert r.metric("MaxAbsErr") == pytest.approx(0.001, abs=1e-6)
+
+
+def test_fixture_metrics_agree_with_msprobe_own_results(fixture_comparisons):
+    # Values read once from compare_out_tensor/compare_result_*.xlsx (msprobe 1.2.2, step0, b vs a);
+    # msprobe rounds Cosine > 0.9999 to 6 decimals and other numbers to 12.
+    expected = {
+        "Primitive.matmul.MatMul.0.forward.input.1": (0.999992, 0.001000002027, 1.888248920441, 0.0, 0.40625),
+        "Primitive.matmul.MatMul.0.forward.output.0": (0.999983, 0.010638862848, 0.680135607719, 0.0, 0.28125),
+        "Primitive.relu.ReLU.0.forward.output.0": (0.999984, 0.010638833046, 0.639201462269, 0.4921875, 0.6328125),
+        "Cell.head.Dense.parameters_grad.weight": (0.999987, 0.0028462708, 0.175069689751, 0.234375, 0.421875),
+        "Cell.head.Dense.parameters_grad.bias": (0.999999, 0.000619977713, 0.062270980328, 0.25, 0.75),
+    }
+    rows = rows_by_name(fixture_comparisons["tensor"], 0)
+    keys = ("Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio")
+    for name, values in expected.items():
+        r = rows[name]
+        assert r.metric("Cosine") == pytest.approx(values[0], abs=1e-6)
+        for key, value in zip(keys[1:], values[1:], strict=True):
+            assert r.metric(key) == pytest.approx(value, abs=1e-5), (name, key)
+
+
+@pytest.mark.parametrize("kind", ["statistics", "tensor"])
+def test_fixture_compared_with_itself(kind):
+    root = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
+    dump = load_dump(root / f"{kind}_a")
+    c = compare(dump, dump)
+    assert c.verdict == "pass" and c.first_divergent is None and c.first_failing is None
+    for u in c.units:
+        for r in u.rows:
+            assert r.match_class == "matched"
+            assert r.differs in (False, None)
+            if kind == "tensor" and r.compared_by == "tensor":
+                assert r.metric("Cosine") in (1.0, None) and r.metric("MaxAbsErr") == 0.0

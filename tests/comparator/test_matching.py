@@ -1,0 +1,97 @@
+"""Matching: every row of both sides in exactly one class, execution order kept."""
+
+from __future__ import annotations
+
+from msprobe_cmp.comparator.matching import MATCH_CLASSES, count_classes, match_entries
+from msprobe_cmp.dump.schema import Entry, Map, Seq, TensorLeaf, ValueLeaf
+
+
+def t(shape=(2, 3), dtype="Float32", **kw):
+    stats = {"max": 1.0, "min": 0.0, "mean": 0.5, "norm": 1.0}
+    stats.update(kw)
+    return TensorLeaf("mindspore.Tensor", dtype, tuple(shape), **stats)
+
+
+def fwd(name, inputs, outputs, kwargs=(), params=None):
+    return Entry.forward(name, Seq(tuple(inputs)), Map(tuple(kwargs)), Seq(tuple(outputs)), params)
+
+
+def classes(rows):
+    return {r.name: r.match_class for r in rows}
+
+
+def test_every_class():
+    a = [
+        fwd("Functional.relu.0.forward", [t()], [t()]),
+        fwd("Functional.add.0.forward", [t((2, 3)), t(dtype="Float16")], [t(dtype="Int32")]),
+        fwd("Functional.cat.0.forward", [None, ValueLeaf("int", 1)], [t()], kwargs=(("dim", ValueLeaf("int", 0)),)),
+        fwd("Functional.only_a.0.forward", [t()], [t()]),
+    ]
+    b = [
+        fwd("Functional.relu.0.forward", [t()], [t()]),
+        fwd("Functional.add.0.forward", [t((3, 2)), t(dtype="torch.float32")], [t(dtype="Int64")]),
+        fwd("Functional.cat.0.forward", [t(), t()], [None], kwargs=(("dim", ValueLeaf("int", 0)),)),
+        fwd("Functional.only_b.0.forward", [t()], [t()]),
+    ]
+    rows = match_entries(a, b)
+    got = classes(rows)
+    assert got["Functional.relu.0.forward.input.0"] == "matched"
+    assert got["Functional.add.0.forward.input.0"] == "shape_mismatch"
+    assert got["Functional.add.0.forward.input.1"] == "matched"  # fp16 vs fp32: compatible
+    add1 = next(r for r in rows if r.name == "Functional.add.0.forward.input.1")
+    assert any("compatible" in n for n in add1.notes)
+    assert got["Functional.add.0.forward.output.0"] == "dtype_mismatch"  # int32 vs int64
+    assert got["Functional.cat.0.forward.input.0"] == "not_captured"  # null leaf in A
+    assert got["Functional.cat.0.forward.input.1"] == "dtype_mismatch"  # value vs tensor
+    assert got["Functional.cat.0.forward.kwargs.dim"] == "matched"
+    assert got["Functional.cat.0.forward.output.0"] == "not_captured"  # null leaf in B only
+    assert got["Functional.only_a.0.forward.input.0"] == "only_in_a"
+    assert got["Functional.only_b.0.forward.output.0"] == "only_in_b"
+    # every row of both sides exactly once
+    keys_a = {(e.name, p) for e in a for p, _ in e.leaves()}
+    keys_b = {(e.name, p) for e in b for p, _ in e.leaves()}
+    assert len(rows) == len(keys_a | keys_b)
+    assert {(r.entry_name, r.arg_path) for r in rows} == keys_a | keys_b
+    counts = dict(count_classes(rows))
+    assert set(counts) == set(MATCH_CLASSES) and sum(counts.values()) == len(rows)
+
+
+def test_execution_order_and_b_only_after_predecessor():
+    # names chosen so that lexicographic order would differ from execution order
+    a = [fwd("Tensor.z.0.forward", [t()], []), fwd("Functional.a.0.forward", [t()], [])]
+    b = [
+        fwd("Mint.first_b.0.forward", [t()], []),
+        fwd("Tensor.z.0.forward", [t()], []),
+        fwd("Functional.b_only.0.forward", [t()], []),
+        fwd("Functional.b_only2.0.forward", [t()], []),
+        fwd("Functional.a.0.forward", [t()], []),
+    ]
+    names = [r.entry_name for r in match_entries(a, b)]
+    assert names == [
+        "Mint.first_b.0.forward",
+        "Tensor.z.0.forward",
+        "Functional.b_only.0.forward",
+        "Functional.b_only2.0.forward",
+        "Functional.a.0.forward",
+    ]
+
+
+def test_null_on_both_sides_is_matched():
+    rows = match_entries([fwd("F.x.0.forward", [None], [])], [fwd("F.x.0.forward", [None], [])])
+    assert rows[0].match_class == "matched" and "null on both sides" in rows[0].notes[0]
+
+
+def test_structure_leaf_without_data_is_not_captured():
+    bare = TensorLeaf("mindspore.Tensor", "Float32", (2,))
+    rows = match_entries([fwd("F.x.0.forward", [bare], [])], [fwd("F.x.0.forward", [t((2,))], [])])
+    assert rows[0].match_class == "not_captured"
+    empty = TensorLeaf("mindspore.Tensor", "Float32", (0,))
+    rows = match_entries([fwd("F.x.0.forward", [empty], [])], [fwd("F.x.0.forward", [empty], [])])
+    assert rows[0].match_class == "matched"  # an empty tensor legitimately has no statistics
+
+
+def test_parameters_grad_paths():
+    g = Entry.parameters_grad("Cell.fc.Dense.parameters_grad", [("weight", Seq((t(),))), ("bias", Seq((t((3,)),)))])
+    rows = match_entries([g], [g])
+    assert [r.arg_path for r in rows] == ["weight", "bias"]
+    assert all(r.match_class == "matched" for r in rows)

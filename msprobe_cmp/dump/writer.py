@@ -22,13 +22,32 @@ from msprobe_cmp.dump.schema import DumpMeta, Entry
 from msprobe_cmp.dump.serde import entry_to_json, meta_to_json
 
 
+def _default_file_mode() -> int:
+    """0666 less the process umask: the mode ``open()`` gives a new file (mkstemp would give 0600)."""
+    try:
+        # Linux ≥ 4.7 reports the umask without changing it (os.umask would, racing other threads).
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace`` (atomic on POSIX)."""
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace`` (atomic on POSIX).
+
+    The file gets the mode a plain ``open(path, "w")`` would give it.  On failure the previous
+    file (if any) is left untouched and the temporary file is removed.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, _default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -101,6 +120,7 @@ class DumpWriter:
         try:
             with os.fdopen(fd, "wb") as fh:
                 np.save(fh, arr, allow_pickle=False)
+            os.chmod(tmp, _default_file_mode())
             os.replace(tmp, self.tensor_dir / data_name)
         except BaseException:
             try:

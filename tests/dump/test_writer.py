@@ -92,3 +92,18 @@ def test_save_tensor_refuses_unsafe_names(tmp_path, name):
     w = DumpWriter(tmp_path / "rank", DumpMeta("tensor", "L1", "mindspore"))
     with pytest.raises(ValueError):
         w.save_tensor(name, np.zeros(2))
+
+
+def test_files_get_the_umask_mode_not_0600(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        w = DumpWriter(tmp_path / "rank", DumpMeta("tensor", "L1", "mindspore"))
+        w.save_tensor("t.npy", np.zeros(2, dtype=np.float32))
+        w.flush()
+    finally:
+        os.umask(old)
+    for p in [tmp_path / "rank" / "dump.json", tmp_path / "rank" / "dump_tensor_data" / "t.npy"]:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644

@@ -1,0 +1,292 @@
+"""Recording configuration: msprobe's ``config.json`` keys, validated into a frozen :class:`RecordConfig`.
+
+The file format is msprobe's (common keys, then one sub-dict per task)::
+
+    {"task": "statistics", "dump_path": "./dump", "rank": [], "step": [0, "2-4"], "level": "mix",
+     "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}
+
+Keyword overrides (``PrecisionDebugger(dump_path=..., task=..., level=..., step=...)``) win over the
+file.  Every problem raises :class:`~msprobe_cmp.errors.ConfigError` with one line naming the file
+(or ``"arguments"``) and the field.  Pure Python: no framework import.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msprobe_cmp.errors import ConfigError
+
+#: Tasks the recorder implements.
+SUPPORTED_TASKS = ("statistics", "tensor")
+#: Tasks msprobe knows but this recorder does not implement (rejected with a clear message).
+KNOWN_TASKS = ("statistics", "tensor", "overflow_check", "free_benchmark", "run_ut", "grad_probe", "structure")
+#: Levels the recorder implements.
+SUPPORTED_LEVELS = ("L0", "L1", "mix")
+KNOWN_LEVELS = ("L0", "L1", "L2", "mix", "debug")
+DATA_MODES = ("all", "forward", "backward", "input", "output")
+SUMMARY_MODES = ("statistics", "md5")
+#: msprobe's bound on step and rank numbers.
+MAX_STEP_OR_RANK = 1_000_000
+
+_COMMON_KEYS = frozenset({"task", "dump_path", "rank", "step", "level", "enable_dataloader", "async_dump", "framework"})
+_TASK_KEYS = frozenset({"scope", "list", "data_mode", "summary_mode", "file_format"})
+
+
+@dataclass(frozen=True)
+class RecordConfig:
+    """What to record, where, and when.
+
+    Attributes:
+        dump_path: root directory of the dump; ``step<N>/rank[<R>]/`` directories are made below it.
+        task: ``"statistics"`` (Max/Min/Mean/Norm per tensor) or ``"tensor"`` (statistics plus one
+            ``.npy`` file per tensor).
+        level: ``"L0"`` (cells), ``"L1"`` (APIs and, with a model, its Primitives) or ``"mix"`` (both).
+        steps: the steps to record (sorted, unique); empty = every step.
+        ranks: the ranks to record (sorted, unique); empty = every rank.
+        scope: msprobe's ``scope`` (two full entry names: a range); accepted, not applied in v1.
+        name_list: msprobe's ``list``: record only entries whose name contains one of these
+            substrings (cell names at mix also enable everything recorded inside that cell).
+        data_mode: subset of ``forward``/``backward``/``input``/``output``, or ``("all",)``.
+        summary_mode: ``"statistics"``, or ``"md5"`` (adds msprobe's CRC32 checksum, in its ``md5`` field).
+        source: where the values came from (a file path or ``"arguments"``), for messages.
+    """
+
+    dump_path: Path
+    task: str = "statistics"
+    level: str = "L1"
+    steps: tuple[int, ...] = ()
+    ranks: tuple[int, ...] = ()
+    scope: tuple[str, ...] = ()
+    name_list: tuple[str, ...] = ()
+    data_mode: tuple[str, ...] = ("all",)
+    summary_mode: str = "statistics"
+    source: str = "arguments"
+
+    def records_step(self, step: int) -> bool:
+        """True when ``step`` is selected (an empty step list selects every step)."""
+        return not self.steps or step in self.steps
+
+    def past_last_step(self, step: int) -> bool:
+        """True when a step list is given and ``step`` is beyond its largest member."""
+        return bool(self.steps) and step > self.steps[-1]
+
+    def records_rank(self, rank: int | None) -> bool:
+        """True when ``rank`` is selected (an empty list, or a non-distributed run, selects it)."""
+        return not self.ranks or rank is None or rank in self.ranks
+
+    def records_direction(self, direction: str) -> bool:
+        """True when ``data_mode`` lets entries of ``direction`` (``"forward"``/``"backward"``) be recorded."""
+        modes = set(self.data_mode)
+        if "all" in modes or not modes & {"forward", "backward"}:
+            return True
+        return direction in modes
+
+    def records_io(self, io: str) -> bool:
+        """True when ``data_mode`` lets ``io`` (``"input"``/``"output"``) be recorded."""
+        modes = set(self.data_mode)
+        if "all" in modes or not modes & {"input", "output"}:
+            return True
+        return io in modes
+
+    def records_name(self, name: str) -> bool:
+        """True when the ``list`` filter is empty or one of its members is a substring of ``name``."""
+        return not self.name_list or any(part in name for part in self.name_list)
+
+    @property
+    def saves_tensors(self) -> bool:
+        """True for the tensor task (one ``.npy`` per tensor)."""
+        return self.task == "tensor"
+
+
+def _fail(source: str, field: str, problem: str) -> ConfigError:
+    return ConfigError(f"{source}: {field}: {problem}")
+
+
+def _expect_int(value: Any, source: str, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(source, field, f"expected an integer, got {value!r}")
+    if not 0 <= value <= MAX_STEP_OR_RANK:
+        raise _fail(source, field, f"{value} is outside [0, {MAX_STEP_OR_RANK}]")
+    return value
+
+
+def parse_int_list(value: Any, source: str, field: str) -> tuple[int, ...]:
+    """Parse msprobe's step/rank list: integers and ``"a-b"`` range strings (inclusive), or one integer.
+
+    Returns the members sorted and de-duplicated.
+
+    Raises:
+        ConfigError: on anything else, a reversed range, or a number outside [0, 1e6].
+    """
+    if value is None:
+        return ()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (_expect_int(value, source, field),)
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise _fail(source, field, f"expected a list of integers or 'a-b' ranges, got {value!r}")
+    out: set[int] = set()
+    for i, item in enumerate(value):
+        where = f"{field}[{i}]"
+        if isinstance(item, str):
+            parts = item.split("-")
+            if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+                raise _fail(source, where, f"{item!r} is not an integer or an 'a-b' range")
+            lo, hi = (_expect_int(int(p), source, where) for p in parts)
+            if lo > hi:
+                raise _fail(source, where, f"range {item!r} has start > end")
+            out.update(range(lo, hi + 1))
+        else:
+            out.add(_expect_int(item, source, where))
+    return tuple(sorted(out))
+
+
+def _str_list(value: Any, source: str, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise _fail(source, field, f"expected a list of strings, got {value!r}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise _fail(source, f"{field}[{i}]", f"expected a non-empty string, got {item!r}")
+    return tuple(value)
+
+
+def _choice(value: Any, choices: Sequence[str], source: str, field: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise _fail(source, field, f"expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _parse_data_mode(value: Any, source: str, field: str) -> tuple[str, ...]:
+    modes = _str_list(value, source, field) or ("all",)
+    for i, mode in enumerate(modes):
+        _choice(mode, DATA_MODES, source, f"{field}[{i}]")
+    if "all" in modes and len(modes) > 1:
+        raise _fail(source, field, "'all' must be the only member")
+    if len(set(modes)) != len(modes):
+        raise _fail(source, field, "duplicate members")
+    return modes
+
+
+def build_config(
+    raw: Mapping[str, Any] | None = None,
+    *,
+    source: str = "arguments",
+    dump_path: str | Path | None = None,
+    task: str | None = None,
+    level: str | None = None,
+    step: Any = None,
+    rank: Any = None,
+) -> RecordConfig:
+    """Validate msprobe config keys (``raw``) plus keyword overrides into a :class:`RecordConfig`.
+
+    Args:
+        raw: the parsed config.json object, or None for keyword arguments only.
+        source: the file name used in error messages.
+        dump_path, task, level, step, rank: overrides; None keeps the file's value.
+
+    Raises:
+        ConfigError: one line naming ``source`` and the field, for an unknown key, a wrong type, an
+            unsupported task or level, a bad step/rank list, or a missing ``dump_path``.
+    """
+    raw = dict(raw or {})
+    for key in raw:
+        if key not in _COMMON_KEYS and key not in KNOWN_TASKS:
+            raise _fail(source, key, "unknown key")
+    # Overrides are checked against "arguments" so the message names where the bad value came from.
+    task_src = source if task is None else "arguments"
+    task_value = raw.get("task", "statistics") if task is None else task
+    _choice(task_value, KNOWN_TASKS, task_src, "task")
+    if task_value not in SUPPORTED_TASKS:
+        raise _fail(task_src, "task", f"{task_value!r} is not supported by this recorder (use statistics or tensor)")
+
+    level_src = source if level is None else "arguments"
+    level_value = raw.get("level", "L1") if level is None else level
+    _choice(level_value, KNOWN_LEVELS, level_src, "level")
+    if level_value not in SUPPORTED_LEVELS:
+        raise _fail(level_src, "level", f"{level_value!r} is not supported by this recorder (use L0, L1 or mix)")
+
+    path_src = source if dump_path is None else "arguments"
+    path_value = raw.get("dump_path") if dump_path is None else dump_path
+    if path_value is None or (isinstance(path_value, str) and not path_value.strip()):
+        raise _fail(path_src, "dump_path", "is required")
+    if not isinstance(path_value, (str, Path)):
+        raise _fail(path_src, "dump_path", f"expected a path string, got {path_value!r}")
+
+    steps = (
+        parse_int_list(raw.get("step"), source, "step") if step is None else parse_int_list(step, "arguments", "step")
+    )
+    ranks = (
+        parse_int_list(raw.get("rank"), source, "rank") if rank is None else parse_int_list(rank, "arguments", "rank")
+    )
+    for key in ("enable_dataloader", "async_dump"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise _fail(source, key, f"expected true or false, got {raw[key]!r}")
+    if raw.get("async_dump"):
+        raise _fail(source, "async_dump", "asynchronous dumping is not supported by this recorder")
+
+    sub = raw.get(task_value, {})
+    if not isinstance(sub, Mapping):
+        raise _fail(source, task_value, f"expected an object, got {sub!r}")
+    for key in sub:
+        if key not in _TASK_KEYS:
+            raise _fail(source, f"{task_value}.{key}", "unknown key")
+    scope = _str_list(sub.get("scope"), source, f"{task_value}.scope")
+    if scope and len(scope) != 2:
+        raise _fail(source, f"{task_value}.scope", "expected exactly two entry names [start, end]")
+    name_list = _str_list(sub.get("list"), source, f"{task_value}.list")
+    data_mode = _parse_data_mode(sub.get("data_mode"), source, f"{task_value}.data_mode")
+    summary_mode = _choice(sub.get("summary_mode", "statistics"), SUMMARY_MODES, source, f"{task_value}.summary_mode")
+    if "file_format" in sub:
+        _choice(sub["file_format"], ("npy", "bin"), source, f"{task_value}.file_format")
+    return RecordConfig(
+        dump_path=Path(path_value).expanduser().absolute(),
+        task=task_value,
+        level=level_value,
+        steps=steps,
+        ranks=ranks,
+        scope=scope,
+        name_list=name_list,
+        data_mode=data_mode,
+        summary_mode=summary_mode,
+        source=source,
+    )
+
+
+def load_config(
+    config_path: str | Path | None = None,
+    *,
+    dump_path: str | Path | None = None,
+    task: str | None = None,
+    level: str | None = None,
+    step: Any = None,
+    rank: Any = None,
+) -> RecordConfig:
+    """Read an msprobe ``config.json`` (optional) and apply keyword overrides.
+
+    Raises:
+        ConfigError: when the file cannot be read or is not a JSON object, or on any invalid field
+            (see :func:`build_config`).
+    """
+    raw: Mapping[str, Any] | None = None
+    source = "arguments"
+    if config_path is not None:
+        source = str(config_path)
+        try:
+            text = Path(config_path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{source}: not UTF-8") from None
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: expected a JSON object at the top level")
+        raw = loaded
+    return build_config(raw, source=source, dump_path=dump_path, task=task, level=level, step=step, rank=rank)

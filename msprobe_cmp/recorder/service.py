@@ -1,0 +1,537 @@
+"""The framework-agnostic recording service: switches, counters, steps, entries, construct and stack.
+
+A framework adapter installs hooks and calls this service with *framework* values; the service
+decides whether to record, names the entry, turns the values into records through a
+:class:`~msprobe_cmp.recorder.collector.Collector` (which calls the adapter's converter for
+framework objects) and hands them to the step's :class:`~msprobe_cmp.dump.writer.DumpWriter`.
+
+All state (counters, the current step, the construct stack) lives on the instance; nothing is
+module-level.  Names follow :mod:`msprobe_cmp.dump.naming`:
+
+* API call ``n`` of a family/API in the current step: ``<Family>.<api>.<n>.forward``; its
+  backward entry carries the same ``n``.
+* Cell call ``n``: ``Cell.<path>.<Class>.forward.<n>``; its backward entry carries the same ``n``
+  (msprobe 26.x's convention; msprobe 1.2.2 numbered backward calls in backward order).
+* ``Cell.<path>.<Class>.parameters_grad``: a placeholder (``[null]`` per parameter) put after the
+  cell's first forward in a step, filled by parameter-gradient hooks (the last gradient wins).
+"""
+
+from __future__ import annotations
+
+import linecache
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import TypeVar
+
+from msprobe_cmp.dump.naming import api_name, cell_name, parameters_grad_name, parse_name
+from msprobe_cmp.dump.schema import DumpMeta, Entry, Map, Node, Seq
+from msprobe_cmp.dump.writer import DumpWriter
+from msprobe_cmp.recorder.collector import Collector, LeafConverter
+from msprobe_cmp.recorder.config import RecordConfig
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Frames from files under this directory (the recorder itself) are left out of stack.json.
+_RECORDER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: At most this many frames per stack.json entry.
+MAX_STACK_FRAMES = 64
+
+
+def backward_name_of(forward_name: str | None) -> str | None:
+    """The backward twin of a forward API or cell entry name (same call index), or None.
+
+    ``"Cell.fc1.Dense.forward.0"`` → ``"Cell.fc1.Dense.backward.0"``;
+    ``"Functional.relu.2.forward"`` → ``"Functional.relu.2.backward"``.
+    """
+    if forward_name is None:
+        return None
+    parsed = parse_name(forward_name)
+    if parsed.direction != "forward" or parsed.index is None:
+        return None
+    if parsed.kind == "cell":
+        return f"{parsed.stem}.backward.{parsed.index}"
+    if parsed.kind == "api":
+        return f"{parsed.stem}.{parsed.index}.backward"
+    return None
+
+
+class ApiCall:
+    """One recorded API call of the current step (mutable bookkeeping, not a dump record).
+
+    Attributes:
+        forward_name, backward_name: the entry names.
+        parent: the innermost cell forward entry active at the call (construct.json), or None.
+        input_args, input_kwargs: the collected input nodes (taken before the call runs).
+        grad_inputs: gradient leaves w.r.t. the forward *outputs* (the backward entry's ``input``).
+        grad_outputs: gradient leaves w.r.t. the forward positional *inputs* (its ``output``).
+        recorded: whether the forward entry passes the filters (name list, data mode).
+        record_backward: whether its gradients are recorded.
+        step: the step the call belongs to (late gradients of an older step are dropped).
+    """
+
+    __slots__ = (
+        "forward_name",
+        "backward_name",
+        "parent",
+        "input_args",
+        "input_kwargs",
+        "grad_inputs",
+        "grad_outputs",
+        "recorded",
+        "record_backward",
+        "step",
+    )
+
+    def __init__(self, forward_name: str, backward_name: str, parent: str | None, step: int) -> None:
+        self.forward_name = forward_name
+        self.backward_name = backward_name
+        self.parent = parent
+        self.input_args: Seq = Seq()
+        self.input_kwargs: Map = Map()
+        self.grad_inputs: list[Node] = []
+        self.grad_outputs: list[Node] = []
+        self.recorded = True
+        self.record_backward = True
+        self.step = step
+
+
+class CellCall:
+    """One recorded cell forward call of the current step (mutable bookkeeping).
+
+    Attributes:
+        path, cls, model_index: identify the cell (for names).
+        index: the forward call index.
+        forward_name: ``Cell.<path>.<Class>.forward.<index>``.
+        parent: the enclosing cell's forward entry, or None at top level.
+        recorded: whether the entry passes the filters (name list, data mode).
+    """
+
+    __slots__ = ("path", "cls", "model_index", "index", "forward_name", "parent", "recorded", "step")
+
+    def __init__(
+        self,
+        path: str,
+        cls: str,
+        model_index: int | None,
+        index: int,
+        forward_name: str,
+        parent: str | None,
+        recorded: bool,
+        step: int,
+    ) -> None:
+        self.path = path
+        self.cls = cls
+        self.model_index = model_index
+        self.index = index
+        self.forward_name = forward_name
+        self.parent = parent
+        self.recorded = recorded
+        self.step = step
+
+
+class RecorderService:
+    """Record-keeping shared by every framework adapter.
+
+    Args:
+        config: what to record.
+        framework: written to dump.json's ``framework`` (``"mindspore"``).
+        rank: the process rank, or None when not distributed (directory ``rank``).
+        convert: the adapter's converter of framework objects (see :mod:`~msprobe_cmp.recorder.collector`).
+        cell_prefix: ``"Cell"`` (MindSpore) or ``"Module"``.
+
+    Lifecycle: :meth:`begin` (switch on, if the step is selected) → hooks call ``*_api_*``/``*_cell_*``
+    → :meth:`end` (switch off, flush) → :meth:`advance_step` (flush, next step, counters reset).
+    """
+
+    def __init__(
+        self,
+        config: RecordConfig,
+        *,
+        framework: str,
+        rank: int | None,
+        convert: LeafConverter,
+        cell_prefix: str = "Cell",
+    ) -> None:
+        self.config = config
+        self.framework = framework
+        self.rank = rank
+        self.cell_prefix = cell_prefix
+        self.collector = Collector(convert, save_tensors=config.saves_tensors, checksum=config.summary_mode == "md5")
+        self.current_step = 0
+        self._on = False
+        self._in_api = 0
+        self._collecting = 0
+        self._writer: DumpWriter | None = None
+        self._api_counts: dict[str, int] = {}
+        self._cell_counts: dict[str, int] = {}
+        self._cell_stack: list[CellCall] = []
+        self._pgrad: dict[str, dict[str, Node]] = {}
+        self._disabled: set[str] = set()
+        self._stack_cache: dict[tuple[tuple[CodeType, int], ...], tuple[str, ...]] = {}
+
+    # ----------------------------------------------------------------- switches and steps
+
+    @property
+    def is_on(self) -> bool:
+        """True between :meth:`begin` and :meth:`end` of a selected step."""
+        return self._on
+
+    @property
+    def tracks_cells(self) -> bool:
+        """True at levels that record cells (L0, mix)."""
+        return self.config.level in ("L0", "mix")
+
+    @property
+    def tracks_apis(self) -> bool:
+        """True at levels that record APIs (L1, mix)."""
+        return self.config.level in ("L1", "mix")
+
+    def step_selected(self) -> bool:
+        """True when the current step and this rank are selected by the config."""
+        return self.config.records_step(self.current_step) and self.config.records_rank(self.rank)
+
+    def finished(self) -> bool:
+        """True once the current step is past the last selected step (nothing more to record)."""
+        return self.config.past_last_step(self.current_step)
+
+    def begin(self) -> bool:
+        """Switch recording on for the current step if it is selected; returns whether it is on."""
+        self._on = self.step_selected() and not self.finished()
+        if self._on:
+            self.writer()
+        return self._on
+
+    def end(self) -> None:
+        """Switch recording off and flush what the step holds so far (the step stays open)."""
+        self._on = False
+        self.flush()
+
+    def advance_step(self) -> None:
+        """Flush and close the current step, then start the next one with fresh counters."""
+        self._on = False
+        self.flush()
+        self._writer = None
+        self._api_counts.clear()
+        self._cell_counts.clear()
+        self._cell_stack.clear()
+        self._pgrad.clear()
+        self.current_step += 1
+
+    def flush(self) -> None:
+        """Write the current step's files (no-op when nothing was opened).
+
+        A failure to write (disk full, permissions) is logged as an error, not raised: recording must
+        never stop the training it observes.
+        """
+        if self._writer is None:
+            return
+        try:
+            self._writer.flush()
+        except OSError as exc:
+            logger.error("msprobe-cmp: could not write %s: %s", self._writer.rank_dir, exc, exc_info=exc)
+
+    def step_dir(self, step: int | None = None) -> Path:
+        """``<dump_path>/step<N>/rank`` (or ``rank<R>`` when distributed)."""
+        n = self.current_step if step is None else step
+        rank_dir = "rank" if self.rank is None else f"rank{self.rank}"
+        return self.config.dump_path / f"step{n}" / rank_dir
+
+    def writer(self) -> DumpWriter:
+        """The current step's writer (created on first use; nothing is written before a flush)."""
+        if self._writer is None:
+            rank_dir = self.step_dir()
+            data_dir = str(rank_dir / "dump_tensor_data") if self.config.saves_tensors else None
+            meta = DumpMeta(
+                task=self.config.task, level=self.config.level, framework=self.framework, dump_data_dir=data_dir
+            )
+            self._writer = DumpWriter(rank_dir, meta)
+        return self._writer
+
+    def api_active(self) -> bool:
+        """True when an API wrapper should record: switch on, not inside another recorded API,
+        not inside the recorder's own collection."""
+        return self._on and not self._in_api and not self._collecting
+
+    def cell_active(self) -> bool:
+        """True when a cell hook should record (switch on, not inside the recorder's own collection)."""
+        return self._on and not self._collecting
+
+    @contextmanager
+    def inside_api(self) -> Iterator[None]:
+        """Mark the body as running inside a recorded API: nested wrapped calls are not recorded."""
+        self._in_api += 1
+        try:
+            yield
+        finally:
+            self._in_api -= 1
+
+    @contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Mark the body as the recorder's own work: no wrapper or hook records anything."""
+        self._collecting += 1
+        try:
+            yield
+        finally:
+            self._collecting -= 1
+
+    # ----------------------------------------------------------------- failure isolation
+
+    def is_disabled(self, key: str) -> bool:
+        """True when the hook ``key`` failed earlier and records nothing any more."""
+        return key in self._disabled
+
+    def hook_failed(self, key: str, exc: BaseException) -> None:
+        """Log a hook failure once and disable that hook's recording; training goes on."""
+        if key not in self._disabled:
+            self._disabled.add(key)
+            logger.warning("msprobe-cmp: recording hook %s failed and is disabled: %r", key, exc, exc_info=exc)
+
+    def run_guarded(self, key: str, fn: Callable[[], T]) -> T | None:
+        """Run ``fn`` unless ``key`` is disabled; on an exception disable ``key`` and return None."""
+        if key in self._disabled:
+            return None
+        try:
+            return fn()
+        except Exception as exc:  # a hook must never break training
+            self.hook_failed(key, exc)
+            return None
+
+    @property
+    def disabled_hooks(self) -> frozenset[str]:
+        """Keys of the hooks disabled after a failure."""
+        return frozenset(self._disabled)
+
+    # ----------------------------------------------------------------- collection helpers
+
+    def collect(self, value: object, entry_name: str, arg_path: str) -> Node:
+        """Collect one value into a node (saving tensors in the tensor task)."""
+        with self.collecting():
+            return self.collector.collect(value, writer=self.writer(), entry_name=entry_name, arg_path=arg_path)
+
+    def collect_seq(self, values: Sequence[object], entry_name: str, field: str) -> Seq:
+        """Collect positional values as ``<field>.<i>``."""
+        return Seq(tuple(self.collect(v, entry_name, f"{field}.{i}") for i, v in enumerate(values)))
+
+    def collect_map(self, values: Mapping[str, object], entry_name: str, field: str) -> Map:
+        """Collect keyword values as ``<field>.<key>``."""
+        return Map(tuple((str(k), self.collect(v, entry_name, f"{field}.{k}")) for k, v in values.items()))
+
+    def capture_stack(self) -> tuple[str, ...]:
+        """The caller's Python stack, innermost first, without the recorder's own frames.
+
+        Lines read ``"File <path>, line <n>, in <function>, \\n <source line>"`` (msprobe's form);
+        source lines come from :mod:`linecache`.  Results are cached per code-position chain.
+        """
+        frame: FrameType | None = sys._getframe(1)
+        chain: list[tuple[CodeType, int]] = []
+        frames: list[FrameType] = []
+        while frame is not None and len(frames) < MAX_STACK_FRAMES:
+            if not frame.f_code.co_filename.startswith(_RECORDER_DIR):
+                chain.append((frame.f_code, frame.f_lineno))
+                frames.append(frame)
+            frame = frame.f_back
+        key = tuple(chain)
+        cached = self._stack_cache.get(key)
+        if cached is not None:
+            return cached
+        lines = []
+        for f in frames:
+            code = f.f_code
+            source = linecache.getline(code.co_filename, f.f_lineno).strip()
+            lines.append(f"File {code.co_filename}, line {f.f_lineno}, in {code.co_name}, \n {source}")
+        result = tuple(lines)
+        if len(self._stack_cache) < 100_000:
+            self._stack_cache[key] = result
+        return result
+
+    def _current_parent(self) -> CellCall | None:
+        return self._cell_stack[-1] if self._cell_stack else None
+
+    def _name_selected(self, name: str) -> bool:
+        if self.config.records_name(name):
+            return True
+        # A list entry naming a cell selects everything recorded inside that cell.
+        return any(self.config.records_name(c.forward_name) for c in self._cell_stack)
+
+    # ----------------------------------------------------------------- API calls
+
+    def begin_api(self, family: str, api: str, args: Sequence[object], kwargs: Mapping[str, object]) -> ApiCall:
+        """Name an API call, collect its inputs (before it runs) and note its parent and stack.
+
+        Args:
+            family: ``"Functional"``, ``"Tensor"``, ``"Mint"``, ``"MintFunctional"``, ``"Primitive"``.
+            api: the API name (``"relu"``, ``"__sub__"``, ``"matmul.MatMul"`` for a Primitive).
+            args, kwargs: the call's arguments as the framework received them.
+
+        Returns:
+            The call's bookkeeping; pass it to :meth:`end_api` with the outputs.
+        """
+        stem = f"{family}.{api}"
+        index = self._api_counts.get(stem, 0)
+        self._api_counts[stem] = index + 1
+        fwd = api_name(family, api, index, "forward")
+        parent = self._current_parent()
+        call = ApiCall(
+            fwd, api_name(family, api, index, "backward"), parent.forward_name if parent else None, self.current_step
+        )
+        selected = self._name_selected(fwd)
+        call.record_backward = selected and self.config.records_direction("backward")
+        if not (selected and self.config.records_direction("forward")):
+            # Counted (names stay stable under filtering) but not written.
+            call.recorded = False
+            return call
+        if self.config.records_io("input"):
+            call.input_args = self.collect_seq(args, fwd, "input")
+            call.input_kwargs = self.collect_map(kwargs, fwd, "kwargs")
+        writer = self.writer()
+        writer.set_stack(fwd, self.capture_stack())
+        if self.tracks_cells:
+            writer.set_parent(fwd, call.parent)
+        return call
+
+    def end_api(self, call: ApiCall, output: object) -> None:
+        """Collect an API call's outputs and put its forward entry."""
+        if not call.recorded or call.step != self.current_step:
+            return
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        out_seq = self.collect_seq(outputs, call.forward_name, "output") if self.config.records_io("output") else Seq()
+        self.writer().put(Entry.forward(call.forward_name, call.input_args, call.input_kwargs, out_seq))
+
+    def prepare_api_backward(self, call: ApiCall, n_outputs: int, n_inputs: int) -> None:
+        """Size the gradient slots of ``call`` (done once the numbers of outputs and inputs are known)."""
+        call.grad_inputs = [None] * n_outputs
+        call.grad_outputs = [None] * n_inputs
+
+    def api_grad(self, call: ApiCall, field: str, position: int, grad: object) -> None:
+        """Store one gradient of an API call and (re)put its backward entry.
+
+        Args:
+            call: the forward call.
+            field: ``"input"`` (gradient w.r.t. forward output ``position``) or ``"output"``
+                (gradient w.r.t. forward positional input ``position``).
+            grad: the gradient tensor.
+        """
+        if not call.record_backward or call.step != self.current_step or self._writer is None:
+            return
+        if field == "input" and not self.config.records_io("input"):
+            return
+        if field == "output" and not self.config.records_io("output"):
+            return
+        slots = call.grad_inputs if field == "input" else call.grad_outputs
+        slots[position] = self.collect(grad, call.backward_name, f"{field}.{position}")
+        writer = self.writer()
+        writer.put(Entry.backward(call.backward_name, Seq(tuple(call.grad_inputs)), Seq(tuple(call.grad_outputs))))
+        if self.tracks_cells:
+            writer.set_parent(call.backward_name, backward_name_of(call.parent))
+
+    # ----------------------------------------------------------------- cells
+
+    def begin_cell(self, path: str, cls: str, model_index: int | None) -> CellCall:
+        """Name a cell forward call (counted at its pre-hook) and push it on the construct stack."""
+        stem = cell_name(path, cls, "forward", 0, prefix=self.cell_prefix, model_index=model_index)
+        index = self._cell_counts.get(stem, 0)
+        self._cell_counts[stem] = index + 1
+        fwd = cell_name(path, cls, "forward", index, prefix=self.cell_prefix, model_index=model_index)
+        parent = self._current_parent()
+        recorded = self._name_selected(fwd)
+        call = CellCall(
+            path, cls, model_index, index, fwd, parent.forward_name if parent else None, recorded, self.current_step
+        )
+        self._cell_stack.append(call)
+        return call
+
+    def end_cell(
+        self,
+        call: CellCall,
+        args: Sequence[object],
+        kwargs: Mapping[str, object],
+        output: object,
+        parameters: Sequence[tuple[str, object]],
+        grad_params: Sequence[str],
+    ) -> None:
+        """Pop a cell call, put its forward entry (with its direct parameters) and its
+        parameters_grad placeholder.
+
+        Args:
+            call: from :meth:`begin_cell`.
+            args, kwargs: the cell's inputs; output: its output (a tuple/list is several outputs).
+            parameters: the cell's own (non-recursive) parameters, ``(local name, value)``.
+            grad_params: local names of those parameters that get gradients (placeholders).
+        """
+        while self._cell_stack:
+            top = self._cell_stack.pop()
+            if top is call:
+                break
+        if call.step != self.current_step:
+            return
+        writer = self.writer()
+        writer.set_parent(call.forward_name, call.parent)
+        if not (call.recorded and self.config.records_direction("forward")):
+            return
+        fwd = call.forward_name
+        if self.config.records_io("input"):
+            in_seq = self.collect_seq(args, fwd, "input")
+            in_map = self.collect_map(kwargs, fwd, "kwargs")
+        else:
+            in_seq, in_map = Seq(), Map()
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        out_seq = self.collect_seq(outputs, fwd, "output") if self.config.records_io("output") else Seq()
+        params = Map(tuple((name, self.collect(value, fwd, f"parameters.{name}")) for name, value in parameters))
+        writer.put(Entry.forward(fwd, in_seq, in_map, out_seq, params))
+        writer.set_stack(fwd, self.capture_stack())
+        if grad_params and self.config.records_direction("backward"):
+            pg = parameters_grad_name(call.path, call.cls, prefix=self.cell_prefix, model_index=call.model_index)
+            if pg not in self._pgrad:
+                self._pgrad[pg] = {p: None for p in grad_params}
+                self._put_pgrad(pg)
+
+    def cell_backward(
+        self,
+        path: str,
+        cls: str,
+        model_index: int | None,
+        index: int,
+        parent_forward: str | None,
+        grads_wrt_outputs: Sequence[object],
+        grads_wrt_inputs: Sequence[object],
+    ) -> None:
+        """Put a cell's backward entry: ``input`` = grads w.r.t. its outputs, ``output`` = w.r.t. its inputs.
+
+        Args:
+            index: the index of the forward call this backward belongs to.
+            parent_forward: that forward call's parent entry (its backward twin goes to construct.json).
+        """
+        if self._writer is None:
+            return
+        bwd = cell_name(path, cls, "backward", index, prefix=self.cell_prefix, model_index=model_index)
+        fwd = cell_name(path, cls, "forward", index, prefix=self.cell_prefix, model_index=model_index)
+        if not (self._name_selected(fwd) and self.config.records_direction("backward")):
+            return
+        in_seq = self.collect_seq(grads_wrt_outputs, bwd, "input") if self.config.records_io("input") else Seq()
+        out_seq = self.collect_seq(grads_wrt_inputs, bwd, "output") if self.config.records_io("output") else Seq()
+        writer = self.writer()
+        writer.put(Entry.backward(bwd, in_seq, out_seq))
+        if self.tracks_cells:
+            writer.set_parent(bwd, backward_name_of(parent_forward))
+
+    def parameter_grad(self, path: str, cls: str, model_index: int | None, param: str, grad: object) -> None:
+        """Fill ``param``'s slot of the cell's parameters_grad entry (only if its placeholder exists)."""
+        if self._writer is None:
+            return
+        pg = parameters_grad_name(path, cls, prefix=self.cell_prefix, model_index=model_index)
+        slots = self._pgrad.get(pg)
+        if slots is None or param not in slots:
+            return
+        slots[param] = self.collect(grad, pg, param)
+        self._put_pgrad(pg)
+
+    def _put_pgrad(self, name: str) -> None:
+        slots = self._pgrad[name]
+        self.writer().put(Entry.parameters_grad(name, [(p, Seq((leaf,))) for p, leaf in slots.items()]))

@@ -1,0 +1,102 @@
+"""Helpers for the recorder tests: the msprobe fixture model, trained for real with MindSpore on CPU.
+
+The model is the one behind tests/data/msprobe-1.2.2-mindspore (FIXTURES_README.md):
+``blocks = [Dense(16,16), Dense(16,16)]``, one shared ``act = ReLU``, ``head = Dense(16,4)``, MSE loss,
+Adam lr 1e-2, weights from ``RandomState(1234)`` (weight ``randn(out,in)/sqrt(in)``, bias
+``randn(out)/sqrt(out)``), batch 8 from ``RandomState(0)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+
+@dataclass
+class Trained:
+    """What a training run produced: per-step losses, grads of the first step, final weights."""
+
+    losses: list[np.ndarray] = field(default_factory=list)
+    first_grads: dict[str, np.ndarray] = field(default_factory=dict)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    net: Any = None
+
+
+def _build(ms: Any) -> Any:
+    nn = ms.nn
+
+    class FixtureNet(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.CellList([nn.Dense(16, 16), nn.Dense(16, 16)])
+            self.act = nn.ReLU()
+            self.head = nn.Dense(16, 4)
+
+        def construct(self, x: Any) -> Any:
+            for block in self.blocks:
+                x = self.act(block(x))
+            return self.head(x)
+
+    net = FixtureNet()
+    rs = np.random.RandomState(1234)
+    for dense in (net.blocks[0], net.blocks[1], net.head):
+        out_dim, in_dim = dense.weight.shape
+        dense.weight.set_data(ms.Tensor((rs.randn(out_dim, in_dim) / np.sqrt(in_dim)).astype(np.float32)))
+        dense.bias.set_data(ms.Tensor((rs.randn(out_dim) / np.sqrt(out_dim)).astype(np.float32)))
+    return net
+
+
+@pytest.fixture(scope="session")
+def ms() -> Any:
+    """The mindspore module (tests using it are skipped without MindSpore)."""
+    return pytest.importorskip("mindspore")
+
+
+@pytest.fixture(scope="session")
+def fixture_data() -> tuple[np.ndarray, np.ndarray]:
+    """The fixture batch: x [8, 16], y [8, 4], float32."""
+    rs = np.random.RandomState(0)
+    return rs.randn(8, 16).astype(np.float32), rs.randn(8, 4).astype(np.float32)
+
+
+@pytest.fixture
+def build_net(ms: Any) -> Callable[[], Any]:
+    """Factory of fresh fixture models with the fixture's initial weights."""
+    return lambda: _build(ms)
+
+
+@pytest.fixture
+def train(ms: Any, fixture_data: tuple[np.ndarray, np.ndarray]) -> Callable[..., Trained]:
+    """``train(steps, debugger=None, net=None)``: the fixture's training loop (start/stop/step per step)."""
+
+    def run(steps: int, debugger: Any = None, net: Any = None) -> Trained:
+        net = net if net is not None else _build(ms)
+        loss_fn = ms.nn.MSELoss()
+        optimizer = ms.nn.Adam(net.trainable_params(), learning_rate=1e-2)
+        x, y = ms.Tensor(fixture_data[0]), ms.Tensor(fixture_data[1])
+
+        def forward(x: Any, y: Any) -> Any:
+            return loss_fn(net(x), y)
+
+        grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+        out = Trained(net=net)
+        for step in range(steps):
+            if debugger is not None:
+                debugger.start(net)
+            loss, grads = grad_fn(x, y)
+            if debugger is not None:
+                debugger.stop()
+            if step == 0:
+                out.first_grads = {p.name: g.asnumpy().copy() for p, g in zip(optimizer.parameters, grads, strict=True)}
+            optimizer(grads)
+            if debugger is not None:
+                debugger.step()
+            out.losses.append(loss.asnumpy().copy())
+        out.weights = {p.name: p.asnumpy().copy() for p in net.trainable_params()}
+        return out
+
+    return run

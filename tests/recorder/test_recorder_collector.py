@@ -1,0 +1,150 @@
+"""Collector: float64 statistics, saved tensors, checksums and non-tensor leaves (numpy only)."""
+
+from __future__ import annotations
+
+import zlib
+from collections import namedtuple
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msprobe_cmp.dump.schema import DumpMeta, Map, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.writer import DumpWriter
+from msprobe_cmp.recorder.collector import Collector, HostTensor, compute_crc32, compute_stats
+
+
+class FakeFrameworkTensor:
+    """Stands for a framework object the adapter converts (the collector never imports a framework)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+
+def _convert(value: object) -> HostTensor | ValueLeaf | None:
+    if isinstance(value, FakeFrameworkTensor):
+        return HostTensor(value.array, "Float32", "mindspore.Tensor")
+    return None
+
+
+def _numpy_stats(a: np.ndarray) -> tuple[float, float, float, float]:
+    f = a.astype(np.float64)
+    return float(f.max()), float(f.min()), float(f.mean()), float(np.sqrt((f * f).sum()))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64, np.uint8])
+def test_stats_equal_numpy_float64(dtype: type) -> None:
+    a = (np.random.RandomState(3).randn(7, 5) * 50).astype(dtype)
+    got = compute_stats(a)
+    want = _numpy_stats(a)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_float32_stats_are_reduced_in_float64() -> None:
+    # 2**24 + 1 is not representable in float32 but the mean of float32 values must not lose the 1s.
+    a = np.full(1000, 16777216.0, dtype=np.float32)
+    a[::2] = 16777218.0
+    _mx, _mn, mean, norm = compute_stats(a)
+    assert mean == 16777217.0
+    assert norm == pytest.approx(np.sqrt(500 * 16777216.0**2 + 500 * 16777218.0**2), rel=1e-15)
+
+
+def test_empty_bool_complex_scalar_and_nan() -> None:
+    assert compute_stats(np.zeros((0, 3), np.float32)) == (None, None, None, None)
+    assert compute_stats(np.array([True, False, True, True])) == (1.0, 0.0, 0.75, pytest.approx(np.sqrt(3)))
+    c = np.array([3 + 4j, 0 + 1j], dtype=np.complex64)
+    assert compute_stats(c) == (5.0, 1.0, 3.0, pytest.approx(np.sqrt(26)))
+    # A negative 0-d tensor: Norm is |x| (msprobe 1.2.2 writes the value itself: a negative norm).
+    assert compute_stats(np.array(-2.5, np.float32)) == (-2.5, -2.5, -2.5, 2.5)
+    mx, mn, mean, norm = compute_stats(np.array([1.0, np.nan], np.float32))
+    assert all(np.isnan(v) for v in (mx, mn, mean, norm))
+    mx, mn, mean, norm = compute_stats(np.array([1.0, -np.inf], np.float32))
+    assert (mx, mn, mean, norm) == (1.0, -np.inf, -np.inf, np.inf)
+
+
+def test_bfloat16_arrays_are_decoded_not_read_as_bits() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = np.array([1.5, -2.25, 3.0], dtype=ml_dtypes.bfloat16)
+    assert compute_stats(a) == (3.0, -2.25, pytest.approx(2.25 / 3), pytest.approx(np.sqrt(1.5**2 + 2.25**2 + 9)))
+
+
+def test_crc32_is_msprobe_md5_field() -> None:
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert compute_crc32(a) == f"{zlib.crc32(a.tobytes()):08x}"
+    assert compute_crc32(a.T) == f"{zlib.crc32(np.ascontiguousarray(a.T).tobytes()):08x}"
+    assert len(compute_crc32(a)) == 8
+
+
+def test_tensor_task_saves_the_array_the_stats_come_from(tmp_path: Path) -> None:
+    writer = DumpWriter(tmp_path / "rank", DumpMeta("tensor", "mix", "mindspore"))
+    collector = Collector(_convert, save_tensors=True, checksum=True)
+    a = np.random.RandomState(1).randn(4, 3).astype(np.float16)
+    leaf = collector.collect(
+        FakeFrameworkTensor(a), writer=writer, entry_name="Functional.relu.0.forward", arg_path="input.0"
+    )
+    assert isinstance(leaf, TensorLeaf)
+    assert leaf.data_name == "Functional.relu.0.forward.input.0.npy"
+    saved = np.load(tmp_path / "rank" / "dump_tensor_data" / leaf.data_name, allow_pickle=False)
+    assert saved.dtype == np.float16 and np.array_equal(saved, a)
+    assert (leaf.max, leaf.min, leaf.mean, leaf.norm) == _numpy_stats(saved)
+    assert (leaf.type, leaf.dtype, leaf.shape) == ("mindspore.Tensor", "Float32", (4, 3))
+    assert leaf.md5 == compute_crc32(a)
+
+
+def test_statistics_task_saves_nothing(tmp_path: Path) -> None:
+    writer = DumpWriter(tmp_path / "rank", DumpMeta("statistics", "mix", "mindspore"))
+    leaf = Collector(_convert).collect(
+        np.ones(3, np.float32), writer=writer, entry_name="E.0.forward", arg_path="output.0"
+    )
+    assert isinstance(leaf, TensorLeaf) and leaf.data_name is None and leaf.md5 is None
+    assert leaf.type == "numpy.ndarray" and leaf.dtype == "float32"
+    assert not (tmp_path / "rank" / "dump_tensor_data").exists()
+
+
+def test_non_tensor_leaves_and_nesting(tmp_path: Path) -> None:
+    writer = DumpWriter(tmp_path / "rank", DumpMeta("tensor", "L1", "mindspore"))
+    collector = Collector(_convert, save_tensors=True)
+    Point = namedtuple("Point", "x y")
+    value = [
+        3,
+        2.5,
+        True,
+        "mean",
+        None,
+        slice(1, None, 2),
+        Ellipsis,
+        np.float32(0.5),
+        (FakeFrameworkTensor(np.zeros(2, np.float32)), {"k": 1}),
+        Point(1, 2),
+        object(),
+    ]
+    node = collector.collect(value, writer=writer, entry_name="Tensor.__getitem__.0.forward", arg_path="input")
+    assert isinstance(node, Seq)
+    items = node.items
+    assert items[0] == ValueLeaf("int", 3)
+    assert items[1] == ValueLeaf("float", 2.5)
+    assert items[2] == ValueLeaf("bool", True)
+    assert items[3] == ValueLeaf("str", "mean")
+    assert items[4] is None
+    assert items[5] == ValueLeaf("slice", (1, None, 2))
+    assert items[6] == ValueLeaf("ellipsis", "...")
+    assert items[7] == ValueLeaf("float32", 0.5)
+    nested = items[8]
+    assert isinstance(nested, Seq)
+    assert isinstance(nested.items[0], TensorLeaf)
+    assert nested.items[0].data_name == "Tensor.__getitem__.0.forward.input.8.0.npy"
+    assert nested.items[1] == Map((("k", ValueLeaf("int", 1)),))
+    assert items[9] == Map((("x", ValueLeaf("int", 1)), ("y", ValueLeaf("int", 2))))
+    assert items[10] is None  # unsupported objects are null, as in msprobe
+
+
+def test_depth_limit_writes_null() -> None:
+    deep: object = 1
+    for _ in range(15):
+        deep = [deep]
+    node = Collector(_convert).collect(deep, writer=None, entry_name="E.0.forward", arg_path="input")
+    depth = 0
+    while isinstance(node, Seq):
+        node = node.items[0]
+        depth += 1
+    assert node is None and depth == 10

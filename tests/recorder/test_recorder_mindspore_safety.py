@@ -1,0 +1,196 @@
+"""The recorder never changes training, survives its own failures, and removes everything it installed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from msprobe_cmp.errors import ConfigError
+from msprobe_cmp.recorder import PrecisionDebugger
+from msprobe_cmp.recorder.adapters.mindspore import WRAPPED_MARK
+from msprobe_cmp.recorder.service import RecorderService
+
+
+def _assert_same_training(a: Any, b: Any) -> None:
+    assert len(a.losses) == len(b.losses)
+    for la, lb in zip(a.losses, b.losses, strict=True):
+        np.testing.assert_array_equal(la, lb)
+    assert a.weights.keys() == b.weights.keys()
+    for name in a.weights:
+        np.testing.assert_array_equal(a.weights[name], b.weights[name], err_msg=name)
+
+
+@pytest.mark.parametrize(("level", "task"), [("mix", "tensor"), ("L0", "statistics"), ("L1", "statistics")])
+def test_training_is_bit_identical_with_and_without_recorder(
+    tmp_path: Path, train: Callable[..., Any], level: str, task: str
+) -> None:
+    plain = train(3)
+    with PrecisionDebugger(dump_path=tmp_path, level=level, task=task) as dbg:
+        recorded = train(3, dbg)
+    _assert_same_training(plain, recorded)
+    assert not np.array_equal(plain.weights["head.weight"], train(0).weights["head.weight"])  # it did train
+    assert (tmp_path / "step2" / "rank" / "dump.json").is_file()
+
+
+def test_a_failing_cell_hook_is_disabled_and_training_goes_on(
+    tmp_path: Path, train: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    original = RecorderService.end_cell
+
+    def broken_end_cell(self: RecorderService, call: Any, *args: Any, **kwargs: Any) -> None:
+        if call.path == "blocks.1":
+            raise RuntimeError("boom in a hook")
+        original(self, call, *args, **kwargs)
+
+    monkeypatch.setattr(RecorderService, "end_cell", broken_end_cell)
+    plain = train(2)
+    with caplog.at_level(logging.WARNING, logger="msprobe_cmp"):
+        with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+            recorded = train(2, dbg)
+    _assert_same_training(plain, recorded)
+    failures = [r for r in caplog.records if "boom in a hook" in r.getMessage()]
+    assert len(failures) == 1  # logged once, then that hook is disabled
+    assert "Cell.blocks.1" in failures[0].getMessage()
+    data = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())["data"]
+    assert "Cell.blocks.1.Dense.forward.0" not in data
+    # Every other hook keeps recording.
+    assert {
+        "Cell.blocks.0.Dense.forward.0",
+        "Cell.head.Dense.forward.0",
+        "Primitive.matmul.MatMul.1.forward",
+        "Cell.head.Dense.backward.0",
+    } <= set(data)
+
+
+def test_a_failing_gradient_hook_is_disabled_and_training_goes_on(
+    tmp_path: Path, train: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*_args: Any, **_kwargs: Any) -> None:
+        raise ValueError("gradient hook failure")
+
+    monkeypatch.setattr(RecorderService, "api_grad", broken)
+    monkeypatch.setattr(RecorderService, "parameter_grad", broken)
+    plain = train(2)
+    with caplog.at_level(logging.WARNING, logger="msprobe_cmp"):
+        with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+            recorded = train(2, dbg)
+    _assert_same_training(plain, recorded)
+    assert any("gradient hook failure" in r.getMessage() for r in caplog.records)
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert "Primitive.matmul.MatMul.0.forward" in data and "Cell.head.Dense.backward.0" in data
+    assert not [n for n in data if n.startswith("Primitive.") and n.endswith("backward")]
+    # The placeholder stays null when its hook never delivered (msprobe does the same).
+    assert data["Cell.head.Dense.parameters_grad"] == {"weight": [None], "bias": [None]}
+
+
+def test_user_errors_inside_recorded_calls_propagate_unchanged(tmp_path: Path, ms: Any) -> None:
+    a = ms.Tensor(np.ones((2, 3), np.float32))
+    b = ms.Tensor(np.ones((4, 5), np.float32))
+    with PrecisionDebugger(dump_path=tmp_path, level="L1") as dbg:
+        dbg.start()
+        with pytest.raises((ValueError, RuntimeError, TypeError)):
+            ms.ops.matmul(a, b).asnumpy()
+        # The recorder is still usable after the user's error.
+        out = ms.ops.square(a)
+        dbg.stop()
+    np.testing.assert_array_equal(out.asnumpy(), np.ones((2, 3), np.float32))
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert "Functional.square.0.forward" in data
+
+
+def test_close_removes_everything(tmp_path: Path, ms: Any, build_net: Callable[[], Any]) -> None:
+    net = build_net()
+    originals = {
+        "square": ms.ops.square,
+        "mint.add": ms.mint.add,
+        "relu": ms.mint.nn.functional.relu,
+    }
+    had_sub = "__sub__" in vars(ms.Tensor)
+    float_method = vars(ms.Tensor)["float"]
+    prim_types = {id(c.matmul): type(c.matmul) for c in (net.blocks[0], net.blocks[1], net.head)}
+    x = ms.Tensor(np.ones((2, 16), np.float32))
+    dbg = PrecisionDebugger(dump_path=tmp_path, level="mix")
+    dbg.start(net)
+    assert getattr(ms.ops.square, WRAPPED_MARK, False)
+    assert getattr(type(net.head.matmul), WRAPPED_MARK, False)
+    dbg.start(net)  # a second start with the same model installs nothing more
+    net(x)
+    dbg.stop()
+    dbg.close()
+    dbg.close()  # harmless
+    assert ms.ops.square is originals["square"]
+    assert ms.mint.add is originals["mint.add"]
+    assert ms.mint.nn.functional.relu is originals["relu"]
+    assert ("__sub__" in vars(ms.Tensor)) == had_sub
+    assert vars(ms.Tensor)["float"] is float_method
+    for cell in (net.blocks[0], net.blocks[1], net.head):
+        assert type(cell.matmul) is prim_types[id(cell.matmul)]
+    names = list(json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"])
+    assert names.count("Cell.head.Dense.forward.0") == 1 and "Cell.head.Dense.forward.1" not in names
+    # After close nothing is recorded any more: a new step directory never appears.
+    dbg.start(net)
+    net(x)
+    dbg.stop()
+    dbg.step()
+    assert not (tmp_path / "step1").exists()
+    # And the cells carry no hooks: a fresh recorder sees each call exactly once.
+    with PrecisionDebugger(dump_path=tmp_path / "again", level="L0") as again:
+        again.start(net)
+        net(x)
+        again.stop()
+    again_names = list(json.loads((tmp_path / "again" / "step0" / "rank" / "dump.json").read_text())["data"])
+    assert again_names.count("Cell.head.Dense.forward.0") == 1 and "Cell.head.Dense.forward.1" not in again_names
+
+
+def test_two_active_recorders_are_refused(tmp_path: Path, ms: Any) -> None:
+    with PrecisionDebugger(dump_path=tmp_path / "a", level="L1") as first:
+        first.start()
+        second = PrecisionDebugger(dump_path=tmp_path / "b", level="L1")
+        with pytest.raises(ConfigError, match="already wrapped by another PrecisionDebugger"):
+            second.start()
+        second.close()
+        # The first one still works.
+        ms.ops.square(ms.Tensor([2.0], ms.float32))
+        first.stop()
+    assert (
+        "Functional.square.0.forward"
+        in json.loads((tmp_path / "a" / "step0" / "rank" / "dump.json").read_text())["data"]
+    )
+
+
+def test_recording_outside_a_grad_context_has_no_backward(
+    tmp_path: Path, build_net: Callable[[], Any], ms: Any
+) -> None:
+    net = build_net()
+    with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+        dbg.start(net)
+        net(ms.Tensor(np.ones((2, 16), np.float32)))
+        dbg.stop()
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert "Cell.head.Dense.forward.0" in data
+    assert not [n for n in data if "backward" in n]
+    # The placeholders are written at forward and stay null without a backward pass.
+    assert data["Cell.head.Dense.parameters_grad"] == {"weight": [None], "bias": [None]}
+
+
+def test_bfloat16_tensors_are_upcast_before_statistics(tmp_path: Path, ms: Any) -> None:
+    values = np.array([[1.5, -2.25], [3.0, 0.125]], np.float32)  # exactly representable in bfloat16
+    t = ms.Tensor(values).astype(ms.bfloat16)
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", task="tensor") as dbg:
+        dbg.start()
+        out = t * t
+        dbg.stop()
+    assert out.dtype == ms.bfloat16
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    leaf = data["Tensor.__mul__.0.forward"]["input_args"][0]
+    assert leaf["dtype"] == "BFloat16"
+    assert [leaf["Max"], leaf["Min"], leaf["Mean"]] == [3.0, -2.25, pytest.approx(0.59375)]
+    assert leaf["Norm"] == pytest.approx(float(np.linalg.norm(values)))
+    saved = np.load(tmp_path / "step0" / "rank" / "dump_tensor_data" / leaf["data_name"], allow_pickle=False)
+    assert saved.dtype == np.float32 and np.array_equal(saved, values)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -36,17 +36,18 @@ def _default_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace`` (atomic on POSIX).
+def write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Create ``path`` atomically: ``write(fh)`` fills a temporary file in the same directory, which
+    then replaces ``path`` (``os.replace``, atomic on POSIX).
 
-    The file gets the mode a plain ``open(path, "w")`` would give it.  On failure the previous
-    file (if any) is left untouched and the temporary file is removed.
+    The file gets the mode a plain ``open(path, "w")`` would give it.  On failure the previous file
+    (if any) is left untouched and the temporary file is removed.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
         os.chmod(tmp, _default_file_mode())
         os.replace(tmp, path)
     except BaseException:
@@ -55,6 +56,11 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`write_atomic`)."""
+    write_atomic(path, lambda fh: fh.write(data))
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -115,19 +121,7 @@ class DumpWriter:
         arr = np.asarray(array)
         if arr.dtype.hasobject:
             raise ValueError(f"{data_name}: object arrays are not saved")
-        self.tensor_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{data_name}.", suffix=".tmp", dir=self.tensor_dir)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, arr, allow_pickle=False)
-            os.chmod(tmp, _default_file_mode())
-            os.replace(tmp, self.tensor_dir / data_name)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomic(self.tensor_dir / data_name, lambda fh: np.save(fh, arr, allow_pickle=False))
         self._saved_tensors = True
 
     def flush(self) -> None:

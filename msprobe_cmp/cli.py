@@ -37,19 +37,23 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so usage errors become one line and exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError(f"{self.prog}: {message}")
+        raise ConfigError(f"{message} (see '{self.prog} --help')")
 
 
 def _compare_parser() -> _Parser:
     p = _Parser(
         prog="msprobe-cmp",
+        usage="msprobe-cmp [-h] TARGET BASELINE [-o OUT] [--force]\n"
+        "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
         epilog="Exit codes: 0 no regression, 1 regression found, 2 unusable input or usage error, "
         "3 nothing comparable.",
     )
-    p.add_argument("target", type=Path, help="dump root, step<N> dir, rank<R> dir or dump.json to check")
-    p.add_argument("baseline", type=Path, help="the reference dump (msprobe's 'bench'); same forms as TARGET")
+    p.add_argument("target", metavar="TARGET", type=Path,
+                   help="dump root, step<N> dir, rank<R> dir or dump.json to check")
+    p.add_argument("baseline", metavar="BASELINE", type=Path,
+                   help="the reference dump (msprobe's 'bench'); same forms as TARGET")
     p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-report"),
                    help="directory for report.html, comparison.json, comparison.csv (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite existing report files in the output directory")
@@ -107,9 +111,15 @@ def exit_code_for(comparison: Comparison) -> int:
 def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     """A few lines for the terminal: verdict, counts, where the runs start to differ, the report path."""
     lines = [f"verdict: {comparison.verdict.upper()}  ({comparison.mode} mode)"]
-    lines.append("rows: " + ", ".join(f"{k} {v}" for k, v in comparison.counts if v))
+    lines.append("rows: " + (", ".join(f"{k} {v}" for k, v in comparison.counts if v) or "none"))
+    lines.append("verdicts: " + (", ".join(f"{k} {v}" for k, v in comparison.verdict_counts if v) or "none"))
     first_diff = comparison.first_divergent
-    lines.append(f"first divergent: {first_diff.label if first_diff else 'none (the runs are identical)'}")
+    if first_diff is not None:
+        lines.append(f"first divergent: {first_diff.label}")
+    elif comparison.compared_count == 0:
+        lines.append("first divergent: - (nothing was compared)")
+    else:
+        lines.append(f"first divergent: none: the {comparison.compared_count} compared rows are identical")
     first_fail = comparison.first_failing
     if first_fail is not None:
         lines.append(f"first failing:   {first_fail.label}")

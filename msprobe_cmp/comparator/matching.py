@@ -20,9 +20,20 @@ Rows are paired when both keys are equal (DESIGN.md §4, "Exact"), then classifi
     one side holds JSON ``null`` where the other has data, or a side holds a tensor leaf that carries
     neither statistics, nor a checksum, nor a saved file although it has elements.
 
-Order is execution order, never lexicographic: A's rows in A's order; a row present in B only is
-placed right after the row that precedes it in B and exists in A (rows before any shared row go
-first).  msprobe 1.2.2 instead sorts rows by name and drops bench-only rows (anatomy §6.3).
+Order is execution order, never lexicographic (:func:`execution_order`): A's rows in A's order; a
+row present in B only is placed right after the row that precedes it in B and exists in A (rows
+before any shared row go first).  msprobe 1.2.2 instead sorts rows by name and drops bench-only rows
+(anatomy §6.3).
+
+dump.json's own order is *almost* execution order; two things are put right, so that "the first
+divergent row" is the first difference that happened:
+
+* a ``<cell>.parameters_grad`` entry is written as a placeholder right after the cell's first forward
+  call (msprobe and our recorder both do this) but filled during backward: its rows are moved to just
+  before the cell's first backward entry (parameter hooks fire before the cell's backward hook), or to
+  the end when the cell has no backward entry;
+* within an entry, inputs, keyword arguments and parameters come before outputs (an output is computed
+  from them; dump.json writes a cell's ``parameters`` after its ``output``).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from msprobe_cmp.comparator.dtypes import are_compatible_dtypes, normalize_dtype
+from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.schema import Entry, Leaf, TensorLeaf, ValueLeaf
 
 MatchClass = Literal["matched", "only_in_a", "only_in_b", "shape_mismatch", "dtype_mismatch", "not_captured"]
@@ -118,11 +130,48 @@ def classify_pair(leaf_a: Leaf, leaf_b: Leaf) -> tuple[MatchClass, tuple[str, ..
     return "matched", tuple(notes)
 
 
-def iter_rows(entries: Iterable[Entry]) -> Iterator[tuple[RowKey, Leaf]]:
-    """Flatten entries into ``(key, leaf)`` rows, in order; a repeated (name, path) gets occurrence 1, 2, ..."""
+def execution_order(entries: Sequence[Entry]) -> list[Entry]:
+    """``entries`` with each ``parameters_grad`` entry moved to where its gradients were computed.
+
+    Args:
+        entries: the entries of one dump.json, in file order.
+
+    Returns:
+        The same entries; a ``<stem>.parameters_grad`` entry now stands right before the first
+        ``<stem>.backward.<n>`` entry, or last when there is none (module docstring).
+    """
+    backward_at: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        parsed = parse_name(entry.name)
+        if parsed.kind == "cell" and parsed.direction == "backward":
+            backward_at.setdefault(parsed.stem, i)
+    keyed: list[tuple[float, int, Entry]] = []
+    for i, entry in enumerate(entries):
+        rank: float = i
+        parsed = parse_name(entry.name)
+        if parsed.kind == "parameters_grad":
+            rank = backward_at.get(parsed.stem, len(entries)) - 0.5
+        keyed.append((rank, i, entry))
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    return [e for _, _, e in keyed]
+
+
+def _causal_leaves(entry: Entry) -> list[tuple[str, Leaf]]:
+    """An entry's leaves with outputs last (inputs, kwargs and parameters first), else in file order."""
+    leaves = list(entry.leaves())
+    if entry.is_parameters_grad:
+        return leaves
+    return [x for x in leaves if not x[0].startswith("output")] + [x for x in leaves if x[0].startswith("output")]
+
+
+def iter_rows(entries: Sequence[Entry]) -> Iterator[tuple[RowKey, Leaf]]:
+    """Flatten entries into ``(key, leaf)`` rows in execution order (module docstring).
+
+    A repeated (name, path) gets occurrence 1, 2, ...
+    """
     seen: dict[tuple[str, str], int] = {}
-    for entry in entries:
-        for path, leaf in entry.leaves():
+    for entry in execution_order(entries):
+        for path, leaf in _causal_leaves(entry):
             n = seen.get((entry.name, path), 0)
             seen[(entry.name, path)] = n + 1
             yield (entry.name, path, n), leaf

@@ -13,8 +13,11 @@ Statistics mode has no cosine.  ``max``, ``min`` and ``mean`` are 1-Lipschitz in
 ``|‖a‖−‖b‖| ≤ ‖a−b‖₂ ≤ sqrt(n)·max|a−b|``, so ``L = max(|ΔMax|, |ΔMin|, |ΔMean|, |ΔNorm|/sqrt(n))``
 is a lower bound on MaxAbsErr.  A row fails when ``L`` exceeds the MaxAbsErr fail threshold (so it
 would fail in tensor mode too), or when a non-finite statistic disagrees.  It gets a warning when
-msprobe's own statistics rule fires on any statistic: ``|diff| / (|max(a, b)| + 1e-10) > 0.5``
-(the PyTorch comparator's "any one" reading; msprobe's MindSpore comparator requires all four).
+msprobe's statistics rule fires on any statistic, ``|diff| / (max(|a|, |b|) + 1e-10) > 0.5`` (the
+PyTorch comparator's "any one" reading; msprobe's MindSpore comparator requires all four), with two
+corrections: the denominator is ``max(|a|, |b|)``, not msprobe's ``|max(a, b)|`` (which flags
+all-negative statistics, anatomy §6.3), and a statistic whose absolute change is at most
+``max_abs_err_suspect_above`` (1e-3) never warns (a mean of 1e-10 moving by 1e-10 is noise).
 
 md5 mode: equal checksums pass, different ones fail.
 """
@@ -45,7 +48,8 @@ class Thresholds:
         cosine_suspect_below: fail when Cosine < this (0.99) *and* MaxAbsErr > ``max_abs_err_suspect_above``.
         max_abs_err_suspect_above: see above (1e-3, value units).
         max_abs_err_fail_above: fail when MaxAbsErr (or, in statistics mode, its lower bound) > this (1.0).
-        stat_warning_ratio: statistics-mode warning when ``|diff| / (|max(a, b)| + 1e-10)`` > this (0.5).
+        stat_warning_ratio: statistics-mode warning when ``|diff| / (max(|a|, |b|) + 1e-10)`` > this (0.5)
+            and ``|diff|`` > ``max_abs_err_suspect_above``.
         relative_floor: denominator floor for relative errors (value units); None = machine epsilon of
             the coarser stated dtype (:func:`msprobe_cmp.comparator.dtypes.compute_relative_floor`).
 
@@ -183,11 +187,13 @@ def compute_statistics_verdict(diffs: tuple[StatDiff, ...], numel: int, threshol
     for d in diffs:
         if d.diff is None or d.a is None or d.b is None:
             continue
-        ratio = abs(d.diff) / (abs(max(d.a, d.b)) + STAT_WARNING_EPSILON)
+        if abs(d.diff) <= thresholds.max_abs_err_suspect_above:
+            continue  # a tiny absolute change of a statistic near zero is noise, whatever its ratio
+        ratio = abs(d.diff) / (max(abs(d.a), abs(d.b)) + STAT_WARNING_EPSILON)
         if ratio > thresholds.stat_warning_ratio and math.isfinite(ratio):
             label = _STAT_LABEL.get(d.stat, d.stat)
             warnings.append(
-                f"{label} diff {_g(d.diff)}: |diff|/|max(A, B)| = {_g(ratio)} > {_g(thresholds.stat_warning_ratio)}"
+                f"{label} diff {_g(d.diff)}: |diff|/max(|A|, |B|) = {_g(ratio)} > {_g(thresholds.stat_warning_ratio)}"
             )
     if warnings:
         return RuleOutcome("warning", tuple(warnings))

@@ -124,7 +124,7 @@ def render_html(comparison: Comparison) -> str:
         ("fail when Cosine <", format_number(t.cosine_fail_below)),
         ("fail when Cosine <", suspect),
         ("fail when MaxAbsErr (or its statistics bound) >", format_number(t.max_abs_err_fail_above)),
-        ("warning when |stat diff| / |max(A, B)| >", format_number(t.stat_warning_ratio)),
+        ("warning when |stat diff| / max(|A|, |B|) >", format_number(t.stat_warning_ratio)),
         ("relative-error floor", floor),
     )
     template = _environment().get_template("report.html.j2")

@@ -130,3 +130,21 @@ def test_console_script_runs_without_a_framework_import(msprobe_fixtures, tmp_pa
 def test_help_exits_0(capsys):
     assert main(["--help"]) == 0
     assert "Exit codes" in capsys.readouterr().out
+
+
+def test_summary_never_says_identical_when_nothing_was_compared(tmp_path, capsys):
+    _unit(tmp_path / "a" / "step0" / "rank", ["Functional.relu.0.forward"])
+    _unit(tmp_path / "b" / "step0" / "rank", ["Functional.gelu.0.forward"])
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert code == 3 and "identical" not in out and "nothing was compared" in out
+
+
+def test_summary_counts_warnings(tmp_path, capsys):
+    # Mean 0.1 vs 0.5 (|diff| 0.4 > 1e-3, 0.4 / 0.5 > 0.5): a statistics-mode warning, not a failure.
+    for side, mean in (("a", 0.1), ("b", 0.5)):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("statistics", "L1", "mindspore"))
+        w.put(Entry.forward("Functional.relu.0.forward", Seq(), Map(),
+                            Seq((TensorLeaf("mindspore.Tensor", "Float32", (4,), 1.0, 0.0, mean, 1.0),))))
+        w.flush()
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert code == 0 and "verdicts: warning 1" in out

@@ -95,3 +95,54 @@ def test_parameters_grad_paths():
     rows = match_entries([g], [g])
     assert [r.arg_path for r in rows] == ["weight", "bias"]
     assert all(r.match_class == "matched" for r in rows)
+
+
+def _t(v: float) -> TensorLeaf:
+    return TensorLeaf("mindspore.Tensor", "Float32", (2,), v, v, v, v)
+
+
+def _two_layer_entries(w2: float) -> list[Entry]:
+    """dump.json order as msprobe writes it: parameters_grad placeholders right after each cell's forward."""
+    return [
+        Entry.forward("Cell.fc1.Dense.forward.0", Seq((_t(1),)), Map(), Seq((_t(2),)), Map((("weight", _t(1)),))),
+        Entry.parameters_grad("Cell.fc1.Dense.parameters_grad", [("weight", Seq((_t(5 * w2),)))]),
+        Entry.forward("Cell.fc2.Dense.forward.0", Seq((_t(2),)), Map(), Seq((_t(2 * w2),)), Map((("weight", _t(w2)),))),
+        Entry.parameters_grad("Cell.fc2.Dense.parameters_grad", [("weight", Seq((_t(3),)))]),
+        Entry.backward("Cell.fc2.Dense.backward.0", Seq((_t(1),)), Seq((_t(w2),))),
+        Entry.backward("Cell.fc1.Dense.backward.0", Seq((_t(w2),)), Seq((None,))),
+    ]
+
+
+def test_rows_follow_execution_order_not_file_order():
+    rows = match_entries(_two_layer_entries(1.0), _two_layer_entries(1.0))
+    names = [f"{r.entry_name}.{r.arg_path}" for r in rows]
+    assert names == [
+        "Cell.fc1.Dense.forward.0.input.0",
+        "Cell.fc1.Dense.forward.0.parameters.weight",  # parameters before the output computed from them
+        "Cell.fc1.Dense.forward.0.output.0",
+        "Cell.fc2.Dense.forward.0.input.0",
+        "Cell.fc2.Dense.forward.0.parameters.weight",
+        "Cell.fc2.Dense.forward.0.output.0",
+        "Cell.fc2.Dense.parameters_grad.weight",  # filled in backward, just before its cell's backward hook
+        "Cell.fc2.Dense.backward.0.input.0",
+        "Cell.fc2.Dense.backward.0.output.0",
+        "Cell.fc1.Dense.parameters_grad.weight",
+        "Cell.fc1.Dense.backward.0.input.0",
+        "Cell.fc1.Dense.backward.0.output.0",
+    ]
+
+
+def test_first_difference_is_the_perturbed_weight_not_an_earlier_cells_gradient():
+    """A change of fc2's weight must not be reported first at fc1's parameter gradient (written earlier in the file)."""
+    rows = match_entries(_two_layer_entries(1.5), _two_layer_entries(1.0))
+    first = next(r for r in rows if r.leaf_a != r.leaf_b)
+    assert (first.entry_name, first.arg_path) == ("Cell.fc2.Dense.forward.0", "parameters.weight")
+
+
+def test_parameters_grad_without_backward_entry_goes_last():
+    entries = [
+        Entry.parameters_grad("Cell.fc1.Dense.parameters_grad", [("weight", Seq((_t(1),)))]),
+        Entry.forward("Functional.relu.0.forward", Seq((_t(1),)), Map(), Seq((_t(1),))),
+    ]
+    rows = match_entries(entries, entries)
+    assert [r.entry_name for r in rows] == ["Functional.relu.0.forward"] * 2 + ["Cell.fc1.Dense.parameters_grad"]

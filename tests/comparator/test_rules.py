@@ -97,6 +97,23 @@ def test_statistics_rule_msprobe_warning_on_any_statistic():
     assert out.verdict == "warning" and out.reasons[0].startswith("Mean")
 
 
+def test_statistics_warning_ignores_tiny_absolute_changes_near_zero():
+    # Mean 1e-10 vs -5.6e-11: ratio 1.56 > 0.5, but |diff| 1.6e-10 <= 1e-3 -> no warning
+    diffs = compute_stat_diffs(_stats(1.0, -1.0, 1e-10, 5.0), _stats(1.0, -1.0, -5.6e-11, 5.0))
+    assert compute_statistics_verdict(diffs, 100, T).verdict == "pass"
+
+
+def test_statistics_warning_uses_the_larger_magnitude_for_negative_statistics():
+    # Min -0.010 vs -0.006: |diff| 0.004 / max(0.010, 0.006) = 0.4 -> pass (msprobe's |max(a, b)| = 0.006 gives 0.67).
+    ok = compute_stat_diffs(_stats(1.0, -0.010, 0.0, 50.0), _stats(1.0, -0.006, 0.0, 50.0))
+    assert compute_statistics_verdict(ok, 10_000, T).verdict == "pass"
+    # Min -0.010 vs -0.004: 0.006 / 0.010 = 0.6 > 0.5 -> warning.
+    warn = compute_statistics_verdict(
+        compute_stat_diffs(_stats(1.0, -0.010, 0.0, 50.0), _stats(1.0, -0.004, 0.0, 50.0)), 10_000, T
+    )
+    assert warn.verdict == "warning" and "= 0.6 >" in warn.reasons[0]
+
+
 def test_statistics_rule_nonfinite():
     ok = compute_stat_diffs(_stats(math.inf, 0.0, math.nan, 1.0), _stats(math.inf, 0.0, math.nan, 1.0))
     assert compute_statistics_verdict(ok, 10, T).verdict == "pass"

@@ -8,13 +8,16 @@ Usage::
 ``main(argv) -> int`` is the whole command (STYLE.md §10): user errors
 (:class:`~msprobe_cmp.errors.MsprobeCmpError`, bad options) are one line on stderr and exit 2;
 any other exception is a bug and keeps its traceback.  Exit codes (DESIGN.md §4): 0 no
-regression, 1 regression found, 2 unusable input or usage error, 3 nothing comparable.
+regression, 1 regression found, 2 unusable input or usage error, 3 nothing comparable; 4 is a
+bug in msprobe-cmp (traceback shown), never a verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,6 +32,7 @@ EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_NOTHING_COMPARED = 3
+EXIT_INTERNAL_ERROR = 4
 
 REPORT_FILES = ("report.html", "comparison.json", "comparison.csv")
 
@@ -48,7 +52,7 @@ def _compare_parser() -> _Parser:
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
         epilog="Exit codes: 0 no regression, 1 regression found, 2 unusable input or usage error, "
-        "3 nothing comparable.",
+        "3 nothing comparable, 4 internal error (a bug).",
     )
     p.add_argument("target", metavar="TARGET", type=Path,
                    help="dump root, step<N> dir, rank<R> dir or dump.json to check")
@@ -74,12 +78,21 @@ def _demo_parser() -> _Parser:
     return p
 
 
-def _check_outputs(out: Path, force: bool, names: Sequence[str] = REPORT_FILES) -> None:
+def _check_outputs(out: Path, force: bool, names: Sequence[str] = REPORT_FILES, dirs: Sequence[str] = ()) -> None:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {out}: exists and is not a directory")
-    existing = [n for n in names if (out / n).exists()]
-    if existing and not force:
-        raise ConfigError(f"--output {out}: {existing[0]} already exists; pass --force to overwrite it")
+    for name in names:
+        target = out / name
+        if os.path.lexists(target):  # lexists: a dangling symlink counts too
+            if not force:
+                raise ConfigError(f"--output {out}: {name} already exists; pass --force to overwrite it")
+            if target.is_dir() and name not in dirs:
+                raise ConfigError(f"--output {out}: {name} is a directory; remove it or choose another --output")
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped, so names from a dump cannot drive the terminal."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
@@ -115,16 +128,16 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     lines.append("verdicts: " + (", ".join(f"{k} {v}" for k, v in comparison.verdict_counts if v) or "none"))
     first_diff = comparison.first_divergent
     if first_diff is not None:
-        lines.append(f"first divergent: {first_diff.label}")
+        lines.append(f"first divergent: {_printable(first_diff.label)}")
     elif comparison.compared_count == 0:
         lines.append("first divergent: - (nothing was compared)")
     else:
         lines.append(f"first divergent: none: the {comparison.compared_count} compared rows are identical")
     first_fail = comparison.first_failing
     if first_fail is not None:
-        lines.append(f"first failing:   {first_fail.label}")
+        lines.append(f"first failing:   {_printable(first_fail.label)}")
     for note in comparison.notes:
-        lines.append(f"note: {note}")
+        lines.append(f"note: {_printable(note)}")
     lines.append(f"report: {files['html']}")
     return "\n".join(lines)
 
@@ -145,7 +158,7 @@ def _run_demo(argv: Sequence[str]) -> int:
     if args.steps < 1:
         raise ConfigError(f"--steps: must be at least 1, got {args.steps}")
     out: Path = args.output
-    _check_outputs(out, args.force, (*REPORT_FILES, "dumps"))
+    _check_outputs(out, args.force, (*REPORT_FILES, "dumps"), dirs=("dumps",))
     from msprobe_cmp.recorder.demo import run_demo_recordings
 
     print(f"training and recording 2 runs of {args.steps} steps into {out / 'dumps'} ...", flush=True)
@@ -176,6 +189,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("msprobe-cmp: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # the file system refused a read or a write (a directory in the way, a full disk...)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"msprobe-cmp: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception:
+        # A bug: show the traceback, but never exit 1, which CI reads as "regression found".
+        traceback.print_exc()
+        print("msprobe-cmp: internal error (a bug in msprobe-cmp; please report it with the traceback above)",
+              file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

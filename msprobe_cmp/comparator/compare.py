@@ -651,6 +651,15 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             class_totals[cls] += n
         for v, n in u.verdict_counts:
             verdict_totals[v] += n
+    if mode == "tensor":
+        fell_back = sum(
+            1 for u in units for r in u.rows if r.match_class == "matched" and r.compared_by == "statistics"
+        )
+        if fell_back:
+            notes.append(
+                f"{fell_back} tensor row(s) were compared by their statistics only: their tensor files could not "
+                "be read (see each row's notes)"
+            )
     first_divergent = _first_ref(units, "first_divergent")
     first_failing = _first_ref(units, "first_failing")
     compared = sum(u.compared_count for u in units)

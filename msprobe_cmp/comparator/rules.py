@@ -6,8 +6,10 @@ threshold it crossed.  The functions only read metrics; they compute nothing fro
 
 Tensor mode (DESIGN.md §4, msprobe's ``Accuracy Reached or Not``, anatomy §3.6): a row fails when
 ``Cosine < 0.99 and MaxAbsErr > 1e-3``, or ``Cosine < 0.9``, or ``MaxAbsErr > 1``, or its non-finite
-values disagree.  An undefined cosine (one side all zero, or fewer than 2 elements) never fails by
-itself; with ``MaxAbsErr > 1e-3`` it gives a warning, because the cosine rules could not run.
+values disagree.  An undefined cosine never fails by itself; the absolute error decides instead:
+when exactly one side is all zero (and there are at least 2 elements) the row fails when
+``MaxAbsErr > 1e-3`` (the cosine rules cannot clear it); for a single value (0-d or length 1) it gets
+a warning when ``MaxAbsErr > 1e-3`` and fails when ``MaxAbsErr > 1``.
 
 Statistics mode has no cosine.  ``max``, ``min`` and ``mean`` are 1-Lipschitz in the sup norm and
 ``|‖a‖−‖b‖| ≤ ‖a−b‖₂ ≤ sqrt(n)·max|a−b|``, so ``L = max(|ΔMax|, |ΔMin|, |ΔMean|, |ΔNorm|/sqrt(n))``
@@ -147,12 +149,18 @@ def compute_tensor_verdict(metrics: TensorMetrics, thresholds: Thresholds) -> Ru
         )
     if mae > t.max_abs_err_fail_above:
         reasons.append(f"MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_fail_above)}")
+    if cos is None and metrics.numel >= 2 and mae > t.max_abs_err_suspect_above:
+        # Exactly one side is all zero: the cosine rules cannot clear the row, so the absolute error
+        # decides alone (a gradient that vanished on one side is a classic port bug).
+        reasons.append(
+            f"one side is all zero (cosine undefined) and MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_suspect_above)}"
+        )
     if reasons:
         return RuleOutcome("fail", tuple(reasons))
     if cos is None and mae > t.max_abs_err_suspect_above:
         return RuleOutcome(
             "warning",
-            (f"cosine undefined and MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_suspect_above)}",),
+            (f"cosine undefined for a single value and MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_suspect_above)}",),
         )
     return RuleOutcome("pass")
 

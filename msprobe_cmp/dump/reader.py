@@ -61,6 +61,8 @@ def read_json(file: Path) -> Any:
         return json.loads(text, object_pairs_hook=_reject_duplicates(file))
     except json.JSONDecodeError as exc:
         raise DumpFormatError(file, None, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python's int-string limit
+        raise DumpFormatError(file, None, f"invalid JSON: {str(exc)[:120]}") from None
     except RecursionError:
         raise DumpFormatError(file, None, "JSON nested too deeply") from None
 
@@ -189,6 +191,8 @@ class RankDump:
             raise DumpFormatError(self.directory / DUMP_JSON, "data_name", "the tensor was not saved")
         if path.suffix != ".npy":
             raise DumpFormatError(path, None, f"unsupported tensor file type {path.suffix!r} (only .npy is read)")
+        if path.exists() and not path.is_file():
+            raise DumpFormatError(path, None, "not a regular file")
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
@@ -197,12 +201,15 @@ class RankDump:
             raise DumpFormatError(path, None, f"not a readable npy file: {exc}") from None
         if not isinstance(arr, np.ndarray):
             raise DumpFormatError(path, None, "not a single npy array")
-        if tuple(arr.shape) != tuple(leaf.shape) and arr.size != leaf.numel:
+        # A single value may be stored 0-d or with shape [1]; any other shape difference is an error.
+        if tuple(arr.shape) != tuple(leaf.shape) and not (arr.size == leaf.numel == 1):
             raise DumpFormatError(path, "shape", f"file holds {list(arr.shape)}, dump.json says {list(leaf.shape)}")
         if leaf.dtype.lower() in ("bfloat16", "torch.bfloat16") and arr.dtype in (np.uint16, np.int16):
             import ml_dtypes
 
             arr = arr.view(ml_dtypes.bfloat16)
+        elif arr.dtype.kind not in "biufc":
+            raise DumpFormatError(path, "dtype", f"file holds non-numeric dtype {arr.dtype}")
         return arr
 
 
@@ -265,8 +272,11 @@ def load_rank_dump(
     data = obj.get("data")
     if not isinstance(data, dict):
         raise DumpFormatError(file, "data", "missing or not an object")
-    meta = meta_from_json(obj, file)
-    entries = tuple(entry_from_json(str(name), value, file) for name, value in data.items())
+    try:
+        meta = meta_from_json(obj, file)
+        entries = tuple(entry_from_json(str(name), value, file) for name, value in data.items())
+    except RecursionError:
+        raise DumpFormatError(file, None, "JSON nested too deeply") from None
     return RankDump(
         directory=directory,
         step=step,
@@ -300,6 +310,8 @@ def load_dump(path: str | Path) -> Dump:
     p = Path(path)
     if not p.exists():
         raise DumpFormatError(p, None, "does not exist")
+    if not (p.is_file() or p.is_dir()):
+        raise DumpFormatError(p, None, "is neither a regular file nor a directory")
     if p.is_file():
         if p.name != DUMP_JSON and p.suffix != ".json":
             raise DumpFormatError(p, None, "expected a dump.json or a dump directory")

@@ -68,6 +68,11 @@ def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> 
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape_raw
     ):
         raise DumpFormatError(file, f"{where}.shape", f"expected a list of non-negative ints, got {shape_raw!r:.60}")
+    numel = 1
+    for d in shape_raw:
+        numel *= d
+    if numel >= 2**63:
+        raise DumpFormatError(file, f"{where}.shape", "more than 2**63 elements: too large")
     md5 = obj.get("md5")
     if md5 is not None and not isinstance(md5, str):
         raise DumpFormatError(file, f"{where}.md5", "expected a string")

@@ -12,13 +12,13 @@ file.  Every problem raises :class:`~msprobe_cmp.errors.ConfigError` with one li
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msprobe_cmp.errors import ConfigError
+from msprobe_cmp.dump.reader import read_json
+from msprobe_cmp.errors import ConfigError, DumpFormatError
 
 #: Tasks the recorder implements.
 SUPPORTED_TASKS = ("statistics", "tensor")
@@ -126,14 +126,15 @@ def parse_int_list(value: Any, source: str, field: str) -> tuple[int, ...]:
         return ()
     if isinstance(value, int) and not isinstance(value, bool):
         return (_expect_int(value, source, field),)
-    if isinstance(value, str) or not isinstance(value, Sequence):
+    if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
         raise _fail(source, field, f"expected a list of integers or 'a-b' ranges, got {value!r}")
     out: set[int] = set()
     for i, item in enumerate(value):
         where = f"{field}[{i}]"
         if isinstance(item, str):
-            parts = item.split("-")
-            if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            parts = [p.strip() for p in item.split("-")]
+            # ASCII digits only ("²".isdigit() is True), and short enough for int() (steps are < 1e6).
+            if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in parts):
                 raise _fail(source, where, f"{item!r} is not an integer or an 'a-b' range")
             lo, hi = (_expect_int(int(p), source, where) for p in parts)
             if lo > hi:
@@ -147,7 +148,7 @@ def parse_int_list(value: Any, source: str, field: str) -> tuple[int, ...]:
 def _str_list(value: Any, source: str, field: str) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str) or not isinstance(value, Sequence):
+    if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
         raise _fail(source, field, f"expected a list of strings, got {value!r}")
     for i, item in enumerate(value):
         if not isinstance(item, str) or not item:
@@ -276,16 +277,13 @@ def load_config(
     source = "arguments"
     if config_path is not None:
         source = str(config_path)
+        if not Path(config_path).is_file():
+            raise ConfigError(f"{source}: not found or not a regular file")
         try:
-            text = Path(config_path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{source}: not UTF-8") from None
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+            # The dump reader's JSON parser: one-line errors, duplicate keys refused, no recursion crash.
+            loaded = read_json(Path(config_path))
+        except DumpFormatError as exc:
+            raise ConfigError(str(exc)) from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{source}: expected a JSON object at the top level")
         raw = loaded

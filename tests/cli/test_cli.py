@@ -148,3 +148,62 @@ def test_summary_counts_warnings(tmp_path, capsys):
         w.flush()
     code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
     assert code == 0 and "verdicts: warning 1" in out
+
+
+def test_output_problems_are_one_line_errors(msprobe_fixtures, tmp_path, capsys):
+    run = msprobe_fixtures / "statistics_a"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code, _, err = _run([run, run, "-o", afile / "sub"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    out = tmp_path / "out"
+    (out / "report.html").mkdir(parents=True)
+    code, _, err = _run([run, run, "-o", out, "--force"], capsys)
+    assert code == 2 and "is a directory" in err
+    dangling = tmp_path / "o2"
+    dangling.mkdir()
+    (dangling / "report.html").symlink_to(tmp_path / "nowhere")
+    code, _, err = _run([run, run, "-o", dangling], capsys)
+    assert code == 2 and "--force" in err
+
+
+def test_a_bug_exits_4_with_traceback_never_1(msprobe_fixtures, tmp_path, capsys, monkeypatch):
+    def boom(*_a, **_k):
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr("msprobe_cmp.cli.compare", boom)
+    run = msprobe_fixtures / "statistics_a"
+    code, _, err = _run([run, run, "-o", tmp_path], capsys)
+    assert code == 4 and "Traceback" in err and "internal error" in err
+
+
+def test_control_characters_in_names_are_escaped_in_the_summary(tmp_path, capsys):
+    name = "Functional.x\x1b[2J\nFAKE verdict: PASS.0.forward"
+    for side, v in (("a", 2.0), ("b", 1.0)):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("statistics", "L1", "mindspore"))
+        w.put(Entry.forward(name, Seq(), Map(), Seq((TensorLeaf("mindspore.Tensor", "Float32", (2,), v, 0, 0, v),))))
+        w.flush()
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert "\x1b" not in out and "\nFAKE" not in out and "\\x1b" in out
+
+
+def test_all_zero_target_against_nonzero_baseline_fails(tmp_path, capsys):
+    import numpy as np
+
+    for side, v in (("a", 0.0), ("b", 0.95)):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("tensor", "L1", "mindspore"))
+        w.save_tensor("t.npy", np.full(1000, v, dtype=np.float32))
+        leaf = TensorLeaf("mindspore.Tensor", "Float32", (1000,), v, v, v, v * 1000**0.5, data_name="t.npy")
+        w.put(Entry.forward("Functional.relu.0.forward", Seq(), Map(), Seq((leaf,))))
+        w.flush()
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert code == 1 and "FAIL" in out
+
+
+def test_unreadable_tensor_files_are_said_in_the_summary(msprobe_fixtures, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    shutil.copytree(msprobe_fixtures / "tensor_a", broken)
+    for npy in broken.glob("step*/rank/dump_tensor_data/*.npy"):
+        npy.unlink()
+    code, out, _ = _run([broken, msprobe_fixtures / "tensor_a", "-o", tmp_path / "out"], capsys)
+    assert "compared by their statistics only" in out

@@ -22,9 +22,9 @@ from msprobe_cmp.errors import ConfigError
 T = Thresholds()
 
 
-def _m(cos, mae, disagreeing=0):
+def _m(cos, mae, disagreeing=0, numel=1):
     nf = NonFiniteAgreement(disagreeing, 0, 0, disagreeing)
-    return TensorMetrics(cos, mae, 0.0, 1.0, 1.0, mae, 10, 10 if not disagreeing else 0, nf, 1e-7)
+    return TensorMetrics(cos, mae, 0.0, 1.0, 1.0, mae, numel, numel if not disagreeing else 0, nf, 1e-7)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def _m(cos, mae, disagreeing=0):
         (0.899, 1e-6, "fail"),  # cosine < 0.9 alone
         (0.9999, 1.0, "pass"),
         (0.9999, 1.0001, "fail"),  # MaxAbsErr > 1 alone
-        (None, 0.5, "warning"),  # cosine undefined: the cosine rules could not run
+        (None, 0.5, "warning"),  # cosine undefined for a single value: the cosine rules could not run
         (None, 1e-4, "pass"),
         (None, 2.0, "fail"),
     ],
@@ -46,6 +46,14 @@ def test_tensor_rule_boundaries(cos, mae, verdict):
     out = compute_tensor_verdict(_m(cos, mae), T)
     assert out.verdict == verdict
     assert (out.reasons == ()) == (verdict == "pass")
+
+
+def test_one_side_all_zero_falls_back_to_the_absolute_error():
+    # 1000 zeros against 1000 values of 0.95: cosine undefined, MaxAbsErr 0.95 > 1e-3 -> fail, not pass/warning.
+    a, b = np.zeros(1000), np.full(1000, 0.95)
+    out = compute_tensor_verdict(compute_tensor_metrics(a, b), T)
+    assert out.verdict == "fail" and "all zero" in out.reasons[0]
+    assert compute_tensor_verdict(compute_tensor_metrics(np.zeros(10), np.full(10, 1e-4)), T).verdict == "pass"
 
 
 def test_tensor_rule_nonfinite_disagreement_fails_with_count():

@@ -204,3 +204,45 @@ def test_copy_of_fixture_with_extra_files_still_reads(tmp_path, msprobe_fixtures
     shutil.copytree(msprobe_fixtures / "statistics_a", tmp_path / "s")
     (tmp_path / "s" / "step0" / "rank" / "dump.json.bak").write_text("junk")
     assert len(load_dump(tmp_path / "s").units) == 2
+
+
+def _rank_with(tmp_path: Path, text: str) -> Path:
+    rank_dir = tmp_path / "rank"
+    rank_dir.mkdir()
+    (rank_dir / "dump.json").write_text(text)
+    return rank_dir
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ('{"task": "statistics", "data": {"F.x.0.forward": {"output": [{"type": "mindspore.Tensor", "dtype": '
+         '"Float32", "shape": [2], "Max": ' + "9" * 5000 + '}]}}}', "invalid JSON"),
+        ('{"task": "statistics", "extra": ' + "[" * 900 + "]" * 900 + ', "data": {}}', "nested too deeply"),
+        ('{"task": "statistics", "data": {"F.x.0.forward": {"output": [{"type": "mindspore.Tensor", "dtype": '
+         '"Float32", "shape": [' + ", ".join(["10" * 100] * 2) + ']}]}}}', "too large"),
+    ],
+)
+def test_pathological_json_is_a_one_line_error(tmp_path, text, expect):
+    with pytest.raises(DumpFormatError, match=expect) as info:
+        load_dump(_rank_with(tmp_path, text))
+    assert "\n" not in str(info.value)
+
+
+def test_special_files_are_refused(tmp_path):
+    with pytest.raises(DumpFormatError, match="neither a regular file nor a directory"):
+        load_dump("/dev/null")
+    unit, leaf = _tensor_unit(tmp_path, "fifo.npy")
+    os.mkfifo(unit.tensor_dir / "fifo.npy")
+    with pytest.raises(DumpFormatError, match="not a regular file"):
+        unit.load_tensor(leaf)  # never blocks on the FIFO
+
+
+def test_void_dtype_and_reshaped_npy_are_refused(tmp_path):
+    unit, leaf = _tensor_unit(tmp_path, "bad.npy")
+    np.save(unit.tensor_dir / "bad.npy", np.zeros(3, dtype="V4"))
+    with pytest.raises(DumpFormatError, match="dtype"):
+        unit.load_tensor(leaf)
+    np.save(unit.tensor_dir / "bad.npy", np.zeros((3, 1), dtype=np.float32))  # same size, other shape
+    with pytest.raises(DumpFormatError, match="shape"):
+        unit.load_tensor(leaf)

@@ -122,7 +122,7 @@ def test_bad_override_names_the_arguments(tmp_path: Path) -> None:
 
 
 def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="absent.json: not found"):
         load_config(tmp_path / "absent.json")
     bad = tmp_path / "bad.json"
     bad.write_text('{\n  "task": ,\n}', encoding="utf-8")
@@ -131,6 +131,28 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     listed = _write(tmp_path, [1, 2], "list.json")
     with pytest.raises(ConfigError, match="expected a JSON object"):
         load_config(listed)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"task": "statistics", "task": "tensor"}', "duplicate key"),
+        ('{"dump_path": "d", "x": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+        ('{"dump_path": "d", "step": ["\u00b2-3"]}', "step[0]"),
+        ('{"dump_path": "d", "step": ["' + "1" * 5000 + '-2"]}', "step[0]"),
+    ],
+)
+def test_pathological_config_files_are_one_line_errors(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert words in str(info.value) and "config.json" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_step_given_as_bytes_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="step"):
+        load_config(None, dump_path=tmp_path, step=b"12")
 
 
 def test_config_is_frozen(tmp_path: Path) -> None:

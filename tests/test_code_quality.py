@@ -61,3 +61,28 @@ def test_importing_the_package_loads_no_framework():
     res = _run([sys.executable, "-c", code])
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def _public_defs_without_docstring(path: Path) -> list[str]:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    missing = [] if ast.get_docstring(tree) else [f"{path}: module"]
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if node.name.startswith("_"):
+                    continue  # private, or a dunder such as __init__ (documented on its class)
+                if not ast.get_docstring(node):
+                    missing.append(f"{path}:{node.lineno} {prefix}{node.name}")
+                if isinstance(node, ast.ClassDef):
+                    visit(node.body, f"{prefix}{node.name}.")  # methods; nested functions are not public
+
+    visit(tree.body, "")
+    return missing
+
+
+def test_public_functions_and_classes_have_docstrings():
+    missing = [m for p in sorted((ROOT / "msprobe_cmp").rglob("*.py")) for m in _public_defs_without_docstring(p)]
+    assert missing == []

@@ -13,7 +13,7 @@ from dataclasses import fields
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from msprobe_cmp.comparator.compare import Comparison, SideSummary
+from msprobe_cmp.comparator.compare import Comparison, ComparisonRow, SideSummary
 
 #: Metric columns of the row table per mode: (header, row metric name).
 HTML_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -115,6 +115,38 @@ def _environment() -> Environment:
     return env
 
 
+#: How many rows the "largest disagreements" table lists.
+TOP_ROWS = 15
+
+_SEVERITY = {"fail": 0, "warning": 1, "pass": 2, "skip": 3}
+_REL_STATS = ("Max relative diff", "Min relative diff", "Mean relative diff", "L2norm relative diff")
+
+
+def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
+    """Sort key, most disagreeing first: verdict severity, then the lowest Cosine and the largest
+    MaxAbsErr (tensor rows), or the largest relative statistic difference (statistics rows)."""
+    cos = row.metric("Cosine")
+    mae = row.metric("MaxAbsErr")
+    rel = [v for v in (row.metric(k) for k in _REL_STATS) if v is not None and not math.isnan(v)]
+    return (
+        _SEVERITY.get(row.verdict, 4),
+        cos if cos is not None and not math.isnan(cos) else 2.0,
+        -(mae if mae is not None and not math.isnan(mae) else 0.0),
+        -(max(rel) if rel else 0.0),
+    )
+
+
+def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[tuple[int, ComparisonRow]]:
+    """The ``limit`` matched rows whose two sides disagree most, as ``(unit index, row)``, worst first.
+
+    Only rows whose values differ are candidates; the order is by :func:`_disagreement_key` (a
+    selection of existing rows, no new numbers).
+    """
+    rows = [(ui, r) for ui, u in enumerate(comparison.units) for r in u.rows if r.differs and r.verdict != "skip"]
+    rows.sort(key=lambda item: _disagreement_key(item[1]))
+    return rows[:limit]
+
+
 def render_html(comparison: Comparison) -> str:
     """The comparison as one self-contained HTML page (header, pairing, first divergence, all rows)."""
     t = comparison.rules.default
@@ -132,6 +164,7 @@ def render_html(comparison: Comparison) -> str:
         c=comparison,
         columns=HTML_COLUMNS[comparison.mode],
         thresholds=thresholds,
+        largest=select_largest_disagreements(comparison),
         highlights=(
             ("First divergent row", comparison.first_divergent),
             ("First failing row", comparison.first_failing),

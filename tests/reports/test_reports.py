@@ -182,3 +182,36 @@ def test_csv_neutralises_formula_text(small):
                 pytest.fail(f"unneutralised cell {cell!r}")
     assert neutralize_cell("=1+1") == "'=1+1" and neutralize_cell("-x") == "'-x" and neutralize_cell("\tx") == "'\tx"
     assert neutralize_cell("ok") == "ok"
+
+
+def test_largest_disagreements_lists_worst_rows_first(tmp_path):
+    import numpy as np
+
+    from msprobe_cmp.dump import DumpWriter
+    from msprobe_cmp.reports.html import select_largest_disagreements
+
+    base = np.linspace(1.0, 2.0, 100)
+    # name -> target array; the baseline is `base` for every entry
+    targets = {
+        "Functional.same.0.forward": base,                     # identical: not listed
+        "Functional.small.0.forward": base + 1e-4,             # Cosine ~1, MaxAbsErr 1e-4: pass
+        "Functional.flip.0.forward": base[::-1].copy(),        # Cosine < 1 but > 0.9, MaxAbsErr 1: fails (cos<0.99)
+        "Functional.big.0.forward": base + 2.0,                # MaxAbsErr 2 > 1: fails, Cosine stays high
+    }
+    for side in ("a", "b"):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("tensor", "L1", "mindspore"))
+        for name, arr in targets.items():
+            data = arr if side == "a" else base
+            w.save_tensor(f"{name}.npy", data.astype(np.float32))
+            leaf = TensorLeaf("mindspore.Tensor", "Float32", (100,), float(data.max()), float(data.min()),
+                              float(data.mean()), float(np.linalg.norm(data)), data_name=f"{name}.npy")
+            w.put(Entry.forward(name, Seq(), Map(), Seq((leaf,))))
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    listed = [r.entry_name for _, r in select_largest_disagreements(c)]
+    cos_flip = np.dot(base[::-1], base) / np.dot(base, base)
+    cos_big = np.dot(base + 2, base) / (np.linalg.norm(base + 2) * np.linalg.norm(base))
+    assert cos_flip < cos_big  # so among the two failing rows the flipped one comes first
+    assert listed == ["Functional.flip.0.forward", "Functional.big.0.forward", "Functional.small.0.forward"]
+    html = render_html(c)
+    assert "Largest disagreements" in html and html.index("Functional.flip.0.forward") < html.index("Entries in execution")

@@ -651,6 +651,13 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             class_totals[cls] += n
         for v, n in u.verdict_counts:
             verdict_totals[v] += n
+    frameworks_a = sorted({u.meta.framework for u in paired_a})
+    frameworks_b = sorted({u.meta.framework for u in paired_b})
+    if frameworks_a != frameworks_b:
+        notes.append(
+            f"A was recorded with {'/'.join(frameworks_a) or '-'}, B with {'/'.join(frameworks_b) or '-'}: "
+            "entries are matched by exact name only (no Cell/Module or API name mapping yet), so few will match"
+        )
     if mode == "tensor":
         fell_back = sum(
             1 for u in units for r in u.rows if r.match_class == "matched" and r.compared_by == "statistics"

@@ -207,3 +207,9 @@ def test_unreadable_tensor_files_are_said_in_the_summary(msprobe_fixtures, tmp_p
         npy.unlink()
     code, out, _ = _run([broken, msprobe_fixtures / "tensor_a", "-o", tmp_path / "out"], capsys)
     assert "compared by their statistics only" in out
+
+
+def test_cross_framework_pair_says_why_little_matched(msprobe_fixtures, tmp_path, capsys):
+    code, out, _ = _run([msprobe_fixtures / "torch_statistics_a", msprobe_fixtures / "statistics_a", "-o", tmp_path],
+                        capsys)
+    assert code == 3 and "A was recorded with pytorch, B with mindspore" in out

@@ -246,7 +246,9 @@ class UnitComparison:
         rows: every row of both sides, in execution order (:mod:`msprobe_cmp.comparator.matching`).
         counts: ``(class, count)`` for every match class.
         verdict_counts: ``(verdict, count)`` for every row verdict (:data:`VERDICTS`).
-        first_divergent: index of the first ``matched`` row whose values differ, or None.
+        first_divergent: index of the first row whose two sides differ: a ``matched`` row whose values
+            differ, a ``shape_mismatch`` / ``dtype_mismatch`` row, or any failing row (so it never comes
+            after ``first_failing``); None when there is none.
         first_failing: index of the first row whose verdict is ``fail``, or None.
         verdict: ``"fail"`` when a row fails; else ``"nothing_compared"`` when no matched row was
             compared; else ``"pass"``.
@@ -545,7 +547,11 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
 
 def _first(rows: tuple[ComparisonRow, ...], want: str) -> int | None:
     for r in rows:
-        if want == "divergent" and r.match_class == "matched" and r.differs:
+        if want == "divergent" and (
+            (r.match_class == "matched" and r.differs)
+            or r.match_class in ("shape_mismatch", "dtype_mismatch")
+            or r.verdict == "fail"
+        ):
             return r.index
         if want == "failing" and r.verdict == "fail":
             return r.index
@@ -651,6 +657,12 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             class_totals[cls] += n
         for v, n in u.verdict_counts:
             verdict_totals[v] += n
+    unpaired_rows = class_totals["only_in_a"] + class_totals["only_in_b"]
+    if unpaired_rows and class_totals["matched"]:
+        notes.append(
+            f"{unpaired_rows} row(s) have no partner (only_in_a {class_totals['only_in_a']}, only_in_b "
+            f"{class_totals['only_in_b']}): the verdict covers the {class_totals['matched']} matched row(s) only"
+        )
     frameworks_a = sorted({u.meta.framework for u in paired_a})
     frameworks_b = sorted({u.meta.framework for u in paired_b})
     if frameworks_a != frameworks_b:

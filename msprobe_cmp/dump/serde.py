@@ -82,7 +82,7 @@ def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> 
     rg = obj.get("requires_grad")
     if rg is not None and not isinstance(rg, bool):
         raise DumpFormatError(file, f"{where}.requires_grad", "expected true or false")
-    extra = tuple((k, _freeze(v)) for k, v in obj.items() if k not in _LEAF_KEYS)
+    extra = tuple((k, _freeze(v, file, f"{where}.{k}")) for k, v in obj.items() if k not in _LEAF_KEYS)
     return TensorLeaf(
         type=str(obj.get("type")),
         dtype=dtype,
@@ -98,12 +98,19 @@ def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> 
     )
 
 
-def _freeze(value: Any) -> object:
-    """JSON value → hashable plain value (lists become tuples, objects become :class:`JsonObject`)."""
+def _freeze(value: Any, file: str | Path, where: str, depth: int = 0) -> object:
+    """JSON value → hashable plain value (lists become tuples, objects become :class:`JsonObject`).
+
+    Raises:
+        DumpFormatError: on nesting deeper than 64 levels (an explicit limit: the interpreter's
+            recursion limit varies, MindSpore raises it to 10,000 on import).
+    """
+    if depth > _MAX_DEPTH:
+        raise DumpFormatError(file, where, f"nested deeper than {_MAX_DEPTH} levels")
     if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
+        return tuple(_freeze(v, file, where, depth + 1) for v in value)
     if isinstance(value, dict):
-        return JsonObject(tuple((str(k), _freeze(v)) for k, v in value.items()))
+        return JsonObject(tuple((str(k), _freeze(v, file, where, depth + 1)) for k, v in value.items()))
     return value
 
 
@@ -132,7 +139,7 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
         if _is_tensor_object(obj):
             return tensor_leaf_from_json(obj, file, where)
         if "type" in obj and "value" in obj and isinstance(obj["type"], str) and len(obj) == 2:
-            return ValueLeaf(obj["type"], _freeze(obj["value"]))
+            return ValueLeaf(obj["type"], _freeze(obj["value"], file, f"{where}.value", depth))
         return Map(tuple((str(k), node_from_json(v, file, f"{where}.{k}", depth + 1)) for k, v in obj.items()))
     # A bare scalar where a node is expected: keep it as a value of its JSON type.
     if isinstance(obj, bool):
@@ -176,7 +183,7 @@ def meta_from_json(obj: dict[str, Any], file: str | Path) -> DumpMeta:
     ddd = obj.get("dump_data_dir")
     if ddd is not None and not isinstance(ddd, str):
         raise DumpFormatError(file, "dump_data_dir", "expected a string or null")
-    extra = tuple((k, _freeze(v)) for k, v in obj.items() if k not in _META_KEYS)
+    extra = tuple((k, _freeze(v, file, k)) for k, v in obj.items() if k not in _META_KEYS)
     return DumpMeta(task=task, level=level, framework=framework, dump_data_dir=ddd, extra=extra)
 
 

@@ -357,3 +357,36 @@ def test_fixture_compared_with_itself(kind):
             assert r.differs in (False, None)
             if kind == "tensor" and r.compared_by == "tensor":
                 assert r.metric("Cosine") in (1.0, None) and r.metric("MaxAbsErr") == 0.0
+
+
+def _stat_unit(path: Path, leaves: dict[str, TensorLeaf]) -> None:
+    w = DumpWriter(path, DumpMeta("statistics", "L1", "mindspore"))
+    for name, leaf in leaves.items():
+        w.put(Entry.forward(name, Seq(), Map(), Seq((leaf,))))
+    w.flush()
+
+
+def _leaf(shape: tuple[int, ...], v: float) -> TensorLeaf:
+    return TensorLeaf("mindspore.Tensor", "Float32", shape, v, v, v, v)
+
+
+def test_first_divergent_never_comes_after_first_failing(tmp_path: Path) -> None:
+    # Row 0 differs in shape (a failure), row 1 in value: the first divergent row is row 0, like the first failing.
+    _stat_unit(tmp_path / "a" / "rank", {"Functional.x.0.forward": _leaf((8, 8), 1.0),
+                                         "Functional.y.0.forward": _leaf((2,), 1.5)})
+    _stat_unit(tmp_path / "b" / "rank", {"Functional.x.0.forward": _leaf((8, 16), 1.0),
+                                         "Functional.y.0.forward": _leaf((2,), 1.0)})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.first_failing is not None and c.first_divergent is not None
+    assert c.row(c.first_failing).match_class == "shape_mismatch"
+    assert c.first_divergent.row == c.first_failing.row == 0
+
+
+def test_unpaired_rows_are_said_in_a_note(tmp_path: Path) -> None:
+    _stat_unit(tmp_path / "a" / "rank", {"Functional.x.0.forward": _leaf((2,), 1.0),
+                                         "Functional.only_a.0.forward": _leaf((2,), 1.0)})
+    _stat_unit(tmp_path / "b" / "rank", {"Functional.x.0.forward": _leaf((2,), 1.0)})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.verdict == "pass"
+    assert any("1 row(s) have no partner (only_in_a 1, only_in_b 0)" in n and "1 matched row(s) only" in n
+               for n in c.notes)

@@ -137,7 +137,7 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     ("text", "words"),
     [
         ('{"task": "statistics", "task": "tensor"}', "duplicate key"),
-        ('{"dump_path": "d", "x": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+        ('{"dump_path": "d", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
         ('{"dump_path": "d", "step": ["\u00b2-3"]}', "step[0]"),
         ('{"dump_path": "d", "step": ["' + "1" * 5000 + '-2"]}', "step[0]"),
     ],

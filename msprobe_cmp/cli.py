@@ -19,10 +19,13 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from msprobe_cmp import __version__
-from msprobe_cmp.comparator import Comparison, compare
+from msprobe_cmp.comparator import CompareOptions, Comparison, compare
+from msprobe_cmp.comparator.rules import Rules
+from msprobe_cmp.comparator.rules_file import load_rules
 from msprobe_cmp.dump.reader import load_dump
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, MsprobeCmpError
@@ -61,6 +64,12 @@ def _compare_parser() -> _Parser:
     p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-report"),
                    help="directory for report.html, comparison.json, comparison.csv (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite existing report files in the output directory")
+    p.add_argument("--rules", type=Path, metavar="FILE",
+                   help="verdict thresholds, per-pattern/per-dtype overrides and the matched-share floor "
+                   "(.toml or .yaml; see the README)")
+    p.add_argument("--min-matched-share", type=float, metavar="X",
+                   help="below this share of matched rows there is no verdict (exit 3); overrides the rules "
+                   "file; default 0.5")
     p.add_argument("--version", action="version", version=f"msprobe-cmp {__version__}")
     return p
 
@@ -113,7 +122,7 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
 
 
 def exit_code_for(comparison: Comparison) -> int:
-    """The CLI exit code of a comparison: 0 pass, 1 fail, 3 nothing compared."""
+    """The CLI exit code of a comparison: 0 pass, 1 fail, 3 nothing compared or too few rows matched."""
     if comparison.verdict == "pass":
         return EXIT_OK
     if comparison.verdict == "fail":
@@ -124,7 +133,10 @@ def exit_code_for(comparison: Comparison) -> int:
 def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     """A few lines for the terminal: verdict, counts, where the runs start to differ, the report path."""
     lines = [f"verdict: {comparison.verdict.upper()}  ({comparison.mode} mode)"]
-    lines.append("rows: " + (", ".join(f"{k} {v}" for k, v in comparison.counts if v) or "none"))
+    total = sum(n for _, n in comparison.counts)
+    matched = dict(comparison.counts).get("matched", 0)
+    lines.append("rows: " + (", ".join(f"{k} {v}" for k, v in comparison.counts if v) or "none")
+                 + (f"  ({matched / total:.1%} matched)" if total else ""))
     lines.append("verdicts: " + (", ".join(f"{k} {v}" for k, v in comparison.verdict_counts if v) or "none"))
     first_diff = comparison.first_divergent
     if first_diff is not None:
@@ -142,12 +154,22 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     return "\n".join(lines)
 
 
+def _rules_from_args(args: argparse.Namespace) -> Rules:
+    rules = load_rules(args.rules) if args.rules is not None else Rules()
+    if args.min_matched_share is not None:
+        if not 0.0 <= args.min_matched_share <= 1.0:
+            raise ConfigError(f"--min-matched-share: must be between 0 and 1, got {args.min_matched_share}")
+        rules = replace(rules, min_matched_share=args.min_matched_share)
+    return rules
+
+
 def _run_compare(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(list(argv))
     _check_outputs(args.output, args.force)
+    rules = _rules_from_args(args)  # validate options before reading dumps
     dump_a = load_dump(args.target)
     dump_b = load_dump(args.baseline)
-    comparison = compare(dump_a, dump_b)
+    comparison = compare(dump_a, dump_b, CompareOptions(rules=rules))
     files = write_reports(comparison, args.output)
     print(render_summary(comparison, files))
     return exit_code_for(comparison)

@@ -54,7 +54,7 @@ from msprobe_cmp.errors import ConfigError, MsprobeCmpError
 
 Mode = Literal["tensor", "statistics", "md5"]
 ModeOption = Literal["auto", "tensor", "statistics", "md5"]
-OverallVerdict = Literal["pass", "fail", "nothing_compared"]
+OverallVerdict = Literal["pass", "fail", "nothing_compared", "too_few_matched"]
 ComparedBy = Literal["tensor", "statistics", "md5", "value", "none"]
 
 #: Every row verdict, in report order.
@@ -310,7 +310,9 @@ class Comparison:
         first_divergent, first_failing: :class:`RowRef` of the first divergent / failing row, taking
             units in order (lowest step, then rank), or None.
         verdict: ``"fail"`` if any unit fails; else ``"nothing_compared"`` when no matched row was
-            compared anywhere (a run with nothing compared never passes); else ``"pass"``.
+            compared anywhere (a run with nothing compared never passes); else ``"too_few_matched"``
+            when matched rows are a smaller share of all rows than ``rules.min_matched_share``; else
+            ``"pass"``.
         notes: remarks about the whole comparison (pairing, mode).
     """
 
@@ -682,7 +684,21 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     first_divergent = _first_ref(units, "first_divergent")
     first_failing = _first_ref(units, "first_failing")
     compared = sum(u.compared_count for u in units)
-    verdict: OverallVerdict = "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
+    total_rows = sum(class_totals.values())
+    matched_share = class_totals["matched"] / total_rows if total_rows else 0.0
+    verdict: OverallVerdict
+    if first_failing is not None:
+        verdict = "fail"
+    elif not compared:
+        verdict = "nothing_compared"
+    elif matched_share < opts.rules.min_matched_share:
+        verdict = "too_few_matched"
+        notes.append(
+            f"only {matched_share:.1%} of the rows were matched, below the floor of "
+            f"{opts.rules.min_matched_share:.1%} (min_matched_share): no verdict on the rest"
+        )
+    else:
+        verdict = "pass"
     return Comparison(
         input_a=_path_of(a),
         input_b=_path_of(b),

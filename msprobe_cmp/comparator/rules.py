@@ -97,12 +97,32 @@ class ThresholdOverride:
         return True
 
 
+#: Default floor on the share of rows matched (see :attr:`Rules.min_matched_share`).
+DEFAULT_MIN_MATCHED_SHARE = 0.5
+
+
 @dataclass(frozen=True)
 class Rules:
-    """The thresholds in force: defaults plus overrides, the first matching override winning."""
+    """The thresholds in force: defaults plus overrides, the first matching override winning.
+
+    Attributes:
+        default: thresholds for rows no override matches.
+        overrides: per entry-name pattern / per dtype thresholds, tried in order.
+        min_matched_share: floor on ``matched rows / all rows of both sides`` (0..1). Below it a
+            comparison without failures is "too_few_matched" (CLI exit 3), not a pass: a verdict
+            over a small part of the run says little about the rest.
+
+    Raises:
+        ConfigError: ``min_matched_share`` outside [0, 1].
+    """
 
     default: Thresholds = field(default_factory=Thresholds)
     overrides: tuple[ThresholdOverride, ...] = ()
+    min_matched_share: float = DEFAULT_MIN_MATCHED_SHARE
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_matched_share <= 1.0:
+            raise ConfigError(f"min_matched_share: must be between 0 and 1, got {self.min_matched_share!r}")
 
     def thresholds_for(self, row_name: str, dtypes: tuple[str | None, ...] = ()) -> Thresholds:
         """The thresholds for one row (first matching override, else the defaults)."""

@@ -158,6 +158,7 @@ def render_html(comparison: Comparison) -> str:
         ("fail when MaxAbsErr (or its statistics bound) >", format_number(t.max_abs_err_fail_above)),
         ("warning when |stat diff| / max(|A|, |B|) >", format_number(t.stat_warning_ratio)),
         ("relative-error floor", floor),
+        ("no verdict when matched rows are below (share)", format_number(comparison.rules.min_matched_share)),
     )
     template = _environment().get_template("report.html.j2")
     return template.render(

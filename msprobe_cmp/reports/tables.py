@@ -98,6 +98,7 @@ def _json_side(side: SideSummary | None) -> dict[str, Any] | None:
 def _json_rules(rules: Rules) -> dict[str, Any]:
     return {
         "default": asdict(rules.default),
+        "min_matched_share": rules.min_matched_share,
         "overrides": [
             {"pattern": o.pattern, "dtype": o.dtype, "thresholds": asdict(o.thresholds)} for o in rules.overrides
         ],

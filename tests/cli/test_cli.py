@@ -213,3 +213,32 @@ def test_cross_framework_pair_says_why_little_matched(msprobe_fixtures, tmp_path
     code, out, _ = _run([msprobe_fixtures / "torch_statistics_a", msprobe_fixtures / "statistics_a", "-o", tmp_path],
                         capsys)
     assert code == 3 and "A was recorded with pytorch, B with mindspore" in out
+
+
+def test_matched_share_floor_gives_exit_3_not_a_pass(tmp_path, capsys):
+    # 1 of 3 rows matched (33%) is below the default floor of 50%: no verdict, exit 3.
+    _unit(tmp_path / "a" / "step0" / "rank", ["Functional.relu.0.forward"])
+    _unit(tmp_path / "b" / "step0" / "rank", ["Functional.relu.0.forward", "Functional.gelu.0.forward"])
+    # Each entry has 2 rows (input.0, output.0): matched 2, only_in_b 2 -> 50%, at the floor: pass.
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o1"], capsys)
+    assert code == 0 and "(50.0% matched)" in out
+    _unit(tmp_path / "b" / "step0" / "rank", ["Functional.relu.0.forward", "Functional.gelu.0.forward",
+                                              "Functional.tanh.0.forward"])
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o2"], capsys)
+    assert code == 3 and "TOO_FEW_MATCHED" in out and "below the floor of 50.0%" in out
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o3", "--min-matched-share", "0.3"], capsys)
+    assert code == 0
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("min_matched_share: 0.2\n")
+    code, _, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o4", "--rules", rules], capsys)
+    assert code == 0
+
+
+def test_bad_rules_option_is_exit_2(tmp_path, capsys, msprobe_fixtures):
+    run = msprobe_fixtures / "statistics_a"
+    code, _, err = _run([run, run, "-o", tmp_path / "o", "--min-matched-share", "2"], capsys)
+    assert code == 2 and "--min-matched-share" in err
+    bad = tmp_path / "r.toml"
+    bad.write_text("[default]\nbogus = 1\n")
+    code, _, err = _run([run, run, "-o", tmp_path / "o", "--rules", bad], capsys)
+    assert code == 2 and "default.bogus: unknown key" in err

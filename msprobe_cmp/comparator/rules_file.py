@@ -1,0 +1,125 @@
+"""Load verdict rules (thresholds, overrides, matched-share floor) from a TOML or YAML file.
+
+File format (TOML shown; YAML has the same keys)::
+
+    min_matched_share = 0.9          # optional; default 0.5
+
+    [default]                        # optional; any subset of the Thresholds fields
+    cosine_fail_below = 0.9
+    cosine_suspect_below = 0.99
+    max_abs_err_suspect_above = 1e-3
+    max_abs_err_fail_above = 1.0
+    stat_warning_ratio = 0.5
+    relative_floor = 1e-6            # omit for the dtype's machine epsilon
+
+    [[override]]                     # tried in order; the first match wins
+    pattern = "Cell.head.*"          # fnmatch over "<entry name>.<arg path>"
+    max_abs_err_fail_above = 10.0
+
+    [[override]]
+    dtype = "BFloat16"               # any framework's spelling
+    cosine_suspect_below = 0.98
+
+An override's unspecified thresholds are the file's defaults.  Unknown keys are errors, so a typo
+never silently keeps a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from msprobe_cmp.comparator.rules import DEFAULT_MIN_MATCHED_SHARE, Rules, ThresholdOverride, Thresholds
+from msprobe_cmp.errors import ConfigError
+
+_THRESHOLD_KEYS = {f.name for f in fields(Thresholds)}
+
+
+def _thresholds(base: Thresholds, table: Any, file: Path, where: str, extra_keys: frozenset[str]) -> Thresholds:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{file}: {where}: expected a table of thresholds")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in extra_keys:
+            continue
+        if key not in _THRESHOLD_KEYS:
+            raise ConfigError(f"{file}: {where}.{key}: unknown key (known: {', '.join(sorted(_THRESHOLD_KEYS))})")
+        if key == "relative_floor" and value is None:
+            values[key] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{file}: {where}.{key}: expected a number, got {value!r}")
+        values[key] = float(value)
+    try:
+        return replace(base, **values)
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {where}: {exc}") from None
+
+
+def parse_rules(doc: Any, file: Path) -> Rules:
+    """Build :class:`Rules` from a parsed rules document (see the module docstring).
+
+    Raises:
+        ConfigError: a wrong type, an unknown key or an out-of-range value, naming the file and key.
+    """
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{file}: expected a table/mapping at the top level")
+    unknown = set(doc) - {"default", "override", "min_matched_share"}
+    if unknown:
+        raise ConfigError(f"{file}: {sorted(unknown)[0]}: unknown key (known: default, override, min_matched_share)")
+    default = _thresholds(Thresholds(), doc.get("default", {}), file, "default", frozenset())
+    raw_overrides = doc.get("override", [])
+    if not isinstance(raw_overrides, list):
+        raise ConfigError(f"{file}: override: expected a list of tables")
+    overrides = []
+    for i, table in enumerate(raw_overrides):
+        where = f"override[{i}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{file}: {where}: expected a table")
+        pattern, dtype = table.get("pattern"), table.get("dtype")
+        for key, value in (("pattern", pattern), ("dtype", dtype)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{file}: {where}.{key}: expected a string")
+        if pattern is None and dtype is None:
+            raise ConfigError(f"{file}: {where}: needs a pattern or a dtype")
+        thresholds = _thresholds(default, table, file, where, frozenset({"pattern", "dtype"}))
+        overrides.append(ThresholdOverride(thresholds, pattern=pattern, dtype=dtype))
+    share = doc.get("min_matched_share", DEFAULT_MIN_MATCHED_SHARE)
+    if isinstance(share, bool) or not isinstance(share, (int, float)):
+        raise ConfigError(f"{file}: min_matched_share: expected a number, got {share!r}")
+    try:
+        return Rules(default=default, overrides=tuple(overrides), min_matched_share=float(share))
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}") from None
+
+
+def load_rules(path: str | Path) -> Rules:
+    """Read verdict rules from a ``.toml`` or ``.yaml``/``.yml`` file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not valid TOML/YAML, or holds an invalid rule.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file}: not UTF-8") from None
+    suffix = file.suffix.lower()
+    try:
+        if suffix == ".toml":
+            doc: Any = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            doc = yaml.safe_load(text)
+        else:
+            raise ConfigError(f"{file}: unknown rules file type {suffix!r} (use .toml, .yaml or .yml)")
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: invalid TOML: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: invalid YAML: {' '.join(str(exc).split())}") from None
+    return parse_rules(doc if doc is not None else {}, file)

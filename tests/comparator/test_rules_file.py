@@ -1,0 +1,92 @@
+"""Rules files (TOML / YAML): thresholds, overrides, the matched-share floor, and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from msprobe_cmp.comparator.rules import DEFAULT_MIN_MATCHED_SHARE, Rules, Thresholds
+from msprobe_cmp.comparator.rules_file import load_rules
+from msprobe_cmp.errors import ConfigError
+
+TOML = """
+min_matched_share = 0.9
+
+[default]
+cosine_suspect_below = 0.995
+relative_floor = 1e-6
+
+[[override]]
+pattern = "Cell.head.*"
+max_abs_err_fail_above = 10.0
+
+[[override]]
+dtype = "BFloat16"
+cosine_fail_below = 0.8
+"""
+
+YAML = """
+min_matched_share: 0.9
+default:
+  cosine_suspect_below: 0.995
+  relative_floor: 1.0e-6
+override:
+  - pattern: "Cell.head.*"
+    max_abs_err_fail_above: 10.0
+  - dtype: BFloat16
+    cosine_fail_below: 0.8
+"""
+
+
+@pytest.mark.parametrize(("name", "text"), [("rules.toml", TOML), ("rules.yaml", YAML)])
+def test_toml_and_yaml_give_the_same_rules(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    rules = load_rules(path)
+    default = Thresholds(cosine_suspect_below=0.995, relative_floor=1e-6)
+    assert rules.default == default
+    assert rules.min_matched_share == 0.9
+    # Overrides inherit the file's defaults for what they do not set.
+    head = rules.thresholds_for("Cell.head.Dense.forward.0.output.0", ("Float32",))
+    assert head == Thresholds(cosine_suspect_below=0.995, relative_floor=1e-6, max_abs_err_fail_above=10.0)
+    bf16 = rules.thresholds_for("Functional.relu.0.forward.input.0", ("torch.bfloat16",))
+    assert bf16.cosine_fail_below == 0.8 and bf16.cosine_suspect_below == 0.995
+    assert rules.thresholds_for("Functional.relu.0.forward.input.0", ("Float32",)) == default
+
+
+def test_empty_file_is_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text("")
+    assert load_rules(path) == Rules()
+    assert Rules().min_matched_share == DEFAULT_MIN_MATCHED_SHARE == 0.5
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[default]\ncosine_fail_belw = 0.9\n", "default.cosine_fail_belw: unknown key"),
+        ("[default]\ncosine_fail_below = 'high'\n", "default.cosine_fail_below: expected a number"),
+        ("[default]\nrelative_floor = 0\n", "relative_floor: must be > 0"),
+        ("min_matched_share = 1.5\n", "min_matched_share: must be between 0 and 1"),
+        ("[[override]]\nmax_abs_err_fail_above = 2.0\n", "override[0]: needs a pattern or a dtype"),
+        ("[[override]]\npattern = 3\n", "override[0].pattern: expected a string"),
+        ("thresholds = 1\n", "thresholds: unknown key"),
+        ("[default\n", "invalid TOML"),
+    ],
+)
+def test_bad_rules_are_one_line_errors_naming_file_and_key(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_rules(path)
+    msg = str(info.value)
+    assert words in msg and str(path) in msg and "\n" not in msg
+
+
+def test_unknown_suffix_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown rules file type"):
+        (tmp_path / "r.ini").write_text("")
+        load_rules(tmp_path / "r.ini")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_rules(tmp_path / "absent.toml")

@@ -117,7 +117,8 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
         "csv": (out / "comparison.csv", render_csv(comparison)),
     }
     for path, text in files.values():
-        write_bytes_atomic(path, text.encode("utf-8"))
+        # backslashreplace: a lone surrogate escape ("\ud800") in a dump's names cannot be UTF-8 encoded.
+        write_bytes_atomic(path, text.encode("utf-8", errors="backslashreplace"))
     return {k: v[0] for k, v in files.items()}
 
 

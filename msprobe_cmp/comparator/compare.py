@@ -184,6 +184,8 @@ class ComparisonRow:
             None when they were not compared.
         parent_cell: the parent cell from construct.json (A's, else B's), or None.
         stack: the call stack of the entry from stack.json (A's, else B's); () when unknown.
+        entry_name_b: B's entry name when the call alignment paired this row with a B entry of another
+            name (a shifted call index), else None (see :func:`msprobe_cmp.comparator.matching.align_entries`).
     """
 
     index: int
@@ -200,11 +202,17 @@ class ComparisonRow:
     differs: bool | None = None
     parent_cell: str | None = None
     stack: tuple[str, ...] = ()
+    entry_name_b: str | None = None
 
     @property
     def name(self) -> str:
         """The row name ``<entry name>.<arg path>``."""
         return f"{self.entry_name}.{self.arg_path}"
+
+    @property
+    def name_b(self) -> str:
+        """B's row name: :attr:`name`, or B's own entry name when the alignment shifted the call index."""
+        return f"{self.entry_name_b or self.entry_name}.{self.arg_path}"
 
     def metric(self, key: str) -> float | None:
         """The metric ``key``, or None when absent or undefined."""
@@ -365,10 +373,22 @@ def pair_units(
         if (only_a.step, only_a.rank) != (only_b.step, only_b.rank):
             notes.append(f"each side holds one unit: paired A {only_a.label} with B {only_b.label}")
         return [(only_a, only_b)], [], [], notes
-    by_id_b = {(u.step, u.rank): u for u in units_b}
+    by_id_b: dict[tuple[int | None, int | None], RankDump] = {}
+    dup_b: list[RankDump] = []
+    for u in sorted(units_b, key=lambda u: (_unit_sort_key(u), str(u.directory))):
+        if (u.step, u.rank) in by_id_b:
+            dup_b.append(u)  # e.g. several msprobe 26.x proc<pid> directories in one step: ambiguous
+        else:
+            by_id_b[(u.step, u.rank)] = u
+    seen_a: set[tuple[int | None, int | None]] = set()
+    dup_a: list[RankDump] = []
     pairs: list[tuple[RankDump, RankDump]] = []
     left_a: list[RankDump] = []
-    for ua in sorted(units_a, key=_unit_sort_key):
+    for ua in sorted(units_a, key=lambda u: (_unit_sort_key(u), str(u.directory))):
+        if (ua.step, ua.rank) in seen_a:
+            dup_a.append(ua)
+            continue
+        seen_a.add((ua.step, ua.rank))
         ub: RankDump | None = by_id_b.pop((ua.step, ua.rank)) if (ua.step, ua.rank) in by_id_b else None
         if ub is None:
             left_a.append(ua)
@@ -385,8 +405,12 @@ def pair_units(
             pairs.append((ua, ub2))
             notes.append(f"paired A {ua.label} with B {ub2.label} (non-distributed rank taken as rank 0)")
     pairs.sort(key=lambda p: _unit_sort_key(p[0]))
-    left_b = sorted(by_id_b.values(), key=_unit_sort_key)
-    return pairs, still_a, left_b, notes
+    left_b = sorted([*by_id_b.values(), *dup_b], key=_unit_sort_key)
+    for side, dups in (("A", dup_a), ("B", dup_b)):
+        if dups:
+            names = ", ".join(str(u.directory) for u in dups)
+            notes.append(f"{side} holds several units with the same step and rank; not compared: {names}")
+    return pairs, [*still_a, *dup_a], left_b, notes
 
 
 def _tensor_leaves(units: Iterable[RankDump]) -> Iterable[TensorLeaf]:
@@ -479,7 +503,7 @@ def _compare_tensors(
             if isinstance(loaded, str):
                 notes.append(f"tensor file unreadable ({loaded}): compared statistics instead")
             else:
-                return _tensor_outcome(loaded[0], loaded[1], floor, t, diffs, notes)
+                return _tensor_outcome(loaded[0], loaded[1], floor, t, diffs, notes, (la, lb))
     elif mode == "md5":
         if la.md5 is not None and lb.md5 is not None:
             rule = compute_md5_verdict(la.md5, lb.md5)
@@ -489,19 +513,36 @@ def _compare_tensors(
 
 
 def _tensor_outcome(
-    arr_a: np.ndarray, arr_b: np.ndarray, floor: float, t: Thresholds, diffs: tuple[StatDiff, ...], notes: list[str]
+    arr_a: np.ndarray,
+    arr_b: np.ndarray,
+    floor: float,
+    t: Thresholds,
+    diffs: tuple[StatDiff, ...],
+    notes: list[str],
+    leaves: tuple[TensorLeaf, TensorLeaf],
 ) -> _Outcome:
     if arr_a.size != arr_b.size:
         rule = RuleOutcome("fail", (f"tensor files differ in size: A {arr_a.size}, B {arr_b.size}",))
         return _Outcome("tensor", tuple(_stat_pairs(diffs)), rule, tuple(notes), True)
+    if np.iscomplexobj(arr_a) or np.iscomplexobj(arr_b):
+        # Complex values: compare the real and imaginary parts as one real vector (the cosine is then
+        # Re<a, b> / (|a| |b|), the absolute errors those of the parts).
+        arr_a = np.concatenate([np.real(arr_a).ravel(), np.imag(arr_a).ravel()])
+        arr_b = np.concatenate([np.real(arr_b).ravel(), np.imag(arr_b).ravel()])
+        notes.append("complex values: real and imaginary parts compared as one real vector")
     try:
         tm: TensorMetrics = compute_tensor_metrics(arr_a, arr_b, floor)
     except TypeError as exc:
-        rule = RuleOutcome("skip", (f"values not comparable as real numbers: {exc}",))
-        return _Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), None)
+        notes.append(f"values not comparable as real numbers ({exc}): compared statistics instead")
+        return _compare_statistics(leaves[0], leaves[1], diffs, t, notes)
     rule = compute_tensor_verdict(tm, t)
+    differs = tm.differs
+    if arr_a.dtype.kind in "iub" and arr_b.dtype.kind in "iub" and not np.array_equal(arr_a, arr_b):
+        differs = True
+        if tm.max_abs_err == 0.0:  # integers beyond 2**53 that float64 cannot tell apart
+            rule = RuleOutcome("fail", ("integer values differ beyond float64 precision (|values| > 2**53)",))
     named = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs())
-    return _Outcome("tensor", (*named, *_stat_pairs(diffs)), rule, tuple(notes) + tm.notes, tm.differs)
+    return _Outcome("tensor", (*named, *_stat_pairs(diffs)), rule, tuple(notes) + tm.notes, differs)
 
 
 def _is_number(v: object) -> bool:
@@ -575,12 +616,13 @@ def compare_units(
     rows: list[ComparisonRow] = []
     for i, pair in enumerate(pairs):
         out = _compare_pair(pair, unit_a, unit_b, mode, rules)
+        name_b = pair.entry_name_b or pair.entry_name
         parent = unit_a.construct.get(pair.entry_name) if pair.in_a else None
         if parent is None and pair.in_b:
-            parent = unit_b.construct.get(pair.entry_name)
+            parent = unit_b.construct.get(name_b)
         stack = unit_a.stack.get(pair.entry_name, ()) if pair.in_a else ()
         if not stack and pair.in_b:
-            stack = unit_b.stack.get(pair.entry_name, ())
+            stack = unit_b.stack.get(name_b, ())
         rows.append(
             ComparisonRow(
                 index=i,
@@ -597,6 +639,7 @@ def compare_units(
                 differs=out.differs,
                 parent_cell=parent,
                 stack=tuple(stack),
+                entry_name_b=pair.entry_name_b,
             )
         )
     frozen_rows = tuple(rows)
@@ -684,7 +727,9 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     first_divergent = _first_ref(units, "first_divergent")
     first_failing = _first_ref(units, "first_failing")
     compared = sum(u.compared_count for u in units)
-    total_rows = sum(class_totals.values())
+    # Rows of units found on one side only count too: a verdict on step 0 says nothing about steps 1-9.
+    unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
+    total_rows = sum(class_totals.values()) + unpaired_leaf_rows
     matched_share = class_totals["matched"] / total_rows if total_rows else 0.0
     verdict: OverallVerdict
     if first_failing is not None:

@@ -38,7 +38,8 @@ divergent row" is the first difference that happened:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -73,6 +74,8 @@ class RowPair:
         leaf_a, leaf_b: the leaves (None when absent from that side, or when the side holds JSON null).
         in_a, in_b: whether the key exists on that side (tells an absent row from a null leaf).
         notes: why the row got its class, or what to keep in mind when comparing it.
+        entry_name_b: B's entry name when the call alignment paired ``entry_name`` with a B entry of
+            another name (a shifted call index); None when B's name is the same (or B has no entry).
     """
 
     entry_name: str
@@ -83,6 +86,7 @@ class RowPair:
     in_a: bool
     in_b: bool
     notes: tuple[str, ...] = ()
+    entry_name_b: str | None = None
 
     @property
     def name(self) -> str:
@@ -164,55 +168,133 @@ def _causal_leaves(entry: Entry) -> list[tuple[str, Leaf]]:
     return [x for x in leaves if not x[0].startswith("output")] + [x for x in leaves if x[0].startswith("output")]
 
 
-def iter_rows(entries: Sequence[Entry]) -> Iterator[tuple[RowKey, Leaf]]:
-    """Flatten entries into ``(key, leaf)`` rows in execution order (module docstring).
+def _shape_signature(entry: Entry) -> tuple[object, ...]:
+    """The entry's leaves as ``(path, shape or value type)``: what tells two calls of one API apart."""
+    sig: list[object] = []
+    for path, leaf in entry.leaves():
+        if isinstance(leaf, TensorLeaf):
+            sig.append((path, leaf.shape))
+        elif isinstance(leaf, ValueLeaf):
+            sig.append((path, leaf.type))
+        else:
+            sig.append((path, None))
+    return tuple(sig)
 
-    A repeated (name, path) gets occurrence 1, 2, ...
+
+def _loose_key(entry: Entry) -> tuple[str, str, str | None]:
+    """What must be equal for two entries to be the same call up to its index: kind, stem, direction."""
+    parsed = parse_name(entry.name)
+    if parsed.kind == "other":
+        return ("other", entry.name, None)
+    return (parsed.kind, parsed.stem, parsed.direction)
+
+
+EntryPair = tuple[Entry | None, Entry | None]
+
+
+#: Above this many (A × B) entry pairs in a stretch that differs, the stretch pairs by name instead of
+#: being aligned (difflib's matcher is quadratic on the repetitive keys of training dumps).
+MAX_ALIGN_CELLS = 4_000_000
+
+
+def _pair_by_name(a: Sequence[Entry], b: Sequence[Entry]) -> list[EntryPair]:
+    by_name = {e.name: e for e in b}
+    out: list[EntryPair] = [(e, by_name.pop(e.name, None)) for e in a]
+    out.extend((None, e) for e in b if e.name in by_name)
+    return out
+
+
+def _align_block(a: Sequence[Entry], b: Sequence[Entry], strict: bool) -> list[EntryPair]:
+    def key(e: Entry) -> object:
+        return (_loose_key(e), _shape_signature(e)) if strict else _loose_key(e)
+
+    keys_a, keys_b = [key(e) for e in a], [key(e) for e in b]
+    # Common prefix and suffix first: an extra call in the middle leaves only a short stretch to align.
+    lo = 0
+    while lo < len(a) and lo < len(b) and keys_a[lo] == keys_b[lo]:
+        lo += 1
+    hi_a, hi_b = len(a), len(b)
+    while hi_a > lo and hi_b > lo and keys_a[hi_a - 1] == keys_b[hi_b - 1]:
+        hi_a, hi_b = hi_a - 1, hi_b - 1
+    out: list[EntryPair] = list(zip(a[:lo], b[:lo], strict=True))
+    mid_a, mid_b = a[lo:hi_a], b[lo:hi_b]
+    if len(mid_a) * len(mid_b) > MAX_ALIGN_CELLS:
+        out.extend(_pair_by_name(mid_a, mid_b))
+    else:
+        matcher = difflib.SequenceMatcher(None, keys_a[lo:hi_a], keys_b[lo:hi_b], autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                out.extend(zip(mid_a[i1:i2], mid_b[j1:j2], strict=True))
+            elif strict:
+                # No exact block here: pair what is the same call up to its shapes (a shape mismatch to report).
+                out.extend(_align_block(mid_a[i1:i2], mid_b[j1:j2], strict=False))
+            else:
+                out.extend((e, None) for e in mid_a[i1:i2])
+                out.extend((None, e) for e in mid_b[j1:j2])
+    out.extend(zip(a[hi_a:], b[hi_b:], strict=True))
+    return out
+
+
+def align_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> list[EntryPair]:
+    """Pair the entries of two dumps as calls, in execution order (:func:`execution_order`).
+
+    When both sides hold the same entry names in the same order (the usual case) entries pair by
+    name.  Otherwise the two call sequences are aligned, so that a call made on one side only (a
+    branch taken in one run) shows as unpaired instead of shifting the call index of every later
+    call of that API: first on the key (kind, name without index, direction, argument shapes), then,
+    inside the stretches that differ, on (kind, name without index, direction) alone, which pairs
+    calls whose shapes differ (reported as ``shape_mismatch``).  The alignment is difflib's
+    ``SequenceMatcher`` (Ratcliff/Obershelp matching blocks), which on call sequences that mostly
+    agree gives their longest common subsequence.  The common prefix and suffix are paired first; a
+    differing stretch larger than :data:`MAX_ALIGN_CELLS` (A entries × B entries) pairs by name.
+
+    Returns:
+        ``(entry of A or None, entry of B or None)`` pairs; every entry of each side appears once.
     """
-    seen: dict[tuple[str, str], int] = {}
-    for entry in execution_order(entries):
-        for path, leaf in _causal_leaves(entry):
-            n = seen.get((entry.name, path), 0)
-            seen[(entry.name, path)] = n + 1
-            yield (entry.name, path, n), leaf
+    a, b = execution_order(entries_a), execution_order(entries_b)
+    if [e.name for e in a] == [e.name for e in b]:
+        return list(zip(a, b, strict=True))
+    names_b = {e.name for e in b}
+    if all(e.name in names_b for e in a) and len(a) == len(b):
+        by_name = {e.name: e for e in b}
+        return [(e, by_name[e.name]) for e in a]
+    return _align_block(a, b, strict=True)
 
 
 def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tuple[RowPair, ...]:
-    """Pair and classify the rows of two entry sequences by exact (entry name, argument path).
+    """Pair and classify the rows of two entry sequences.
+
+    Entries are paired as calls by :func:`align_entries`; inside a pair of entries, rows pair by
+    argument path.  A row whose entry was aligned with a B entry of another name (its call index
+    shifted) carries that name in :attr:`RowPair.entry_name_b` and a note.
 
     Args:
-        entries_a: the target's entries, in execution order (sets the output order).
-        entries_b: the baseline's entries, in execution order.
+        entries_a: the target's entries, in file order.
+        entries_b: the baseline's entries, in file order.
 
     Returns:
-        One :class:`RowPair` per distinct key of either side, in execution order (module docstring).
+        One :class:`RowPair` per row of either side, in execution order (module docstring).
     """
-    rows_a = list(iter_rows(entries_a))
-    rows_b = list(iter_rows(entries_b))
-    leaves_b = dict(rows_b)
-    keys_a = {key for key, _ in rows_a}
-
-    # B-only rows, grouped under the last shared key that precedes them in B (None: before any).
-    attached: dict[RowKey | None, list[tuple[RowKey, Leaf]]] = {}
-    anchor: RowKey | None = None
-    for key, leaf in rows_b:
-        if key in keys_a:
-            anchor = key
-        else:
-            attached.setdefault(anchor, []).append((key, leaf))
-
-    def only_b(group: list[tuple[RowKey, Leaf]]) -> list[RowPair]:
-        return [RowPair(k[0], k[1], "only_in_b", None, leaf, False, True) for k, leaf in group]
-
-    out: list[RowPair] = only_b(attached.pop(None, []))
-    for key, leaf_a in rows_a:
-        if key in leaves_b:
-            leaf_b = leaves_b[key]
-            cls, notes = classify_pair(leaf_a, leaf_b)
-            out.append(RowPair(key[0], key[1], cls, leaf_a, leaf_b, True, True, notes))
-        else:
-            out.append(RowPair(key[0], key[1], "only_in_a", leaf_a, None, True, False))
-        out.extend(only_b(attached.pop(key, [])))
+    out: list[RowPair] = []
+    for ea, eb in align_entries(entries_a, entries_b):
+        leaves_a = _causal_leaves(ea) if ea is not None else []
+        leaves_b = dict(_causal_leaves(eb)) if eb is not None else {}
+        name = ea.name if ea is not None else eb.name  # type: ignore[union-attr]
+        name_b = eb.name if ea is not None and eb is not None and eb.name != ea.name else None
+        aligned = (f"aligned by call order with B's {name_b} (the two runs' call counts differ)",) if name_b else ()
+        seen: set[str] = set()
+        for path, leaf_a in leaves_a:
+            seen.add(path)
+            if path in leaves_b:
+                cls, notes = classify_pair(leaf_a, leaves_b[path])
+                out.append(RowPair(name, path, cls, leaf_a, leaves_b[path], True, True, aligned + notes, name_b))
+            else:
+                out.append(RowPair(name, path, "only_in_a", leaf_a, None, True, False, aligned, name_b))
+        for path, leaf_b in (_causal_leaves(eb) if eb is not None else []):
+            if path not in seen:
+                b_name = eb.name if eb is not None else name
+                out.append(RowPair(name if ea is not None else b_name, path, "only_in_b", None, leaf_b, False, True,
+                                   aligned, name_b))
     return tuple(out)
 
 

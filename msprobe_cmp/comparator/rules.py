@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from msprobe_cmp.comparator.dtypes import normalize_dtype
@@ -69,6 +69,10 @@ class Thresholds:
     def __post_init__(self) -> None:
         if self.relative_floor is not None and not self.relative_floor > 0.0:
             raise ConfigError(f"relative_floor: must be > 0, got {self.relative_floor!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and math.isnan(value):
+                raise ConfigError(f"{f.name}: must be a number, got NaN (use inf to switch a rule off)")
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,7 @@ def compute_tensor_verdict(metrics: TensorMetrics, thresholds: Thresholds) -> Ru
         )
     if mae > t.max_abs_err_fail_above:
         reasons.append(f"MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_fail_above)}")
-    if cos is None and metrics.numel >= 2 and mae > t.max_abs_err_suspect_above:
+    if cos is None and metrics.compared >= 2 and mae > t.max_abs_err_suspect_above:
         # Exactly one side is all zero: the cosine rules cannot clear the row, so the absolute error
         # decides alone (a gradient that vanished on one side is a classic port bug).
         reasons.append(

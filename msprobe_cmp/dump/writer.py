@@ -36,20 +36,30 @@ def _default_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+def write_atomic(path: Path, write: Callable[[BinaryIO], object], *, durable: bool = False) -> None:
     """Create ``path`` atomically: ``write(fh)`` fills a temporary file in the same directory, which
     then replaces ``path`` (``os.replace``, atomic on POSIX).
 
     The file gets the mode a plain ``open(path, "w")`` would give it.  On failure the previous file
-    (if any) is left untouched and the temporary file is removed.
+    (if any) is left untouched and the temporary file is removed.  With ``durable`` the data is
+    fsync'ed before the rename and the directory after it, so the new file survives a power loss too.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.chmod(tmp, _default_file_mode())
         os.replace(tmp, path)
+        if durable:
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -58,9 +68,9 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
         raise
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
     """Write ``data`` to ``path`` atomically (see :func:`write_atomic`)."""
-    write_atomic(path, lambda fh: fh.write(data))
+    write_atomic(path, lambda fh: fh.write(data), durable=durable)
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -121,6 +131,10 @@ class DumpWriter:
         arr = np.asarray(array)
         if arr.dtype.hasobject:
             raise ValueError(f"{data_name}: object arrays are not saved")
+        if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and "bfloat16" in str(arr.dtype):
+            # ml_dtypes.bfloat16 would be stored as an opaque void type: store its 16-bit patterns,
+            # which the reader decodes when dump.json says BFloat16.
+            arr = arr.view(np.uint16)
         write_atomic(self.tensor_dir / data_name, lambda fh: np.save(fh, arr, allow_pickle=False))
         self._saved_tensors = True
 
@@ -131,6 +145,7 @@ class DumpWriter:
             meta["dump_data_dir"] = str(self.tensor_dir.resolve())
         doc = dict(meta)
         doc["data"] = {name: entry_to_json(e) for name, e in self._entries.items()}
-        write_bytes_atomic(self.rank_dir / DUMP_JSON, _json_bytes(doc))
-        write_bytes_atomic(self.rank_dir / STACK_JSON, _json_bytes(self._stack))
-        write_bytes_atomic(self.rank_dir / CONSTRUCT_JSON, _json_bytes(self._construct))
+        # stack.json and construct.json first: dump.json, written last, marks the step complete.
+        write_bytes_atomic(self.rank_dir / STACK_JSON, _json_bytes(self._stack), durable=True)
+        write_bytes_atomic(self.rank_dir / CONSTRUCT_JSON, _json_bytes(self._construct), durable=True)
+        write_bytes_atomic(self.rank_dir / DUMP_JSON, _json_bytes(doc), durable=True)

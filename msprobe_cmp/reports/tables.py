@@ -97,10 +97,15 @@ def _json_side(side: SideSummary | None) -> dict[str, Any] | None:
 
 def _json_rules(rules: Rules) -> dict[str, Any]:
     return {
-        "default": asdict(rules.default),
+        "default": {k: _json_number(v) for k, v in asdict(rules.default).items()},
         "min_matched_share": rules.min_matched_share,
         "overrides": [
-            {"pattern": o.pattern, "dtype": o.dtype, "thresholds": asdict(o.thresholds)} for o in rules.overrides
+            {
+                "pattern": o.pattern,
+                "dtype": o.dtype,
+                "thresholds": {k: _json_number(v) for k, v in asdict(o.thresholds).items()},
+            }
+            for o in rules.overrides
         ],
     }
 
@@ -110,6 +115,7 @@ def _json_row(row: ComparisonRow) -> dict[str, Any]:
         "index": row.index,
         "name": row.name,
         "entry": row.entry_name,
+        "entry_b": row.entry_name_b or row.entry_name,
         "arg_path": row.arg_path,
         "match_class": row.match_class,
         "compared_by": row.compared_by,
@@ -204,7 +210,7 @@ def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[object]:
     a, b = row.a, row.b
     cells: list[object] = [
         _text(row.name if a is not None else None),
-        _text(row.name if b is not None else None),
+        _text(row.name_b if b is not None else None),
         _text(a.dtype if a else None),
         _text(b.dtype if b else None),
         _shape_text(a),

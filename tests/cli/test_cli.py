@@ -242,3 +242,15 @@ def test_bad_rules_option_is_exit_2(tmp_path, capsys, msprobe_fixtures):
     bad.write_text("[default]\nbogus = 1\n")
     code, _, err = _run([run, run, "-o", tmp_path / "o", "--rules", bad], capsys)
     assert code == 2 and "default.bogus: unknown key" in err
+
+
+def test_lone_surrogate_in_a_name_does_not_crash_the_reports(tmp_path, capsys):
+    for side in ("a", "b"):
+        d = tmp_path / side / "rank"
+        d.mkdir(parents=True)
+        (d / "dump.json").write_text('{"task": "statistics", "framework": "mindspore", "data": {"Functional.x\\ud800.0'
+                                     '.forward": {"output": [{"type": "mindspore.Tensor", "dtype": "Float32", '
+                                     '"shape": [2], "Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 1.0}]}}}')
+    code, _, err = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert code == 0, err
+    assert "\\ud800" in (tmp_path / "out" / "comparison.csv").read_text()

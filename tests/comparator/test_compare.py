@@ -205,9 +205,9 @@ def test_nothing_in_common_is_nothing_compared(tmp_path):
     assert c.verdict == "nothing_compared"
     counts = dict(c.counts)
     assert counts["matched"] == 0 and counts["only_in_a"] == 2 and counts["only_in_b"] == 2
-    # B-only rows with no shared predecessor come first (they ran before anything A also ran)
-    assert [r.entry_name for r in c.units[0].rows] == ["Functional.gelu.0.forward"] * 2 + [
-        "Functional.relu.0.forward"
+    # A stretch of calls that differs entirely: A's calls, then B's
+    assert [r.entry_name for r in c.units[0].rows] == ["Functional.relu.0.forward"] * 2 + [
+        "Functional.gelu.0.forward"
     ] * 2
 
 
@@ -390,3 +390,81 @@ def test_unpaired_rows_are_said_in_a_note(tmp_path: Path) -> None:
     assert c.verdict == "pass"
     assert any("1 row(s) have no partner (only_in_a 1, only_in_b 0)" in n and "1 matched row(s) only" in n
                for n in c.notes)
+
+
+# ------------------------------------------------------------------ found in code review
+
+
+def test_one_finite_value_left_after_matching_nan_is_not_called_all_zero(tmp_path):
+    # [nan, nan, 1.0105] vs [nan, nan, 1.0]: one finite value left, |diff| 0.0105 -> warning, not a failure.
+    write_unit(tmp_path / "a" / "rank", {"x": np.array([np.nan, np.nan, 1.0105], dtype=np.float32)})
+    write_unit(tmp_path / "b" / "rank", {"x": np.array([np.nan, np.nan, 1.0], dtype=np.float32)})
+    row = rows_by_name(compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b")))["Functional.x.0.forward.output.0"]
+    assert row.verdict == "warning" and not any("all zero" in r for r in row.reasons)
+
+
+@pytest.mark.filterwarnings("ignore:Casting complex values")  # the test helper's statistics of complex data
+def test_complex_tensors_are_compared_by_their_parts(tmp_path):
+    a = np.array([1 + 1j, 2], dtype=np.complex64)
+    b = np.array([100 + 1j, -50j], dtype=np.complex64)
+    write_unit(tmp_path / "a" / "rank", {"z": a})
+    write_unit(tmp_path / "b" / "rank", {"z": b})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    row = rows_by_name(c)["Functional.z.0.forward.output.0"]
+    va, vb = np.array([1, 2, 1, 0.0]), np.array([100, 0, 1, -50.0])  # real parts, then imaginary parts
+    assert row.metric("MaxAbsErr") == pytest.approx(np.max(np.abs(va - vb)))
+    assert row.metric("Cosine") == pytest.approx(va @ vb / (np.linalg.norm(va) * np.linalg.norm(vb)))
+    assert row.verdict == "fail" and c.verdict == "fail"
+
+
+def test_int64_beyond_float64_precision_still_differs(tmp_path):
+    write_unit(tmp_path / "a" / "rank", {"ids": np.array([2**60 + 1, 7], dtype=np.int64)})
+    write_unit(tmp_path / "b" / "rank", {"ids": np.array([2**60, 7], dtype=np.int64)})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    row = rows_by_name(c)["Functional.ids.0.forward.output.0"]
+    assert row.differs is True and row.verdict == "fail" and c.verdict == "fail"
+
+
+def test_bfloat16_arrays_saved_by_the_writer_read_back(tmp_path):
+    import ml_dtypes
+
+    values = np.array([1.5, -2.0, 3.0], dtype=ml_dtypes.bfloat16)
+    w = DumpWriter(tmp_path / "rank", DumpMeta("tensor", "L1", "mindspore"))
+    w.save_tensor("t.npy", values)
+    leaf_ = TensorLeaf("mindspore.Tensor", "BFloat16", (3,), 3.0, -2.0, 2.5 / 3, None, data_name="t.npy")
+    w.put(Entry.forward("Functional.x.0.forward", Seq(), Map(), Seq((leaf_,))))
+    w.flush()
+    unit = load_dump(tmp_path / "rank").units[0]
+    np.testing.assert_array_equal(np.asarray(unit.load_tensor(leaf_), dtype=np.float64), [1.5, -2.0, 3.0])
+
+
+def test_nan_threshold_is_refused_and_inf_thresholds_render_as_json(tmp_path):
+    import json
+
+    from msprobe_cmp.comparator.rules import Rules, Thresholds
+    from msprobe_cmp.reports import render_json
+
+    with pytest.raises(ConfigError, match="NaN"):
+        Thresholds(max_abs_err_fail_above=float("nan"))
+    write_unit(tmp_path / "a" / "rank", {"x": X})
+    rules = Rules(default=Thresholds(max_abs_err_fail_above=float("inf")))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "a"), CompareOptions(rules=rules))
+    assert json.loads(render_json(c))["thresholds"]["default"]["max_abs_err_fail_above"] == "Infinity"
+
+
+def test_units_with_the_same_id_are_reported_not_dropped(tmp_path):
+    for side, procs in (("a", (100, 200)), ("b", (300, 400))):
+        for p in procs:
+            write_unit(tmp_path / side / "step0" / f"proc{p}", {"x": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert len(c.units) == 1 and len(c.unpaired) == 2  # one pair, one leftover per side: nothing vanishes
+    assert any("same step and rank" in n for n in c.notes)
+
+
+def test_rows_of_unpaired_steps_count_against_the_matched_share(tmp_path):
+    for s in range(10):
+        write_unit(tmp_path / "a" / f"step{s}" / "rank", {"x": X})
+    write_unit(tmp_path / "b" / "step0" / "rank", {"x": X})
+    write_unit(tmp_path / "b" / "step42" / "rank", {"x": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.verdict == "too_few_matched"  # 2 matched rows of 2 + 9*2 + 2 unpaired rows

@@ -146,3 +146,49 @@ def test_parameters_grad_without_backward_entry_goes_last():
     ]
     rows = match_entries(entries, entries)
     assert [r.entry_name for r in rows] == ["Functional.relu.0.forward"] * 2 + ["Cell.fc1.Dense.parameters_grad"]
+
+
+def _call(name: str, shape: tuple[int, ...], v: float = 1.0) -> Entry:
+    leaf = TensorLeaf("mindspore.Tensor", "Float32", shape, v, v, v, v)
+    return Entry.forward(name, Seq((leaf,)), Map(), Seq((leaf,)))
+
+
+def test_an_extra_call_on_one_side_does_not_shift_every_later_pair():
+    # A took a branch B did not: an extra Functional.relu call (shape (3,)) between relu.0 and the old relu.1.
+    a = [_call("Functional.relu.0.forward", (2,)), _call("Functional.relu.1.forward", (3,)),
+         _call("Functional.relu.2.forward", (4,)), _call("Functional.relu.3.forward", (5,))]
+    b = [_call("Functional.relu.0.forward", (2,)), _call("Functional.relu.1.forward", (4,)),
+         _call("Functional.relu.2.forward", (5,))]
+    rows = match_entries(a, b)
+    by_entry: dict[str, set[str]] = {}
+    for r in rows:
+        by_entry.setdefault(r.entry_name, set()).add(r.match_class)
+    assert by_entry == {
+        "Functional.relu.0.forward": {"matched"},
+        "Functional.relu.1.forward": {"only_in_a"},  # the extra call, not a shape mismatch with B's relu.1
+        "Functional.relu.2.forward": {"matched"},  # paired with B's relu.1 (both shape (4,))
+        "Functional.relu.3.forward": {"matched"},  # paired with B's relu.2
+    }
+    shifted = [r for r in rows if r.entry_name == "Functional.relu.2.forward"]
+    assert all(r.entry_name_b == "Functional.relu.1.forward" for r in shifted)
+    assert "aligned by call order" in shifted[0].notes[0]
+    # Exact name matching would have produced 3 shape mismatches; alignment produces none.
+    assert not [r for r in rows if r.match_class == "shape_mismatch"]
+
+
+def test_same_call_with_other_shapes_is_a_shape_mismatch_not_two_unpaired_calls():
+    a = [_call("Functional.relu.0.forward", (2,)), _call("Functional.add.0.forward", (8,))]
+    b = [_call("Functional.relu.0.forward", (2,)), _call("Functional.add.0.forward", (16,)),
+         _call("Functional.mul.0.forward", (16,))]
+    rows = match_entries(a, b)
+    classes = {(r.entry_name, r.match_class) for r in rows}
+    assert ("Functional.add.0.forward", "shape_mismatch") in classes
+    assert ("Functional.mul.0.forward", "only_in_b") in classes
+    assert all(r.entry_name_b is None for r in rows)
+
+
+def test_identical_name_sequences_pair_by_name():
+    a = [_call("Functional.relu.0.forward", (2,)), _call("Functional.relu.1.forward", (3,))]
+    b = [_call("Functional.relu.0.forward", (3,)), _call("Functional.relu.1.forward", (2,))]
+    rows = match_entries(a, b)  # same names: pairs by name (two shape mismatches), never re-aligned
+    assert {r.match_class for r in rows} == {"shape_mismatch"} and all(r.entry_name_b is None for r in rows)

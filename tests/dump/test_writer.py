@@ -107,3 +107,15 @@ def test_files_get_the_umask_mode_not_0600(tmp_path):
         os.umask(old)
     for p in [tmp_path / "rank" / "dump.json", tmp_path / "rank" / "dump_tensor_data" / "t.npy"]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o644
+
+
+def test_flush_makes_the_json_durable(tmp_path, monkeypatch):
+    import os
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr("msprobe_cmp.dump.writer.os.fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    w = DumpWriter(tmp_path / "rank", DumpMeta("statistics", "L1", "mindspore"))
+    w.put(Entry.forward("Functional.x.0.forward", Seq(), Map(), Seq((LEAF,))))
+    w.flush()
+    assert len(synced) == 6  # each of the 3 JSON files, and its directory after the rename

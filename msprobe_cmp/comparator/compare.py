@@ -484,6 +484,20 @@ def _load_pair(
         return str(exc)
 
 
+def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[TensorLeaf, TensorLeaf]) -> list[str]:
+    """Notes for tensor files whose dtype is not the one dump.json states (values are decoded as stored)."""
+    notes = []
+    for side, arr, leaf in (("A", arrays[0], leaves[0]), ("B", arrays[1], leaves[1])):
+        stored, stated = normalize_dtype(str(arr.dtype)), normalize_dtype(leaf.dtype)
+        if stored == stated:
+            continue
+        if stated == "bfloat16" and stored == "float32":
+            notes.append(f"{side}'s bfloat16 tensor is stored as float32 (msprobe's convention)")
+        else:
+            notes.append(f"{side}'s tensor file holds {arr.dtype}, dump.json says {leaf.dtype}")
+    return notes
+
+
 def _compare_tensors(
     pair: RowPair, la: TensorLeaf, lb: TensorLeaf, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules
 ) -> _Outcome:
@@ -503,6 +517,7 @@ def _compare_tensors(
             if isinstance(loaded, str):
                 notes.append(f"tensor file unreadable ({loaded}): compared statistics instead")
             else:
+                notes.extend(_file_dtype_notes(loaded, (la, lb)))
                 return _tensor_outcome(loaded[0], loaded[1], floor, t, diffs, notes, (la, lb))
     elif mode == "md5":
         if la.md5 is not None and lb.md5 is not None:
@@ -708,6 +723,22 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             f"{unpaired_rows} row(s) have no partner (only_in_a {class_totals['only_in_a']}, only_in_b "
             f"{class_totals['only_in_b']}): the verdict covers the {class_totals['matched']} matched row(s) only"
         )
+    tasks_a = sorted({u.meta.task for u in paired_a})
+    tasks_b = sorted({u.meta.task for u in paired_b})
+    if tasks_a != tasks_b:
+        notes.append(
+            f"A was recorded with task {'/'.join(tasks_a) or '-'}, B with {'/'.join(tasks_b) or '-'}: "
+            f"compared in {mode} mode, on what both sides have"
+        )
+    for side, side_units in (("A", units_a), ("B", units_b)):
+        empty = [u.label for u in side_units if not u.entries]
+        if empty:
+            notes.append(f"warning: {side} has {len(empty)} empty unit(s) (no entries): {', '.join(empty)}")
+    ranks_a = {s: len([u for u in units_a if u.step == s]) for s in {u.step for u in units_a}}
+    ranks_b = {s: len([u for u in units_b if u.step == s]) for s in {u.step for u in units_b}}
+    world_a, world_b = max(ranks_a.values(), default=0), max(ranks_b.values(), default=0)
+    if world_a and world_b and world_a != world_b:
+        notes.insert(0, f"world sizes differ: A has {world_a} rank(s) per step, B has {world_b}")
     frameworks_a = sorted({u.meta.framework for u in paired_a})
     frameworks_b = sorted({u.meta.framework for u in paired_b})
     if frameworks_a != frameworks_b:

@@ -468,3 +468,28 @@ def test_rows_of_unpaired_steps_count_against_the_matched_share(tmp_path):
     write_unit(tmp_path / "b" / "step42" / "rank", {"x": X})
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     assert c.verdict == "too_few_matched"  # 2 matched rows of 2 + 9*2 + 2 unpaired rows
+
+
+def test_notes_for_mixed_tasks_empty_units_and_world_sizes(tmp_path):
+    write_unit(tmp_path / "a" / "step0" / "rank0", {"x": X}, task="tensor")
+    write_unit(tmp_path / "a" / "step0" / "rank1", {"x": X}, task="tensor")
+    write_unit(tmp_path / "b" / "step0" / "rank0", {"x": X}, task="statistics")
+    write_unit(tmp_path / "b" / "step1" / "rank0", {}, task="statistics")
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.mode == "statistics"
+    assert c.notes[0] == "world sizes differ: A has 2 rank(s) per step, B has 1"
+    assert any("A was recorded with task tensor, B with statistics: compared in statistics mode" in n for n in c.notes)
+    assert any(n.startswith("warning: B has 1 empty unit(s)") and "step1/rank0" in n for n in c.notes)
+
+
+def test_tensor_file_dtype_other_than_dump_json_is_noted(tmp_path):
+    for side in ("a", "b"):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("tensor", "L1", "mindspore"))
+        w.save_tensor("t.npy", np.arange(4, dtype=np.float32))
+        bf16 = TensorLeaf("mindspore.Tensor", "BFloat16", (4,), 3.0, 0.0, 1.5, 14**0.5, data_name="t.npy")
+        f16 = TensorLeaf("mindspore.Tensor", "Float16", (4,), 3.0, 0.0, 1.5, 14**0.5, data_name="t.npy")
+        w.put(Entry.forward("Functional.x.0.forward", Seq((bf16,)), Map(), Seq((f16,))))
+        w.flush()
+    rows = rows_by_name(compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b")))
+    assert "A's bfloat16 tensor is stored as float32 (msprobe's convention)" in rows["Functional.x.0.forward.input.0"].notes
+    assert "A's tensor file holds float32, dump.json says Float16" in rows["Functional.x.0.forward.output.0"].notes

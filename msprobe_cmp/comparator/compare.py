@@ -21,7 +21,8 @@ its statistics (a note says why); within md5 mode a row without checksums does t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -48,6 +49,7 @@ from msprobe_cmp.comparator.rules import (
     compute_tensor_verdict,
     compute_value_verdict,
 )
+from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import Dump, RankDump
 from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf
 from msprobe_cmp.errors import ConfigError, MsprobeCmpError
@@ -246,6 +248,134 @@ class UnitRef:
 
 
 @dataclass(frozen=True)
+class CellRollup:
+    """The rows inside one cell call — the cell's own rows and those of every API and cell below it in
+    construct.json — summed up: the answer to "which part of the model disagrees, and how much".
+
+    Attributes:
+        cell: the cell entry name (``"Cell.blocks.0.Dense.forward.0"``).
+        parent: the cell it runs inside, or None at the top.
+        depth: 0 at the top, +1 per enclosing cell.
+        rows: rows in the subtree; failing / differing: how many of them fail / differ.
+        min_cosine: the lowest Cosine in the subtree (tensor mode), or None.
+        max_abs_err: the largest MaxAbsErr (tensor mode) or its statistics lower bound, or None.
+        worst_verdict: the worst row verdict (fail > warning > pass > skip).
+        first_divergent: index of the first row in the subtree whose two sides differ, or None.
+    """
+
+    cell: str
+    parent: str | None
+    depth: int
+    rows: int
+    failing: int
+    differing: int
+    min_cosine: float | None
+    max_abs_err: float | None
+    worst_verdict: Verdict
+    first_divergent: int | None
+
+
+_VERDICT_RANK = {"fail": 3, "warning": 2, "pass": 1, "skip": 0}
+_MAX_CELL_DEPTH = 256
+
+
+class _CellAcc:
+    """Running totals of one cell's subtree while the rows stream past."""
+
+    def __init__(self) -> None:
+        self.rows = self.failing = self.differing = 0
+        self.min_cosine: float | None = None
+        self.max_abs_err: float | None = None
+        self.worst: Verdict = "skip"
+        self.first: int | None = None
+
+    def add(self, r: ComparisonRow) -> None:
+        self.rows += 1
+        self.failing += r.verdict == "fail"
+        if _row_differs(r):
+            self.differing += 1
+            if self.first is None:
+                self.first = r.index
+        if _VERDICT_RANK[r.verdict] > _VERDICT_RANK[self.worst]:
+            self.worst = r.verdict
+        cos = r.metric("Cosine")
+        if cos is not None and not math.isnan(cos) and (self.min_cosine is None or cos < self.min_cosine):
+            self.min_cosine = cos
+        mae = r.metric("MaxAbsErr")
+        if mae is None:
+            mae = r.metric(LOWER_BOUND_NAME)
+        if mae is not None and not math.isnan(mae) and (self.max_abs_err is None or mae > self.max_abs_err):
+            self.max_abs_err = mae
+
+
+def _row_differs(r: ComparisonRow) -> bool:
+    return bool(
+        (r.match_class == "matched" and r.differs)
+        or r.match_class in ("shape_mismatch", "dtype_mismatch")
+        or r.verdict == "fail"
+    )
+
+
+def compute_cell_rollups(
+    rows: tuple[ComparisonRow, ...], construct: Mapping[str, str | None]
+) -> tuple[tuple[CellRollup, ...], dict[str, tuple[str, ...]]]:
+    """Roll the rows up into every enclosing cell call (construct.json: entry → parent cell).
+
+    Args:
+        rows: the unit's rows in execution order.
+        construct: entry name → parent cell entry name (A's construct.json, completed from B's).
+
+    Returns:
+        ``(cells, chains)``: one :class:`CellRollup` per cell call, in the order its first row
+        appears; and, per entry name, its enclosing cells innermost first (for a cell entry, the cell
+        itself first).
+    """
+    chains: dict[str, tuple[str, ...]] = {}
+
+    def chain_of(entry: str) -> tuple[str, ...]:
+        if entry in chains:
+            return chains[entry]
+        out: list[str] = []
+        seen = {entry}
+        parent = construct.get(entry)
+        while parent is not None and parent not in seen and len(out) < _MAX_CELL_DEPTH:
+            out.append(parent)
+            seen.add(parent)
+            parent = construct.get(parent)
+        chains[entry] = tuple(out)
+        return chains[entry]
+
+    order: list[str] = []
+    acc: dict[str, _CellAcc] = {}
+    for r in rows:
+        own = (r.entry_name,) if parse_name(r.entry_name).kind == "cell" else ()
+        for cell in (*own, *chain_of(r.entry_name)):
+            if cell not in acc:
+                acc[cell] = _CellAcc()
+                order.append(cell)
+            acc[cell].add(r)
+    cells = []
+    for cell in order:
+        x = acc[cell]
+        parents = chain_of(cell)
+        cells.append(
+            CellRollup(
+                cell=cell,
+                parent=parents[0] if parents else None,
+                depth=len(parents),
+                rows=x.rows,
+                failing=x.failing,
+                differing=x.differing,
+                min_cosine=x.min_cosine,
+                max_abs_err=x.max_abs_err,
+                worst_verdict=x.worst,
+                first_divergent=x.first,
+            )
+        )
+    return tuple(cells), chains
+
+
+@dataclass(frozen=True)
 class UnitComparison:
     """The comparison of one unit of A with its partner in B.
 
@@ -261,6 +391,8 @@ class UnitComparison:
         verdict: ``"fail"`` when a row fails; else ``"nothing_compared"`` when no matched row was
             compared; else ``"pass"``.
         notes: remarks about the pairing.
+        cells: the per-cell roll-up (:func:`compute_cell_rollups`), in execution order.
+        parent_chains: entry name → its enclosing cells, innermost first.
     """
 
     unit_a: UnitRef
@@ -272,6 +404,8 @@ class UnitComparison:
     first_failing: int | None
     verdict: OverallVerdict
     notes: tuple[str, ...] = ()
+    cells: tuple[CellRollup, ...] = ()
+    parent_chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def compared_count(self) -> int:
@@ -289,6 +423,7 @@ class RowRef:
         name: the row name ``<entry name>.<arg path>``.
         unit_label: the unit's label on the A side (``"step0/rank"``).
         parent_cell: the row's parent cell (construct.json), or None.
+        parents: every enclosing cell, innermost first (construct.json followed upwards).
     """
 
     unit: int
@@ -296,11 +431,13 @@ class RowRef:
     name: str
     unit_label: str
     parent_cell: str | None = None
+    parents: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
-        """``"<row name> (<unit label>[, in <parent cell>])"``, for one-line messages."""
-        inside = f", in {self.parent_cell}" if self.parent_cell else ""
+        """``"<row name> (<unit label>[, in <parent cell> < <its parent> ...])"``, for one-line messages."""
+        chain = self.parents or ((self.parent_cell,) if self.parent_cell else ())
+        inside = f", in {' < '.join(chain)}" if chain else ""
         return f"{self.name} ({self.unit_label}{inside})"
 
 
@@ -605,11 +742,7 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
 
 def _first(rows: tuple[ComparisonRow, ...], want: str) -> int | None:
     for r in rows:
-        if want == "divergent" and (
-            (r.match_class == "matched" and r.differs)
-            or r.match_class in ("shape_mismatch", "dtype_mismatch")
-            or r.verdict == "fail"
-        ):
+        if want == "divergent" and _row_differs(r):
             return r.index
         if want == "failing" and r.verdict == "fail":
             return r.index
@@ -661,7 +794,11 @@ def compare_units(
     first_failing = _first(frozen_rows, "failing")
     compared = sum(1 for r in frozen_rows if r.match_class == "matched" and r.verdict != "skip")
     verdict: OverallVerdict = "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
+    construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
+    cells, chains = compute_cell_rollups(frozen_rows, construct)
     return UnitComparison(
+        cells=cells,
+        parent_chains=chains,
         unit_a=UnitRef.of("a", unit_a),
         unit_b=UnitRef.of("b", unit_b),
         rows=frozen_rows,
@@ -679,7 +816,7 @@ def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
         index: int | None = getattr(u, attr)
         if index is not None:
             row = u.rows[index]
-            return RowRef(i, index, row.name, u.unit_a.label, row.parent_cell)
+            return RowRef(i, index, row.name, u.unit_a.label, row.parent_cell, u.parent_chains.get(row.entry_name, ()))
     return None
 
 

@@ -28,6 +28,7 @@ from msprobe_cmp.comparator.compare import (
     LOWER_BOUND_NAME,
     STAT_METRIC_NAMES,
     TENSOR_METRIC_NAMES,
+    CellRollup,
     Comparison,
     ComparisonRow,
     RowRef,
@@ -145,6 +146,22 @@ def _json_row_ref(comparison: Comparison, ref: RowRef | None) -> dict[str, Any] 
         "step": unit.unit_a.step,
         "rank": unit.unit_a.rank,
         "parent_cell": ref.parent_cell,
+        "parents": list(ref.parents),
+    }
+
+
+def _json_cell(cell: CellRollup) -> dict[str, Any]:
+    return {
+        "cell": cell.cell,
+        "parent": cell.parent,
+        "depth": cell.depth,
+        "rows": cell.rows,
+        "failing": cell.failing,
+        "differing": cell.differing,
+        "min_cosine": _json_number(cell.min_cosine),
+        "max_abs_err": _json_number(cell.max_abs_err),
+        "worst_verdict": cell.worst_verdict,
+        "first_divergent": cell.first_divergent,
     }
 
 
@@ -164,6 +181,7 @@ def _json_unit(unit: UnitComparison) -> dict[str, Any]:
         "first_failing": unit.first_failing,
         "notes": list(unit.notes),
         "rows": [_json_row(r) for r in unit.rows],
+        "cells": [_json_cell(c) for c in unit.cells],
         "stacks": stacks,
     }
 
@@ -174,7 +192,8 @@ def render_json(comparison: Comparison, *, indent: int | None = 1) -> str:
     Top-level keys: ``schema``, ``version``, ``verdict``, ``mode``, ``input_a`` (target),
     ``input_b`` (baseline), ``thresholds``, ``class_counts``, ``verdict_counts``, ``compared_count``,
     ``first_divergent`` / ``first_failing`` (``{"unit", "row", "name", "step", "rank"}`` or null),
-    ``unpaired``, ``notes``, ``units`` (each with its ``rows`` and the ``stacks`` of their entries).
+    ``unpaired``, ``notes``, ``units`` (each with its ``rows``, the per-cell roll-up ``cells`` and the
+    ``stacks`` of their entries).
     """
     doc = {
         "schema": JSON_SCHEMA,

@@ -493,3 +493,33 @@ def test_tensor_file_dtype_other_than_dump_json_is_noted(tmp_path):
     rows = rows_by_name(compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b")))
     assert "A's bfloat16 tensor is stored as float32 (msprobe's convention)" in rows["Functional.x.0.forward.input.0"].notes
     assert "A's tensor file holds float32, dump.json says Float16" in rows["Functional.x.0.forward.output.0"].notes
+
+
+def test_cell_rollup_and_parent_chain(tmp_path):
+    """net > fc1 > matmul: a difference inside fc1's MatMul rolls up into fc1 and net, not into fc2."""
+    base = np.linspace(1.0, 2.0, 8, dtype=np.float32)
+    tree = {  # entry -> (parent, target values); the baseline is `base` everywhere
+        "Cell.net.Net.forward.0": (None, base),
+        "Cell.net.fc1.Dense.forward.0": ("Cell.net.Net.forward.0", base),
+        "Primitive.matmul.MatMul.0.forward": ("Cell.net.fc1.Dense.forward.0", base[::-1].copy()),
+        "Cell.net.fc2.Dense.forward.0": ("Cell.net.Net.forward.0", base),
+    }
+    for side in ("a", "b"):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("tensor", "mix", "mindspore"))
+        for name, (parent, target) in tree.items():
+            arr = target if side == "a" else base
+            w.put(Entry.forward(name, Seq(), Map(), Seq((leaf(w, f"{name}.output.0.npy", arr),))))
+            w.set_parent(name, parent)
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    cells = {cell.cell: cell for cell in c.units[0].cells}
+    cos = float(base[::-1].astype(np.float64) @ base / (np.linalg.norm(base) ** 2))
+    mae = float(np.max(np.abs(base[::-1].astype(np.float64) - base)))
+    for name, depth in (("Cell.net.Net.forward.0", 0), ("Cell.net.fc1.Dense.forward.0", 1)):
+        assert cells[name].depth == depth and cells[name].differing == 1 and cells[name].rows >= 2
+        assert cells[name].min_cosine == pytest.approx(cos) and cells[name].max_abs_err == pytest.approx(mae)
+    assert cells["Cell.net.fc2.Dense.forward.0"].differing == 0 and cells["Cell.net.fc2.Dense.forward.0"].depth == 1
+    assert cells["Cell.net.Net.forward.0"].rows == 4  # its own row and the three below it
+    assert c.first_divergent is not None
+    assert c.first_divergent.parents == ("Cell.net.fc1.Dense.forward.0", "Cell.net.Net.forward.0")
+    assert "in Cell.net.fc1.Dense.forward.0 < Cell.net.Net.forward.0" in c.first_divergent.label

@@ -76,6 +76,26 @@ def compute_stats(array: np.ndarray) -> tuple[float | None, float | None, float 
         )
 
 
+#: Names of the non-finite counts each tensor leaf carries (extra leaf fields; msprobe ignores them).
+NONFINITE_KEYS = ("nan_count", "pos_inf_count", "neg_inf_count")
+
+
+def compute_nonfinite_counts(array: np.ndarray) -> tuple[int, int, int]:
+    """Counts of NaN, +Inf and -Inf elements of ``array`` (element counts, not fractions).
+
+    Integer and bool arrays hold no non-finite values (``(0, 0, 0)`` without a scan); a complex
+    element counts as NaN when either part is NaN, and as +Inf when its modulus is infinite
+    (the same ``abs()`` convention as :func:`compute_stats`).
+    """
+    if array.size == 0 or array.dtype.kind in "biu":
+        return (0, 0, 0)
+    values = np.abs(array) if np.iscomplexobj(array) else np.asarray(array, dtype=np.float64)
+    nan = int(np.count_nonzero(np.isnan(values)))
+    pos = int(np.count_nonzero(np.isposinf(values)))
+    neg = int(np.count_nonzero(np.isneginf(values)))
+    return (nan, pos, neg)
+
+
 def compute_crc32(array: np.ndarray) -> str:
     """msprobe's ``md5`` summary: a CRC32 of the array's C-order bytes, as 8 lowercase hex digits."""
     data = np.ascontiguousarray(array).tobytes()
@@ -130,6 +150,7 @@ class Collector:
         """The leaf of one host tensor; in the tensor task also saves ``<entry>.<arg_path>.npy``."""
         array = tensor.array
         mx, mn, mean, norm = compute_stats(array)
+        counts = compute_nonfinite_counts(array)
         data_name = None
         if self.save_tensors and writer is not None:
             data_name = tensor_file_name(entry_name, arg_path)
@@ -144,6 +165,7 @@ class Collector:
             norm=norm,
             md5=compute_crc32(array) if self.checksum else None,
             data_name=data_name,
+            extra=tuple(zip(NONFINITE_KEYS, counts, strict=True)),
         )
 
     def _node(self, value: object, writer: DumpWriter | None, entry: str, path: str, depth: int) -> Node:

@@ -12,23 +12,27 @@ file.  Every problem raises :class:`~msprobe_cmp.errors.ConfigError` with one li
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import read_json
 from msprobe_cmp.errors import ConfigError, DumpFormatError
 
 #: Tasks the recorder implements.
-SUPPORTED_TASKS = ("statistics", "tensor")
+SUPPORTED_TASKS = ("statistics", "tensor", "structure")
 #: Tasks msprobe knows but this recorder does not implement (rejected with a clear message).
 KNOWN_TASKS = ("statistics", "tensor", "overflow_check", "free_benchmark", "run_ut", "grad_probe", "structure")
 #: Levels the recorder implements.
-SUPPORTED_LEVELS = ("L0", "L1", "mix")
+SUPPORTED_LEVELS = ("L0", "L1", "mix", "debug")
 KNOWN_LEVELS = ("L0", "L1", "L2", "mix", "debug")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5")
+#: The regex form of a ``list`` member (msprobe 26.x): ``name-regex(<Python regular expression>)``.
+REGEX_PREFIX = "name-regex("
 #: msprobe's bound on step and rank numbers.
 MAX_STEP_OR_RANK = 1_000_000
 
@@ -47,11 +51,19 @@ class RecordConfig:
         level: ``"L0"`` (cells), ``"L1"`` (APIs and, with a model, its Primitives) or ``"mix"`` (both).
         steps: the steps to record (sorted, unique); empty = every step.
         ranks: the ranks to record (sorted, unique); empty = every rank.
-        scope: msprobe's ``scope`` (two full entry names: a range); accepted, not applied in v1.
-        name_list: msprobe's ``list``: record only entries whose name contains one of these
-            substrings (cell names at mix also enable everything recorded inside that cell).
+        scope: msprobe's ``scope``: two full entry names ``(start, end)`` (API or cell names, forward
+            or backward spelling; both stand for the forward call).  Recording covers the forward
+            calls from ``start``'s call to the end of ``end``'s call, in execution order, in each step,
+            and the backward of exactly those calls.  Empty = no range.
+        name_list: msprobe's ``list``.  A plain member matches an entry name when its dot-separated
+            parts appear as consecutive whole parts of the name (``relu`` matches
+            ``Functional.relu.0.forward`` but not ``Functional.leaky_relu.0.forward``;
+            ``Cell.head`` matches ``Cell.head.Dense.forward.0``).  ``name-regex(<re>)`` matches when
+            the Python regular expression is found anywhere in the name (``re.search``).  A member
+            matching a cell name also selects everything recorded inside that cell.
         data_mode: subset of ``forward``/``backward``/``input``/``output``, or ``("all",)``.
         summary_mode: ``"statistics"``, or ``"md5"`` (adds msprobe's CRC32 checksum, in its ``md5`` field).
+        async_dump: always False in this version (``true`` is refused with a ConfigError).
         source: where the values came from (a file path or ``"arguments"``), for messages.
     """
 
@@ -64,6 +76,7 @@ class RecordConfig:
     name_list: tuple[str, ...] = ()
     data_mode: tuple[str, ...] = ("all",)
     summary_mode: str = "statistics"
+    async_dump: bool = False
     source: str = "arguments"
 
     def records_step(self, step: int) -> bool:
@@ -93,13 +106,49 @@ class RecordConfig:
         return io in modes
 
     def records_name(self, name: str) -> bool:
-        """True when the ``list`` filter is empty or one of its members is a substring of ``name``."""
-        return not self.name_list or any(part in name for part in self.name_list)
+        """True when the ``list`` filter is empty or one of its members matches ``name`` (see ``name_list``)."""
+        if not self.name_list:
+            return True
+        parts = name.split(".")
+        return any(list_member_matches(member, name, parts) for member in self.name_list)
+
+    @property
+    def scope_bounds(self) -> tuple[str, str] | None:
+        """``scope`` as the two forward entry names ``(start, end)``, or None without a scope."""
+        if not self.scope:
+            return None
+        first, last = (_forward_twin(n) for n in self.scope)
+        return first, last
 
     @property
     def saves_tensors(self) -> bool:
         """True for the tensor task (one ``.npy`` per tensor)."""
         return self.task == "tensor"
+
+
+def list_member_matches(member: str, name: str, parts: Sequence[str] | None = None) -> bool:
+    """Whether one ``list`` member selects entry ``name`` (see :attr:`RecordConfig.name_list`).
+
+    Args:
+        member: a plain name fragment, or ``name-regex(<re>)``.
+        name: a full entry name.
+        parts: ``name.split(".")`` when the caller has it already.
+    """
+    if member.startswith(REGEX_PREFIX) and member.endswith(")"):
+        return re.search(member[len(REGEX_PREFIX) : -1], name) is not None
+    want = member.split(".")
+    have = name.split(".") if parts is None else parts
+    n = len(want)
+    return any(list(have[i : i + n]) == want for i in range(len(have) - n + 1))
+
+
+def _forward_twin(name: str) -> str:
+    parsed = parse_name(name)
+    if parsed.direction != "backward" or parsed.index is None:
+        return name
+    if parsed.kind == "cell":
+        return f"{parsed.stem}.forward.{parsed.index}"
+    return f"{parsed.stem}.{parsed.index}.forward"
 
 
 def _fail(source: str, field: str, problem: str) -> ConfigError:
@@ -173,6 +222,37 @@ def _parse_data_mode(value: Any, source: str, field: str) -> tuple[str, ...]:
     return modes
 
 
+def _parse_scope(value: Any, source: str, field: str) -> tuple[str, ...]:
+    scope = _str_list(value, source, field)
+    if not scope:
+        return ()
+    if len(scope) != 2:
+        raise _fail(source, field, "expected exactly two entry names [start, end]")
+    for i, name in enumerate(scope):
+        parsed = parse_name(name)
+        if parsed.kind not in ("api", "cell") or parsed.direction is None or parsed.index is None:
+            raise _fail(
+                source,
+                f"{field}[{i}]",
+                f"{name!r} is not a full API or cell entry name "
+                "(e.g. 'Functional.relu.0.forward', 'Cell.fc1.Dense.forward.0')",
+            )
+    return scope
+
+
+def _parse_list(value: Any, source: str, field: str) -> tuple[str, ...]:
+    members = _str_list(value, source, field)
+    for i, member in enumerate(members):
+        if member.startswith(REGEX_PREFIX):
+            if not member.endswith(")") or len(member) == len(REGEX_PREFIX) + 1:
+                raise _fail(source, f"{field}[{i}]", f"expected 'name-regex(<pattern>)', got {member!r}")
+            try:
+                re.compile(member[len(REGEX_PREFIX) : -1])
+            except re.error as exc:
+                raise _fail(source, f"{field}[{i}]", f"invalid regular expression: {exc}") from None
+    return members
+
+
 def build_config(
     raw: Mapping[str, Any] | None = None,
     *,
@@ -203,13 +283,15 @@ def build_config(
     task_value = raw.get("task", "statistics") if task is None else task
     _choice(task_value, KNOWN_TASKS, task_src, "task")
     if task_value not in SUPPORTED_TASKS:
-        raise _fail(task_src, "task", f"{task_value!r} is not supported by this recorder (use statistics or tensor)")
+        raise _fail(
+            task_src, "task", f"{task_value!r} is not supported by this recorder (use statistics, tensor or structure)"
+        )
 
     level_src = source if level is None else "arguments"
     level_value = raw.get("level", "L1") if level is None else level
     _choice(level_value, KNOWN_LEVELS, level_src, "level")
     if level_value not in SUPPORTED_LEVELS:
-        raise _fail(level_src, "level", f"{level_value!r} is not supported by this recorder (use L0, L1 or mix)")
+        raise _fail(level_src, "level", f"{level_value!r} is not supported by this recorder (use L0, L1, mix or debug)")
 
     path_src = source if dump_path is None else "arguments"
     path_value = raw.get("dump_path") if dump_path is None else dump_path
@@ -228,7 +310,7 @@ def build_config(
         if key in raw and not isinstance(raw[key], bool):
             raise _fail(source, key, f"expected true or false, got {raw[key]!r}")
     if raw.get("async_dump"):
-        raise _fail(source, "async_dump", "asynchronous dumping is not supported by this recorder")
+        raise _fail(source, "async_dump", "asynchronous dumping is not supported by this recorder yet (use false)")
 
     sub = raw.get(task_value, {})
     if not isinstance(sub, Mapping):
@@ -236,14 +318,14 @@ def build_config(
     for key in sub:
         if key not in _TASK_KEYS:
             raise _fail(source, f"{task_value}.{key}", "unknown key")
-    scope = _str_list(sub.get("scope"), source, f"{task_value}.scope")
-    if scope and len(scope) != 2:
-        raise _fail(source, f"{task_value}.scope", "expected exactly two entry names [start, end]")
-    name_list = _str_list(sub.get("list"), source, f"{task_value}.list")
+    scope = _parse_scope(sub.get("scope"), source, f"{task_value}.scope")
+    name_list = _parse_list(sub.get("list"), source, f"{task_value}.list")
     data_mode = _parse_data_mode(sub.get("data_mode"), source, f"{task_value}.data_mode")
     summary_mode = _choice(sub.get("summary_mode", "statistics"), SUMMARY_MODES, source, f"{task_value}.summary_mode")
     if "file_format" in sub:
         _choice(sub["file_format"], ("npy", "bin"), source, f"{task_value}.file_format")
+    if task_value == "structure" and level_value not in ("L0", "mix"):
+        level_value = "mix"  # msprobe's rule: the structure task records at mix unless L0/mix is asked
     return RecordConfig(
         dump_path=Path(path_value).expanduser().absolute(),
         task=task_value,
@@ -254,6 +336,7 @@ def build_config(
         name_list=name_list,
         data_mode=data_mode,
         summary_mode=summary_mode,
+        async_dump=bool(raw.get("async_dump", False)),
         source=source,
     )
 

@@ -11,13 +11,19 @@ Typical use (MindSpore PyNative)::
         debugger.step()              # step<N>/ closed, counters reset
     debugger.close()                 # everything installed is removed (also done by ``with``)
 
-The framework is imported only when :meth:`PrecisionDebugger.start` first runs, so importing
-``msprobe_cmp`` works without any framework installed.
+Debug level: ``debugger.save(loss, "loss")`` anywhere in the step writes ``loss.<n>`` (and, inside a
+gradient context, ``loss_grad.<n>``) to ``step<N>/rank<R>/debug.json``; ``start()`` is not needed.
+
+The framework is imported when the debugger is constructed (never by ``import msprobe_cmp``); API
+wrappers are installed then, so functions imported from MindSpore *after* the constructor ran are
+wrapped too.  A name bound *before* it (``from mindspore.ops import relu`` above the constructor)
+keeps the original function and is not recorded.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -42,21 +48,26 @@ class _Adapter(Protocol):
 
     def close(self) -> None: ...
 
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None: ...
+
 
 class PrecisionDebugger:
     """Record a training run in msprobe's dump format.
 
     Args:
         config_path: an msprobe ``config.json`` (optional).
-        dump_path, task, level, step: override the file's values (``step``: a list of ints and
-            ``"a-b"`` ranges; ``task``: ``"statistics"``/``"tensor"``; ``level``: ``"L0"``/``"L1"``/``"mix"``).
+        dump_path, task, level, step, rank: override the file's values (``step``/``rank``: a list of ints
+            and ``"a-b"`` ranges; ``task``: ``"statistics"``/``"tensor"``/``"structure"``; ``level``:
+            ``"L0"``/``"L1"``/``"mix"``/``"debug"``).
         framework: ``"mindspore"`` (the only adapter in this version).
 
     Raises:
-        ConfigError: on an invalid configuration (one line naming the file and field).
+        ConfigError: on an invalid configuration (one line naming the file and field), or when another
+            debugger's API wrappers are installed (close it first).
+        MissingFrameworkError: when the framework is not installed.
 
     Unlike msprobe's, this class is not a singleton: each instance records independently, but two
-    instances cannot wrap the same APIs at once (the second ``start()`` raises ConfigError).
+    instances cannot wrap the same APIs at once (the second constructor at L1/mix raises ConfigError).
     """
 
     def __init__(
@@ -67,21 +78,26 @@ class PrecisionDebugger:
         task: str | None = None,
         level: str | None = None,
         step: Any = None,
+        rank: Any = None,
         framework: str = "mindspore",
     ) -> None:
         if framework not in FRAMEWORKS:
             raise ConfigError(f"arguments: framework: expected one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-        self.config: RecordConfig = load_config(config_path, dump_path=dump_path, task=task, level=level, step=step)
+        self.config: RecordConfig = load_config(
+            config_path, dump_path=dump_path, task=task, level=level, step=step, rank=rank
+        )
         self.framework = framework
         self._adapter: _Adapter | None = None
-        if self.config.scope:
-            logger.warning("msprobe-cmp: %s: scope is accepted but not applied by this recorder", self.config.source)
+        self._get_adapter()
 
     def _get_adapter(self) -> _Adapter:
         if self._adapter is None:
             from msprobe_cmp.recorder.adapters import create_adapter
 
             self._adapter = create_adapter(self.framework, self.config)
+            # A debugger dropped without close() (or still open at interpreter exit) still flushes
+            # and removes its wrappers.
+            weakref.finalize(self, self._adapter.close)
         return self._adapter
 
     @property
@@ -102,6 +118,15 @@ class PrecisionDebugger:
             ConfigError: on a wrong model argument, or when another debugger's wrappers are active.
         """
         self._get_adapter().start(model)
+
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        """Debug level: record ``variable`` (a tensor, a scalar, nested lists/tuples/dicts of them) as
+        ``<name>.<n>`` in the step's ``debug.json``; with ``save_backward`` and inside a gradient context,
+        its gradients arrive as ``<name>_grad.<n>`` (tensors that get no gradient stay null).
+
+        ``n`` counts saves of ``name`` within the step from 0.  Ignored (one warning) at other levels.
+        """
+        self._get_adapter().save(variable, name, save_backward)
 
     def stop(self) -> None:
         """Stop recording and flush the current step's files (the step stays open for late gradients)."""

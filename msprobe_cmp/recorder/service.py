@@ -13,11 +13,23 @@ module-level.  Names follow :mod:`msprobe_cmp.dump.naming`:
 * Cell call ``n``: ``Cell.<path>.<Class>.forward.<n>``; its backward entry carries the same ``n``
   (msprobe 26.x's convention; msprobe 1.2.2 numbered backward calls in backward order).
 * ``Cell.<path>.<Class>.parameters_grad``: a placeholder (``[null]`` per parameter) put after the
-  cell's first forward in a step, filled by parameter-gradient hooks (the last gradient wins).
+  cell's first forward in a step, filled by parameter-gradient hooks; every gradient a parameter
+  receives in the step is kept, in arrival order (``{"weight": [g0, g1]}``).
+* Jit-compiled calls: ``Jit.<name>.<n>.forward`` / ``.backward``.
+
+Filters (all evaluated at the forward call; a backward entry is written only for a call whose
+forward passed them): step, rank, ``list``, ``scope`` and ``data_mode``.  The ``structure`` task
+keeps names, stacks and construct.json but writes no data.  The ``debug`` level writes only what
+:meth:`RecorderService.debug_save` receives, to ``debug.json``.
+
+What could not be captured (failed hooks, cells whose backward never fired, jit regions without
+per-API records) is listed in the dump.json header under ``not_captured``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import linecache
 import logging
 import os
@@ -26,11 +38,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import CodeType, FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from msprobe_cmp.dump.naming import api_name, cell_name, parameters_grad_name, parse_name
-from msprobe_cmp.dump.schema import DumpMeta, Entry, Map, Node, Seq
-from msprobe_cmp.dump.writer import DumpWriter
+from msprobe_cmp.dump.schema import DumpMeta, Entry, JsonObject, Map, Node, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.serde import meta_to_json, node_to_json
+from msprobe_cmp.dump.writer import DumpWriter, write_bytes_atomic
 from msprobe_cmp.recorder.collector import Collector, LeafConverter
 from msprobe_cmp.recorder.config import RecordConfig
 
@@ -42,6 +55,10 @@ T = TypeVar("T")
 _RECORDER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 #: At most this many frames per stack.json entry.
 MAX_STACK_FRAMES = 64
+#: The debug level's file in each ``step<N>/rank<R>/`` directory.
+DEBUG_JSON = "debug.json"
+#: dump.json header key listing what could not be captured: ``[{"what": ..., "reason": ...}]``.
+NOT_CAPTURED_KEY = "not_captured"
 
 
 def backward_name_of(forward_name: str | None) -> str | None:
@@ -172,8 +189,20 @@ class RecorderService:
         self._api_counts: dict[str, int] = {}
         self._cell_counts: dict[str, int] = {}
         self._cell_stack: list[CellCall] = []
-        self._pgrad: dict[str, dict[str, Node]] = {}
+        self._pgrad: dict[str, dict[str, list[Node]]] = {}
         self._disabled: set[str] = set()
+        # what → reason: failures persist across steps (the hook stays disabled); the rest is per step.
+        self._failures: dict[str, str] = {}
+        self._missing: dict[str, str] = {}
+        # scope [start, end]: open once the start call begins, closed when the end call ends (per step).
+        self._scope_open = False
+        self._scope_done = False
+        self._scope_end_call: object | None = None
+        # debug level: save() entries of the step, their counters, and gradient slots still open.
+        self._debug: dict[str, Node] = {}
+        self._debug_counts: dict[str, int] = {}
+        self._debug_grads: dict[str, object] = {}
+        self.structure_only = config.task == "structure"
         self._stack_cache: dict[tuple[tuple[CodeType, int], ...], tuple[str, ...]] = {}
 
     # ----------------------------------------------------------------- switches and steps
@@ -222,6 +251,12 @@ class RecorderService:
         self._cell_counts.clear()
         self._cell_stack.clear()
         self._pgrad.clear()
+        self._missing.clear()
+        self._scope_open = self._scope_done = False
+        self._scope_end_call = None
+        self._debug.clear()
+        self._debug_counts.clear()
+        self._debug_grads.clear()
         self.current_step += 1
 
     def flush(self) -> None:
@@ -232,10 +267,43 @@ class RecorderService:
         """
         if self._writer is None:
             return
+        writer = self._writer
+        writer.meta = dataclasses.replace(writer.meta, extra=((NOT_CAPTURED_KEY, self._not_captured_json()),))
         try:
-            self._writer.flush()
+            if self.config.level == "debug":
+                self._flush_debug(writer)
+            else:
+                writer.flush()
         except OSError as exc:
             logger.error("msprobe-cmp: could not write %s: %s", self._writer.rank_dir, exc, exc_info=exc)
+
+    def _not_captured_json(self) -> tuple[JsonObject, ...]:
+        items = {**self._failures, **self._missing}
+        return tuple(JsonObject((("what", what), ("reason", reason))) for what, reason in items.items())
+
+    @property
+    def not_captured(self) -> dict[str, str]:
+        """What could not be captured so far in this step (``what`` → ``reason``), as written to the header."""
+        return {**self._failures, **self._missing}
+
+    def note_not_captured(self, what: str, reason: str, *, persistent: bool = False) -> None:
+        """List ``what`` (an entry name or hook key) in the header's ``not_captured`` with ``reason``.
+
+        Args:
+            persistent: keep it in every later step too (a disabled hook); otherwise only this step.
+        """
+        target = self._failures if persistent else self._missing
+        if what not in target:
+            target[what] = reason
+
+    def _flush_debug(self, writer: DumpWriter) -> None:
+        meta = meta_to_json(writer.meta)
+        if writer.tensor_dir.is_dir():
+            meta["dump_data_dir"] = str(writer.tensor_dir.resolve())
+        doc = dict(meta)
+        doc["data"] = {name: node_to_json(node) for name, node in self._debug.items()}
+        data = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=True).encode("utf-8")
+        write_bytes_atomic(writer.rank_dir / DEBUG_JSON, data)
 
     def step_dir(self, step: int | None = None) -> Path:
         """``<dump_path>/step<N>/rank`` (or ``rank<R>`` when distributed)."""
@@ -291,6 +359,7 @@ class RecorderService:
         """Log a hook failure once and disable that hook's recording; training goes on."""
         if key not in self._disabled:
             self._disabled.add(key)
+            self.note_not_captured(key, f"recording hook failed and was disabled: {exc!r}", persistent=True)
             logger.warning("msprobe-cmp: recording hook %s failed and is disabled: %r", key, exc, exc_info=exc)
 
     def run_guarded(self, key: str, fn: Callable[[], T]) -> T | None:
@@ -310,8 +379,15 @@ class RecorderService:
 
     # ----------------------------------------------------------------- collection helpers
 
+    def put(self, entry: Entry) -> None:
+        """Hand ``entry`` to the step's writer (the structure task writes no data)."""
+        if not self.structure_only:
+            self.writer().put(entry)
+
     def collect(self, value: object, entry_name: str, arg_path: str) -> Node:
-        """Collect one value into a node (saving tensors in the tensor task)."""
+        """Collect one value into a node (saving tensors in the tensor task; nothing in the structure task)."""
+        if self.structure_only:
+            return None
         with self.collecting():
             return self.collector.collect(value, writer=self.writer(), entry_name=entry_name, arg_path=arg_path)
 
@@ -360,6 +436,30 @@ class RecorderService:
         # A list entry naming a cell selects everything recorded inside that cell.
         return any(self.config.records_name(c.forward_name) for c in self._cell_stack)
 
+    def _scope_enter(self, name: str) -> tuple[bool, bool]:
+        """Advance the scope range for a forward call named ``name``: ``(inside, is_the_end_call)``."""
+        bounds = self.config.scope_bounds
+        if bounds is None:
+            return True, False
+        if self._scope_done:
+            return False, False
+        if not self._scope_open and name == bounds[0]:
+            self._scope_open = True
+        return self._scope_open, self._scope_open and name == bounds[1]
+
+    def _scope_leave(self, call: object) -> None:
+        if call is self._scope_end_call:
+            self._scope_done = True
+            self._scope_open = False
+            self._scope_end_call = None
+
+    def _selected(self, name: str, call: object) -> bool:
+        """Both the ``list`` and the ``scope`` filters for a forward call (the scope advances here)."""
+        inside, is_end = self._scope_enter(name)
+        if is_end:
+            self._scope_end_call = call
+        return inside and self._name_selected(name)
+
     # ----------------------------------------------------------------- API calls
 
     def begin_api(self, family: str, api: str, args: Sequence[object], kwargs: Mapping[str, object]) -> ApiCall:
@@ -381,7 +481,7 @@ class RecorderService:
         call = ApiCall(
             fwd, api_name(family, api, index, "backward"), parent.forward_name if parent else None, self.current_step
         )
-        selected = self._name_selected(fwd)
+        selected = self._selected(fwd, call)
         call.record_backward = selected and self.config.records_direction("backward")
         if not (selected and self.config.records_direction("forward")):
             # Counted (names stay stable under filtering) but not written.
@@ -398,11 +498,12 @@ class RecorderService:
 
     def end_api(self, call: ApiCall, output: object) -> None:
         """Collect an API call's outputs and put its forward entry."""
+        self._scope_leave(call)
         if not call.recorded or call.step != self.current_step:
             return
         outputs = output if isinstance(output, (tuple, list)) else (output,)
         out_seq = self.collect_seq(outputs, call.forward_name, "output") if self.config.records_io("output") else Seq()
-        self.writer().put(Entry.forward(call.forward_name, call.input_args, call.input_kwargs, out_seq))
+        self.put(Entry.forward(call.forward_name, call.input_args, call.input_kwargs, out_seq))
 
     def prepare_api_backward(self, call: ApiCall, n_outputs: int, n_inputs: int) -> None:
         """Size the gradient slots of ``call`` (done once the numbers of outputs and inputs are known)."""
@@ -427,7 +528,7 @@ class RecorderService:
         slots = call.grad_inputs if field == "input" else call.grad_outputs
         slots[position] = self.collect(grad, call.backward_name, f"{field}.{position}")
         writer = self.writer()
-        writer.put(Entry.backward(call.backward_name, Seq(tuple(call.grad_inputs)), Seq(tuple(call.grad_outputs))))
+        self.put(Entry.backward(call.backward_name, Seq(tuple(call.grad_inputs)), Seq(tuple(call.grad_outputs))))
         if self.tracks_cells:
             writer.set_parent(call.backward_name, backward_name_of(call.parent))
 
@@ -440,10 +541,10 @@ class RecorderService:
         self._cell_counts[stem] = index + 1
         fwd = cell_name(path, cls, "forward", index, prefix=self.cell_prefix, model_index=model_index)
         parent = self._current_parent()
-        recorded = self._name_selected(fwd)
         call = CellCall(
-            path, cls, model_index, index, fwd, parent.forward_name if parent else None, recorded, self.current_step
+            path, cls, model_index, index, fwd, parent.forward_name if parent else None, False, self.current_step
         )
+        call.recorded = self._selected(fwd, call)
         self._cell_stack.append(call)
         return call
 
@@ -469,69 +570,134 @@ class RecorderService:
             top = self._cell_stack.pop()
             if top is call:
                 break
+        self._scope_leave(call)
         if call.step != self.current_step:
             return
         writer = self.writer()
         writer.set_parent(call.forward_name, call.parent)
-        if not (call.recorded and self.config.records_direction("forward")):
+        if not call.recorded:
             return
         fwd = call.forward_name
-        if self.config.records_io("input"):
-            in_seq = self.collect_seq(args, fwd, "input")
-            in_map = self.collect_map(kwargs, fwd, "kwargs")
-        else:
-            in_seq, in_map = Seq(), Map()
-        outputs = output if isinstance(output, (tuple, list)) else (output,)
-        out_seq = self.collect_seq(outputs, fwd, "output") if self.config.records_io("output") else Seq()
-        params = Map(tuple((name, self.collect(value, fwd, f"parameters.{name}")) for name, value in parameters))
-        writer.put(Entry.forward(fwd, in_seq, in_map, out_seq, params))
-        writer.set_stack(fwd, self.capture_stack())
+        if self.config.records_direction("forward"):
+            if self.config.records_io("input"):
+                in_seq = self.collect_seq(args, fwd, "input")
+                in_map = self.collect_map(kwargs, fwd, "kwargs")
+            else:
+                in_seq, in_map = Seq(), Map()
+            outputs = output if isinstance(output, (tuple, list)) else (output,)
+            out_seq = self.collect_seq(outputs, fwd, "output") if self.config.records_io("output") else Seq()
+            params = Map(tuple((name, self.collect(value, fwd, f"parameters.{name}")) for name, value in parameters))
+            self.put(Entry.forward(fwd, in_seq, in_map, out_seq, params))
+            writer.set_stack(fwd, self.capture_stack())
         if grad_params and self.config.records_direction("backward"):
             pg = parameters_grad_name(call.path, call.cls, prefix=self.cell_prefix, model_index=call.model_index)
             if pg not in self._pgrad:
-                self._pgrad[pg] = {p: None for p in grad_params}
+                self._pgrad[pg] = {p: [] for p in grad_params}
                 self._put_pgrad(pg)
 
     def cell_backward(
         self,
-        path: str,
-        cls: str,
-        model_index: int | None,
-        index: int,
-        parent_forward: str | None,
+        call: CellCall,
         grads_wrt_outputs: Sequence[object],
         grads_wrt_inputs: Sequence[object],
     ) -> None:
         """Put a cell's backward entry: ``input`` = grads w.r.t. its outputs, ``output`` = w.r.t. its inputs.
 
         Args:
-            index: the index of the forward call this backward belongs to.
-            parent_forward: that forward call's parent entry (its backward twin goes to construct.json).
+            call: the forward call this backward belongs to (its index and parent name the entry; nothing
+                is written unless that forward call passed the filters).
         """
-        if self._writer is None:
+        if self._writer is None or call.step != self.current_step:
             return
-        bwd = cell_name(path, cls, "backward", index, prefix=self.cell_prefix, model_index=model_index)
-        fwd = cell_name(path, cls, "forward", index, prefix=self.cell_prefix, model_index=model_index)
-        if not (self._name_selected(fwd) and self.config.records_direction("backward")):
+        bwd = cell_name(
+            call.path, call.cls, "backward", call.index, prefix=self.cell_prefix, model_index=call.model_index
+        )
+        if not (call.recorded and self.config.records_direction("backward")):
             return
         in_seq = self.collect_seq(grads_wrt_outputs, bwd, "input") if self.config.records_io("input") else Seq()
         out_seq = self.collect_seq(grads_wrt_inputs, bwd, "output") if self.config.records_io("output") else Seq()
         writer = self.writer()
-        writer.put(Entry.backward(bwd, in_seq, out_seq))
+        self.put(Entry.backward(bwd, in_seq, out_seq))
         if self.tracks_cells:
-            writer.set_parent(bwd, backward_name_of(parent_forward))
+            writer.set_parent(bwd, backward_name_of(call.parent))
 
     def parameter_grad(self, path: str, cls: str, model_index: int | None, param: str, grad: object) -> None:
-        """Fill ``param``'s slot of the cell's parameters_grad entry (only if its placeholder exists)."""
+        """Add a gradient of ``param`` to the cell's parameters_grad entry (only if its placeholder exists).
+
+        Every gradient of the step is kept in arrival order: a parameter used twice in one backward
+        pass (if the framework reports the parts separately) or several backward passes before
+        ``step()`` (gradient accumulation) give ``{"weight": [g0, g1, ...]}``; the tensor files are
+        ``<entry>.<param>.npy`` for the first and ``<entry>.<param>.<k>.npy`` for the k-th (k ≥ 1).
+        """
         if self._writer is None:
             return
         pg = parameters_grad_name(path, cls, prefix=self.cell_prefix, model_index=model_index)
         slots = self._pgrad.get(pg)
         if slots is None or param not in slots:
             return
-        slots[param] = self.collect(grad, pg, param)
+        grads = slots[param]
+        grads.append(self.collect(grad, pg, param if not grads else f"{param}.{len(grads)}"))
         self._put_pgrad(pg)
 
     def _put_pgrad(self, name: str) -> None:
         slots = self._pgrad[name]
-        self.writer().put(Entry.parameters_grad(name, [(p, Seq((leaf,))) for p, leaf in slots.items()]))
+        self.put(
+            Entry.parameters_grad(name, [(p, Seq(tuple(leaves) if leaves else (None,))) for p, leaves in slots.items()])
+        )
+
+    # ----------------------------------------------------------------- debug level: save()
+
+    def debug_save(self, name: str, value: object) -> tuple[str, str]:
+        """Record ``value`` (tensor, scalar, nested list/tuple/dict) as debug.json entry ``<name>.<n>``.
+
+        ``n`` counts saves of ``name`` in the step from 0.  Tensor files (tensor task) are
+        ``<name>.<n>.tensor[.<index path>].npy``.
+
+        Returns:
+            ``(entry name, gradient entry name "<name>_grad.<n>")``; the caller registers gradient
+            hooks that call :meth:`debug_grad` and opens the gradient slot with :meth:`debug_expect_grad`.
+        """
+        index = self._debug_counts.get(name, 0)
+        self._debug_counts[name] = index + 1
+        entry = f"{name}.{index}"
+        writer = self.writer()
+        with self.collecting():
+            self._debug[entry] = self.collector.collect(value, writer=writer, entry_name=entry, arg_path="tensor")
+        return entry, f"{name}_grad.{index}"
+
+    def debug_expect_grad(self, grad_entry: str, skeleton: object) -> None:
+        """Open ``grad_entry`` with an all-null structure shaped like ``skeleton``.
+
+        Args:
+            skeleton: nested lists/dicts whose leaves are None (the positions gradients may fill).
+        """
+        self._debug_grads[grad_entry] = skeleton
+        self._debug[grad_entry] = _skeleton_node(skeleton)
+
+    def debug_grad(self, grad_entry: str, position: Sequence[object], grad: object) -> None:
+        """Fill one position (a key path into the saved value) of ``grad_entry`` with ``grad``."""
+        if grad_entry not in self._debug_grads or self._writer is None:
+            return
+        skeleton = self._debug_grads[grad_entry]
+        arg_path = ".".join(["tensor", *(str(p) for p in position)])
+        with self.collecting():
+            leaf = self.collector.collect(grad, writer=self.writer(), entry_name=grad_entry, arg_path=arg_path)
+        if not position:
+            self._debug_grads[grad_entry] = leaf
+        else:
+            target: Any = skeleton
+            for key in position[:-1]:
+                target = target[key]
+            target[position[-1]] = leaf
+        self._debug[grad_entry] = _skeleton_node(self._debug_grads[grad_entry])
+
+
+def _skeleton_node(value: object) -> Node:
+    """A mutable skeleton (lists/dicts of collected nodes or None) → a frozen node."""
+    if isinstance(value, list):
+        return Seq(tuple(_skeleton_node(v) for v in value))
+    if isinstance(value, dict):
+        return Map(tuple((str(k), _skeleton_node(v)) for k, v in value.items()))
+    if isinstance(value, (TensorLeaf, ValueLeaf, Seq, Map)):
+        return value
+    return None

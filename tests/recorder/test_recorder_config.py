@@ -61,19 +61,22 @@ def test_task_sub_dict_keys_are_accepted(tmp_path: Path) -> None:
             "dump_path": str(tmp_path),
             "task": "statistics",
             "statistics": {
-                "scope": ["A.0.forward", "B.1.forward"],
+                "scope": ["Functional.relu.0.forward", "Cell.fc1.Dense.backward.1"],
                 "list": ["relu"],
                 "data_mode": ["forward"],
                 "summary_mode": "md5",
             },
         }
     )
-    assert cfg.scope == ("A.0.forward", "B.1.forward")
+    assert cfg.scope == ("Functional.relu.0.forward", "Cell.fc1.Dense.backward.1")
+    assert cfg.scope_bounds == ("Functional.relu.0.forward", "Cell.fc1.Dense.forward.1")
     assert cfg.name_list == ("relu",)
     assert cfg.summary_mode == "md5"
     assert cfg.records_direction("forward") and not cfg.records_direction("backward")
     assert cfg.records_io("input") and cfg.records_io("output")
-    assert cfg.records_name("Functional.leaky_relu.0.forward") and not cfg.records_name("Functional.add.0.forward")
+    # Plain members match whole dot-separated parts (msprobe 1.x matched substrings: relu ⊂ leaky_relu).
+    assert cfg.records_name("Functional.relu.0.forward") and not cfg.records_name("Functional.leaky_relu.0.forward")
+    assert not cfg.records_name("Functional.add.0.forward")
 
 
 @pytest.mark.parametrize(
@@ -94,7 +97,12 @@ def test_task_sub_dict_keys_are_accepted(tmp_path: Path) -> None:
         ({"statistics": {"summary_mode": "sha"}}, "statistics.summary_mode", "expected one of"),
         ({"statistics": {"scope": ["only-one"]}}, "statistics.scope", "exactly two"),
         ({"statistics": {"lst": []}}, "statistics.lst", "unknown key"),
+        ({"async_dump": "yes"}, "async_dump", "expected true or false"),
         ({"async_dump": True}, "async_dump", "not supported"),
+        ({"statistics": {"scope": ["Functional.relu", "Cell.a.B.forward.0"]}}, "statistics.scope[0]", "not a full"),
+        ({"statistics": {"list": ["name-regex(a[)"]}}, "statistics.list[0]", "invalid regular expression"),
+        ({"statistics": {"list": ["name-regex()"]}}, "statistics.list[0]", "expected 'name-regex"),
+        ({"level": "debug", "task": "overflow_check"}, "task", "not supported"),
     ],
 )
 def test_errors_are_one_line_naming_file_and_field(tmp_path: Path, obj: dict, field: str, words: str) -> None:
@@ -159,3 +167,12 @@ def test_config_is_frozen(tmp_path: Path) -> None:
     cfg = load_config(dump_path=tmp_path)
     with pytest.raises(AttributeError):
         cfg.task = "tensor"  # type: ignore[misc]
+
+
+def test_every_msprobe_fixture_config_is_accepted_as_is(msprobe_fixtures: Path) -> None:
+    configs = sorted(msprobe_fixtures.glob("*.config.json"))
+    assert len(configs) >= 5
+    for path in configs:
+        cfg = load_config(path)
+        raw = json.loads(path.read_text())
+        assert (cfg.task, cfg.level) == (raw["task"], raw["level"]), path

@@ -16,7 +16,8 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 def test_importing_and_configuring_loads_no_framework(tmp_path: Path) -> None:
     res = _run(
         "import sys; from msprobe_cmp import PrecisionDebugger; import msprobe_cmp.recorder.adapters; "
-        f"d = PrecisionDebugger(dump_path={str(tmp_path)!r}, level='mix'); d.stop(); d.step(); d.close(); "
+        "from msprobe_cmp.recorder import load_config; "
+        f"c = load_config(dump_path={str(tmp_path)!r}, level='mix'); "
         "print(sorted(m for m in ('mindspore', 'torch', 'sklearn') if m in sys.modules))"
     )
     assert res.returncode == 0, res.stderr
@@ -29,9 +30,8 @@ def test_missing_mindspore_is_a_missing_framework_error(tmp_path: Path) -> None:
         "import sys; sys.modules['mindspore'] = None\n"
         "from msprobe_cmp import PrecisionDebugger\n"
         "from msprobe_cmp.errors import MissingFrameworkError\n"
-        f"d = PrecisionDebugger(dump_path={str(tmp_path)!r})\n"
         "try:\n"
-        "    d.start()\n"
+        f"    PrecisionDebugger(dump_path={str(tmp_path)!r})\n"
         "except MissingFrameworkError as e:\n"
         "    print('ERR', e)\n"
     )

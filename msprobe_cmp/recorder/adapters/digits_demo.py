@@ -12,6 +12,8 @@ Needs mindspore and scikit-learn (no download: ``load_digits`` ships with scikit
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,7 @@ def run_digits_training(
     level: str = "mix",
     task: str = "statistics",
     seed: int = 0,
+    summary_mode: str = "statistics",
 ) -> dict[str, Any]:
     """Train the digits MLP for ``steps`` SGD steps, recording every step under ``dump_path``.
 
@@ -106,8 +109,11 @@ def run_digits_training(
         dump_path: dump root (``step<N>/rank/`` below it); None trains without recording.
         hidden_dtype: ``"float32"`` or ``"float16"`` (hidden layers in float16).
         steps: number of training steps (one batch of 64 each; batches follow a fixed permutation).
-        level, task: the recording level (``L0``/``L1``/``mix``) and task (``statistics``/``tensor``).
+        level, task: the recording level (``L0``/``L1``/``mix``/``debug``) and task
+            (``statistics``/``tensor``/``structure``).  At ``debug`` the logits and the loss of every
+            step are recorded with ``save()`` (with their gradients).
         seed: seeds the initial weights and the batch order.
+        summary_mode: ``"statistics"`` or ``"md5"``.
 
     Returns:
         ``{"losses": [float per step], "train_accuracy": float (after training, whole set),
@@ -130,13 +136,23 @@ def run_digits_training(
     loss_fn = ms.nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = ms.nn.SGD(net.trainable_params(), learning_rate=LEARNING_RATE)
 
-    def forward(x: Any, y: Any) -> Any:
-        return loss_fn(net(x), y)
-
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
     debugger = None
     if dump_path is not None:
-        debugger = PrecisionDebugger(dump_path=dump_path, task=task, level=level)
+        config = {"dump_path": str(dump_path), "task": task, "level": level, task: {"summary_mode": summary_mode}}
+        with tempfile.TemporaryDirectory() as tmp:
+            config_path = Path(tmp) / "config.json"
+            config_path.write_text(json.dumps(config), encoding="utf-8")
+            debugger = PrecisionDebugger(config_path)
+
+    def forward(x: Any, y: Any) -> Any:
+        logits = net(x)
+        loss = loss_fn(logits, y)
+        if debugger is not None and level == "debug":
+            debugger.save(logits, "logits")
+            debugger.save(loss, "loss")
+        return loss
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
     losses: list[float] = []
     try:
         for step in range(steps):

@@ -56,6 +56,14 @@ API_FAMILIES = (
     ("Mint", "mindspore.mint", "mindspore_mint.txt"),
     ("MintFunctional", "mindspore.mint.nn.functional", "mindspore_mint_functional.txt"),
     ("Tensor", "Tensor", "mindspore_tensor.txt"),
+    ("Distributed", "mindspore.communication.comm_func", "mindspore_distributed.txt"),
+)
+#: Jit entries: ``Jit.<function or cell class>.<n>``; the jit executor's ``__call__`` is wrapped.
+JIT_FAMILY = "Jit"
+#: The reason written to ``not_captured`` for every recorded jit call.
+JIT_NOT_CAPTURED = (
+    "jit-compiled region: only its inputs and outputs are recorded; the APIs, Primitives and cells inside "
+    "it run in a compiled graph and produce no per-API records"
 )
 
 #: APIs whose inputs are never replaced by identity copies: they return views or the input itself,
@@ -95,6 +103,12 @@ NO_COPY_APIS = frozenset(
         "shape",
         "ones_like",
         "zeros_like",
+        # in-place on their first argument: a copy would receive the write instead
+        "assign",
+        "assign_add",
+        "assign_sub",
+        "scatter_update",
+        "scatter_nd_update",
     }
 )
 #: Primitive classes treated the same way.
@@ -196,9 +210,11 @@ class MindSporeAdapter:
     def __init__(self, config: RecordConfig) -> None:
         ms = import_mindspore()
         try:  # mindspore.common.api is deprecated since 2.9 in favour of mindspore.graph.api
-            from mindspore.graph.api import _no_grad, _pynative_executor
+            from mindspore.graph import api as ms_api
         except ImportError:
-            from mindspore.common.api import _no_grad, _pynative_executor
+            from mindspore.common import api as ms_api
+        _no_grad, _pynative_executor = ms_api._no_grad, ms_api._pynative_executor
+        self._jit_executor_cls = getattr(ms_api, "_JitExecutor", None)
 
         self._ms = ms
         self._no_grad = _no_grad
@@ -219,6 +235,17 @@ class MindSporeAdapter:
         self._models: tuple[Any, ...] = ()
         self._apis_installed = False
         self._closed = False
+        self._warned_save = False
+        if config.ranks and self.service.rank is None:
+            logger.warning(
+                "msprobe-cmp: %s: rank %s is set but this run is not distributed; recording as 'rank'",
+                config.source,
+                list(config.ranks),
+            )
+        # API wrappers go in now, so names bound after the debugger is built (``from mindspore.ops
+        # import relu``) are wrapped too; the switch (start/stop) decides what is recorded.
+        if self.service.tracks_apis:
+            self._install_apis()
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -260,7 +287,16 @@ class MindSporeAdapter:
 
     def step(self) -> None:
         """Flush and close the current step, advance to the next; remove everything after the last step."""
-        self.service.advance_step()
+        svc = self.service
+        for state in self._cell_states:
+            for call in state.awaiting_backward:
+                if call.recorded and call.step == svc.current_step:
+                    svc.note_not_captured(
+                        call.forward_name.replace(".forward.", ".backward."),
+                        "the cell ran with gradients enabled but its backward hook never fired "
+                        "(no gradient reached its outputs, or MindSpore did not call the hook)",
+                    )
+        svc.advance_step()
         for state in self._cell_states:
             state.open_calls.clear()
             state.awaiting_backward.clear()
@@ -282,6 +318,61 @@ class MindSporeAdapter:
                 logger.warning("msprobe-cmp: could not restore %s: %r", patch.name, exc)
         self._patches.clear()
         self._apis_installed = False
+
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        """Debug level: record ``variable`` as ``<name>.<n>`` and, in a gradient context, its gradients as
+        ``<name>_grad.<n>`` in ``step<N>/rank<R>/debug.json``.
+
+        Does nothing (one warning) at other levels, and nothing for steps the config does not select.
+        """
+        svc = self.service
+        if self._closed or svc.finished() or not svc.step_selected():
+            return
+        if svc.config.level != "debug":
+            if not self._warned_save:
+                self._warned_save = True
+                logger.warning("msprobe-cmp: save() records only at level debug (this run: %s)", svc.config.level)
+            return
+        if not isinstance(name, str) or not name:
+            logger.warning("msprobe-cmp: save(): name must be a non-empty string, got %r; not recorded", name)
+            return
+        key = f"save.{name}"
+        names = svc.run_guarded(key, lambda: svc.debug_save(name, variable))
+        if names is None or not save_backward or not self._grad_enabled():
+            return
+        grad_entry = names[1]
+
+        def hook_all() -> None:
+            hooked: list[tuple[tuple[Any, ...], Any]] = []
+            skeleton = self._grad_skeleton(variable, (), hooked, 0)
+            if not hooked:
+                return
+            svc.debug_expect_grad(grad_entry, skeleton)
+            for position, tensor in hooked:
+                tensor.register_hook(self._debug_grad_hook(f"{key}.backward", grad_entry, position))
+
+        svc.run_guarded(f"{key}.backward", hook_all)
+
+    def _grad_skeleton(self, value: Any, position: tuple[Any, ...], out: list[Any], depth: int) -> Any:
+        if self._is_float_tensor(value):
+            out.append((position, value))
+            return None
+        if depth >= 10:
+            return None
+        if isinstance(value, (list, tuple)):
+            return [self._grad_skeleton(v, (*position, i), out, depth + 1) for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            return {str(k): self._grad_skeleton(v, (*position, str(k)), out, depth + 1) for k, v in value.items()}
+        return None
+
+    def _debug_grad_hook(self, key: str, grad_entry: str, position: tuple[Any, ...]) -> Callable[[Any], None]:
+        svc = self.service
+
+        def hook(grad: Any) -> None:
+            svc.run_guarded(key, lambda: svc.debug_grad(grad_entry, position, grad))
+            return None
+
+        return hook
 
     # ----------------------------------------------------------------- conversion
 
@@ -323,7 +414,11 @@ class MindSporeAdapter:
         import importlib
 
         for family, target, list_file in API_FAMILIES:
-            owner = self._tensor_type if target == "Tensor" else importlib.import_module(target)
+            try:
+                owner = self._tensor_type if target == "Tensor" else importlib.import_module(target)
+            except ImportError as exc:  # e.g. a MindSpore build without communication support
+                logger.info("msprobe-cmp: %s not wrapped: %r", target, exc)
+                continue
             for name in load_api_names(list_file):
                 original = getattr(owner, name, None)
                 if original is None or isinstance(original, type) or not callable(original):
@@ -331,13 +426,64 @@ class MindSporeAdapter:
                 if getattr(original, WRAPPED_MARK, False):
                     self.close()
                     raise ConfigError(
-                        f"start(): {target}.{name} is already wrapped by another PrecisionDebugger; close() it first"
+                        f"PrecisionDebugger(): {target}.{name} is already wrapped by another PrecisionDebugger; "
+                        "close() it first"
                     )
                 had_own = name in vars(owner)
                 wrapper = self._make_api_wrapper(family, name, original, _copies_inputs(name))
                 setattr(owner, name, wrapper)
                 self._patches.append(_Patch(owner, name, original, had_own, wrapper))
+        self._install_jit()
         self._apis_installed = True
+
+    def _install_jit(self) -> None:
+        executor = self._jit_executor_cls
+        if executor is None:
+            logger.info("msprobe-cmp: this MindSpore has no _JitExecutor: jit calls are not recorded as Jit entries")
+            return
+        original = vars(executor).get("__call__")
+        if original is None:
+            return
+        if getattr(original, WRAPPED_MARK, False):
+            self.close()
+            raise ConfigError(
+                "PrecisionDebugger(): the jit executor is already wrapped by another PrecisionDebugger; "
+                "close() it first"
+            )
+        wrapper = self._make_jit_call(original)
+        executor.__call__ = wrapper
+        self._patches.append(_Patch(executor, "__call__", original, True, wrapper))
+
+    def _make_jit_call(self, original: Callable[..., Any]) -> Any:
+        svc = self.service
+        before = self._api_before
+        after = self._api_after
+
+        @functools.wraps(original)
+        def __call__(executor: Any, *args: Any, **kwargs: Any) -> Any:
+            if not svc.api_active():
+                return original(executor, *args, **kwargs)
+            owner = getattr(executor, "obj", None)
+            skip = 1 if owner is not None else 0
+            fn = getattr(executor, "fn", None)
+            name = type(owner).__name__ if owner is not None else getattr(fn, "__name__", "jit")
+            key = f"{JIT_FAMILY}.{name}"
+            if svc.is_disabled(key):
+                return original(executor, *args, **kwargs)
+            user_args = args[skip:]
+            prepared = svc.run_guarded(key, lambda: before(JIT_FAMILY, name, user_args, kwargs, True))
+            call_args = args if prepared is None else (*args[:skip], *prepared[1])
+            with svc.inside_api():
+                out = original(executor, *call_args, **kwargs)
+            if prepared is not None:
+                call = prepared[0]
+                svc.run_guarded(key, lambda: after(key, call, out))
+                if call.recorded:
+                    svc.note_not_captured(call.forward_name, JIT_NOT_CAPTURED)
+            return out
+
+        setattr(__call__, WRAPPED_MARK, True)
+        return __call__
 
     def _make_api_wrapper(self, family: str, api: str, original: Callable[..., Any], copy_inputs: bool) -> Any:
         svc = self.service
@@ -466,16 +612,18 @@ class MindSporeAdapter:
             if call.step != svc.current_step:
                 return None
             svc.run_guarded(
-                f"{key}.backward",
-                lambda: svc.cell_backward(
-                    path, cls, mi, call.index, call.parent, _as_tuple(grad_output), _as_tuple(grad_input)
-                ),
+                f"{key}.backward", lambda: svc.cell_backward(call, _as_tuple(grad_output), _as_tuple(grad_input))
             )
             return None
 
         self._handles.append(cell.register_forward_pre_hook(pre_hook, with_kwargs=True))
         self._handles.append(cell.register_forward_hook(forward_hook, with_kwargs=True, always_call=True))
-        self._handles.append(cell.register_backward_hook(backward_hook))
+        try:
+            self._handles.append(cell.register_backward_hook(backward_hook))
+        except Exception as exc:  # e.g. a cell kind MindSpore refuses backward hooks on
+            svc.note_not_captured(
+                f"{key}.backward", f"could not register the cell's backward hook: {exc!r}", persistent=True
+            )
         for name, param in params:
             if name in grad_params:
                 self._handles.append(param.register_hook(self._param_hook(path, cls, mi, name)))

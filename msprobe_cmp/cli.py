@@ -50,7 +50,8 @@ class _Parser(argparse.ArgumentParser):
 def _compare_parser() -> _Parser:
     p = _Parser(
         prog="msprobe-cmp",
-        usage="msprobe-cmp [-h] TARGET BASELINE [-o OUT] [--force]\n"
+        usage="msprobe-cmp [-h] TARGET BASELINE [-o OUT] [--force] [--rules FILE] [--min-matched-share X] "
+        "[--noise RERUN]\n"
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
@@ -70,6 +71,9 @@ def _compare_parser() -> _Parser:
     p.add_argument("--min-matched-share", type=float, metavar="X",
                    help="below this share of matched rows there is no verdict (exit 3); overrides the rules "
                    "file; default 0.5")
+    p.add_argument("--noise", type=Path, metavar="RERUN",
+                   help="a rerun of BASELINE (same code, same data): failures within the run-to-run noise it "
+                   "shows (x noise_factor, default 2) become warnings")
     p.add_argument("--version", action="version", version=f"msprobe-cmp {__version__}")
     return p
 
@@ -170,7 +174,8 @@ def _run_compare(argv: Sequence[str]) -> int:
     rules = _rules_from_args(args)  # validate options before reading dumps
     dump_a = load_dump(args.target)
     dump_b = load_dump(args.baseline)
-    comparison = compare(dump_a, dump_b, CompareOptions(rules=rules))
+    noise = load_dump(args.noise) if args.noise is not None else None
+    comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise))
     files = write_reports(comparison, args.output)
     print(render_summary(comparison, files))
     return exit_code_for(comparison)

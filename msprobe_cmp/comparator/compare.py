@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -104,6 +104,9 @@ class CompareOptions:
         rules: the thresholds in force (defaults: DESIGN.md §4).
         mode: ``"auto"`` (module docstring), or force ``"tensor"``, ``"statistics"`` or ``"md5"``
             (rows lacking what the forced mode needs fall back to statistics, with a note).
+        noise: a rerun of B (same code, same data): its differences from B measure the run-to-run
+            noise, and a row of A that fails the rules but stays within ``rules.noise_factor`` times
+            that noise is a warning, not a failure ("noise-floor mode").
 
     Raises:
         msprobe_cmp.errors.ConfigError: an unknown mode.
@@ -111,6 +114,7 @@ class CompareOptions:
 
     rules: Rules = field(default_factory=Rules)
     mode: ModeOption = "auto"
+    noise: Dump | RankDump | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "tensor", "statistics", "md5"):
@@ -756,14 +760,56 @@ def _count_verdicts(verdicts: Iterable[Verdict]) -> tuple[tuple[Verdict, int], .
     return tuple(counts.items())
 
 
+#: Run-to-run noise of one row: (Cosine, MaxAbsErr or its statistics lower bound) of rerun vs baseline.
+NoiseMap = Mapping[str, tuple[float | None, float | None]]
+
+
+def _noise_of(unit: UnitComparison) -> dict[str, tuple[float | None, float | None]]:
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for r in unit.rows:
+        if r.match_class == "matched" and r.verdict != "skip":
+            mae = r.metric("MaxAbsErr")
+            out[r.name] = (r.metric("Cosine"), mae if mae is not None else r.metric(LOWER_BOUND_NAME))
+    return out
+
+
+def _within_noise(metrics: tuple[tuple[str, float | None], ...], noise: tuple[float | None, float | None],
+                  factor: float) -> str | None:
+    """Why a failing row is within ``factor`` × the run-to-run noise, or None when it is not."""
+    values = dict(metrics)
+    cos, mae = values.get("Cosine"), values.get("MaxAbsErr", values.get(LOWER_BOUND_NAME))
+    noise_cos, noise_mae = noise
+    if mae is None or noise_mae is None or noise_mae <= 0.0 or mae > factor * noise_mae:
+        return None
+    if cos is not None and noise_cos is not None and (1.0 - cos) > factor * (1.0 - noise_cos):
+        return None
+    cos_text = "" if noise_cos is None else f", Cosine {noise_cos:.6g}"
+    return (f"within run-to-run noise: the rerun of B differs from B by MaxAbsErr {noise_mae:.6g}{cos_text} "
+            f"(tolerance {factor:g}x)")
+
+
 def compare_units(
-    unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules, notes: tuple[str, ...] = ()
+    unit_a: RankDump,
+    unit_b: RankDump,
+    mode: Mode,
+    rules: Rules,
+    notes: tuple[str, ...] = (),
+    noise: NoiseMap | None = None,
 ) -> UnitComparison:
-    """Compare one unit of A (target) with one unit of B (baseline) in the given mode."""
+    """Compare one unit of A (target) with one unit of B (baseline) in the given mode.
+
+    Args:
+        noise: per row name, the run-to-run noise measured between a rerun of B and B; a row that
+            fails the rules but stays within ``rules.noise_factor`` times that noise becomes a warning.
+    """
     pairs = match_entries(unit_a.entries, unit_b.entries)
     rows: list[ComparisonRow] = []
     for i, pair in enumerate(pairs):
         out = _compare_pair(pair, unit_a, unit_b, mode, rules)
+        if noise is not None and out.rule.verdict == "fail" and pair.name in noise:
+            why = _within_noise(out.metrics, noise[pair.name], rules.noise_factor)
+            if why is not None:
+                out = replace(out, rule=RuleOutcome("warning", (*out.rule.reasons, why)))
         name_b = pair.entry_name_b or pair.entry_name
         parent = unit_a.construct.get(pair.entry_name) if pair.in_a else None
         if parent is None and pair.in_b:
@@ -842,7 +888,19 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     paired_a = tuple(p[0] for p in pairs)
     paired_b = tuple(p[1] for p in pairs)
     mode: Mode = detect_mode(paired_a, paired_b) if opts.mode == "auto" else opts.mode
-    units = tuple(compare_units(ua, ub, mode, opts.rules) for ua, ub in pairs)
+    noise_by_unit: dict[tuple[int | None, int | None], NoiseMap] = {}
+    if opts.noise is not None:
+        noise_cmp = compare(opts.noise, b, replace(opts, noise=None, rules=replace(opts.rules, min_matched_share=0.0)))
+        for nu in noise_cmp.units:
+            noise_by_unit[(nu.unit_b.step, nu.unit_b.rank)] = _noise_of(nu)
+        notes.append(
+            f"noise-floor mode: run-to-run noise measured on {_path_of(opts.noise)} against B; failures within "
+            f"{opts.rules.noise_factor:g}x that noise are warnings"
+        )
+    units = tuple(
+        compare_units(ua, ub, mode, opts.rules, noise=noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None)
+        for ua, ub in pairs
+    )
     unpaired = tuple([UnitRef.of("a", u) for u in left_a] + [UnitRef.of("b", u) for u in left_b])
     if unpaired:
         listed = ", ".join(f"{u.side.upper()} {u.label}" for u in unpaired)

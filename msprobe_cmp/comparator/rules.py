@@ -103,6 +103,9 @@ class ThresholdOverride:
 
 #: Default floor on the share of rows matched (see :attr:`Rules.min_matched_share`).
 DEFAULT_MIN_MATCHED_SHARE = 0.5
+#: Noise-floor mode: a failing row is noise when its MaxAbsErr is at most this many times the rerun's
+#: (and its 1 - Cosine at most this many times the rerun's).
+DEFAULT_NOISE_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,9 @@ class Rules:
         min_matched_share: floor on ``matched rows / all rows of both sides`` (0..1). Below it a
             comparison without failures is "too_few_matched" (CLI exit 3), not a pass: a verdict
             over a small part of the run says little about the rest.
+        noise_factor: noise-floor mode (``CompareOptions.noise``): a failing row whose MaxAbsErr is at
+            most this many times the run-to-run MaxAbsErr of the same row (and whose ``1 - Cosine`` is at
+            most this many times the run-to-run one) is a warning, not a failure.
 
     Raises:
         ConfigError: ``min_matched_share`` outside [0, 1].
@@ -123,10 +129,13 @@ class Rules:
     default: Thresholds = field(default_factory=Thresholds)
     overrides: tuple[ThresholdOverride, ...] = ()
     min_matched_share: float = DEFAULT_MIN_MATCHED_SHARE
+    noise_factor: float = DEFAULT_NOISE_FACTOR
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_matched_share <= 1.0:
             raise ConfigError(f"min_matched_share: must be between 0 and 1, got {self.min_matched_share!r}")
+        if not (self.noise_factor >= 1.0 and math.isfinite(self.noise_factor)):
+            raise ConfigError(f"noise_factor: must be a finite number >= 1, got {self.noise_factor!r}")
 
     def thresholds_for(self, row_name: str, dtypes: tuple[str | None, ...] = ()) -> Thresholds:
         """The thresholds for one row (first matching override, else the defaults)."""

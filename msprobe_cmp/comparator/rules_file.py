@@ -3,6 +3,7 @@
 File format (TOML shown; YAML has the same keys)::
 
     min_matched_share = 0.9          # optional; default 0.5
+    noise_factor = 2.0               # optional; noise-floor mode tolerance (see Rules)
 
     [default]                        # optional; any subset of the Thresholds fields
     cosine_fail_below = 0.9
@@ -33,7 +34,13 @@ from typing import Any
 
 import yaml
 
-from msprobe_cmp.comparator.rules import DEFAULT_MIN_MATCHED_SHARE, Rules, ThresholdOverride, Thresholds
+from msprobe_cmp.comparator.rules import (
+    DEFAULT_MIN_MATCHED_SHARE,
+    DEFAULT_NOISE_FACTOR,
+    Rules,
+    ThresholdOverride,
+    Thresholds,
+)
 from msprobe_cmp.errors import ConfigError
 
 _THRESHOLD_KEYS = {f.name for f in fields(Thresholds)}
@@ -68,9 +75,11 @@ def parse_rules(doc: Any, file: Path) -> Rules:
     """
     if not isinstance(doc, dict):
         raise ConfigError(f"{file}: expected a table/mapping at the top level")
-    unknown = set(doc) - {"default", "override", "min_matched_share"}
+    unknown = set(doc) - {"default", "override", "min_matched_share", "noise_factor"}
     if unknown:
-        raise ConfigError(f"{file}: {sorted(unknown)[0]}: unknown key (known: default, override, min_matched_share)")
+        raise ConfigError(
+            f"{file}: {sorted(unknown)[0]}: unknown key (known: default, override, min_matched_share, noise_factor)"
+        )
     default = _thresholds(Thresholds(), doc.get("default", {}), file, "default", frozenset())
     raw_overrides = doc.get("override", [])
     if not isinstance(raw_overrides, list):
@@ -89,10 +98,13 @@ def parse_rules(doc: Any, file: Path) -> Rules:
         thresholds = _thresholds(default, table, file, where, frozenset({"pattern", "dtype"}))
         overrides.append(ThresholdOverride(thresholds, pattern=pattern, dtype=dtype))
     share = doc.get("min_matched_share", DEFAULT_MIN_MATCHED_SHARE)
-    if isinstance(share, bool) or not isinstance(share, (int, float)):
-        raise ConfigError(f"{file}: min_matched_share: expected a number, got {share!r}")
+    noise_factor = doc.get("noise_factor", DEFAULT_NOISE_FACTOR)
+    for key, value in (("min_matched_share", share), ("noise_factor", noise_factor)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{file}: {key}: expected a number, got {value!r}")
     try:
-        return Rules(default=default, overrides=tuple(overrides), min_matched_share=float(share))
+        return Rules(default=default, overrides=tuple(overrides), min_matched_share=float(share),
+                     noise_factor=float(noise_factor))
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
 

@@ -254,3 +254,19 @@ def test_lone_surrogate_in_a_name_does_not_crash_the_reports(tmp_path, capsys):
     code, _, err = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
     assert code == 0, err
     assert "\\ud800" in (tmp_path / "out" / "comparison.csv").read_text()
+
+
+def test_noise_option(tmp_path, capsys):
+    import numpy as np
+
+    for side, v in (("a", 1.7), ("b", 1.0), ("rerun", 1.4)):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("tensor", "L1", "mindspore"))
+        arr = np.linspace(1.0, 2.0, 16) * v
+        w.save_tensor("t.npy", arr)
+        leaf = TensorLeaf("mindspore.Tensor", "Float64", (16,), float(arr.max()), float(arr.min()), float(arr.mean()),
+                          float(np.linalg.norm(arr)), data_name="t.npy")
+        w.put(Entry.forward("Functional.x.0.forward", Seq(), Map(), Seq((leaf,))))
+        w.flush()
+    assert _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o1"], capsys)[0] == 1
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o2", "--noise", tmp_path / "rerun"], capsys)
+    assert code == 0 and "noise-floor mode" in out and "warning 1" in out

@@ -523,3 +523,29 @@ def test_cell_rollup_and_parent_chain(tmp_path):
     assert c.first_divergent is not None
     assert c.first_divergent.parents == ("Cell.net.fc1.Dense.forward.0", "Cell.net.Net.forward.0")
     assert "in Cell.net.fc1.Dense.forward.0 < Cell.net.Net.forward.0" in c.first_divergent.label
+
+
+def test_noise_floor_mode_turns_failures_within_run_to_run_noise_into_warnings(tmp_path):
+    # Scaled copies keep Cosine at 1, so only MaxAbsErr decides: max(base) = 2.
+    base = np.linspace(1.0, 2.0, 16)
+    write_unit(tmp_path / "b" / "rank", {"x": base})            # baseline
+    write_unit(tmp_path / "rerun" / "rank", {"x": base * 1.4})  # rerun of the baseline: noise MaxAbsErr 0.8
+    write_unit(tmp_path / "a1" / "rank", {"x": base * 1.7})     # MaxAbsErr 1.4: > 1 fails, but <= 2 x 0.8
+    write_unit(tmp_path / "a2" / "rank", {"x": base * 1.9})     # MaxAbsErr 1.8: > 2 x 0.8, still fails
+    b, rerun = load_dump(tmp_path / "b"), load_dump(tmp_path / "rerun")
+    plain = compare(load_dump(tmp_path / "a1"), b)
+    assert plain.verdict == "fail"
+    within = compare(load_dump(tmp_path / "a1"), b, CompareOptions(noise=rerun))
+    row = rows_by_name(within)["Functional.x.0.forward.output.0"]
+    assert row.metric("MaxAbsErr") == pytest.approx(1.4) and row.verdict == "warning"
+    assert "within run-to-run noise" in row.reasons[-1] and "MaxAbsErr 0.8" in row.reasons[-1]
+    assert within.verdict == "pass" and any(n.startswith("noise-floor mode") for n in within.notes)
+    beyond = compare(load_dump(tmp_path / "a2"), b, CompareOptions(noise=rerun))
+    assert beyond.verdict == "fail"
+
+
+def test_noise_factor_is_validated():
+    from msprobe_cmp.comparator.rules import Rules
+
+    with pytest.raises(ConfigError, match="noise_factor"):
+        Rules(noise_factor=0.5)

@@ -12,6 +12,7 @@ from msprobe_cmp.errors import ConfigError
 
 TOML = """
 min_matched_share = 0.9
+noise_factor = 3.0
 
 [default]
 cosine_suspect_below = 0.995
@@ -28,6 +29,7 @@ cosine_fail_below = 0.8
 
 YAML = """
 min_matched_share: 0.9
+noise_factor: 3
 default:
   cosine_suspect_below: 0.995
   relative_floor: 1.0e-6
@@ -46,7 +48,7 @@ def test_toml_and_yaml_give_the_same_rules(tmp_path: Path, name: str, text: str)
     rules = load_rules(path)
     default = Thresholds(cosine_suspect_below=0.995, relative_floor=1e-6)
     assert rules.default == default
-    assert rules.min_matched_share == 0.9
+    assert rules.min_matched_share == 0.9 and rules.noise_factor == 3.0
     # Overrides inherit the file's defaults for what they do not set.
     head = rules.thresholds_for("Cell.head.Dense.forward.0.output.0", ("Float32",))
     assert head == Thresholds(cosine_suspect_below=0.995, relative_floor=1e-6, max_abs_err_fail_above=10.0)
@@ -72,6 +74,7 @@ def test_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ("[[override]]\nmax_abs_err_fail_above = 2.0\n", "override[0]: needs a pattern or a dtype"),
         ("[[override]]\npattern = 3\n", "override[0].pattern: expected a string"),
         ("thresholds = 1\n", "thresholds: unknown key"),
+        ("noise_factor = 0.5\n", "noise_factor: must be a finite number >= 1"),
         ("[default\n", "invalid TOML"),
     ],
 )

@@ -613,6 +613,13 @@ def _compare_statistics(
     bound = compute_max_abs_err_lower_bound(diffs, la.numel)
     metrics = (*_stat_pairs(diffs), (LOWER_BOUND_NAME, bound))
     rule = compute_statistics_verdict(diffs, la.numel, t)
+    counts_a, counts_b = la.nonfinite_counts, lb.nonfinite_counts
+    if counts_a is not None and counts_b is not None and counts_a != counts_b:
+        # The recorder's NaN/Inf counts see what Max/Min/Mean/Norm can hide (one more NaN among many).
+        labels = ("NaN", "+Inf", "-Inf")
+        differ = ", ".join(f"{k} A {x} B {y}" for k, x, y in zip(labels, counts_a, counts_b, strict=True) if x != y)
+        rule = RuleOutcome("fail", (*rule.reasons, f"non-finite counts differ: {differ}"))
+        return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs)), True)
     return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs)), _stat_differs(diffs))
 
 
@@ -918,6 +925,14 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             f"{unpaired_rows} row(s) have no partner (only_in_a {class_totals['only_in_a']}, only_in_b "
             f"{class_totals['only_in_b']}): the verdict covers the {class_totals['matched']} matched row(s) only"
         )
+    for side, side_units in (("A", units_a), ("B", units_b)):
+        for rank_dump in side_units:
+            missing = rank_dump.meta.not_captured
+            if missing:
+                shown = "; ".join(missing[:5]) + (f"; and {len(missing) - 5} more" if len(missing) > 5 else "")
+                notes.append(
+                    f"{side} {rank_dump.label}: the recorder could not capture {len(missing)} thing(s): {shown}"
+                )
     tasks_a = sorted({u.meta.task for u in paired_a})
     tasks_b = sorted({u.meta.task for u in paired_b})
     if tasks_a != tasks_b:

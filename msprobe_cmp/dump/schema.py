@@ -36,6 +36,13 @@ TENSOR_TYPES = frozenset(
 #: The four statistics msprobe writes for every tensor, in order, as they are spelled in dump.json.
 STAT_KEYS = ("Max", "Min", "Mean", "Norm")
 
+#: Extra leaf fields our recorder adds (msprobe's reader ignores them): counts of NaN, +Inf and -Inf.
+NONFINITE_COUNT_KEYS = ("nan_count", "pos_inf_count", "neg_inf_count")
+
+#: Extra dump.json header field our recorder adds: what could not be captured, as a list of
+#: ``{"what": ..., "reason": ...}`` objects.
+NOT_CAPTURED_KEY = "not_captured"
+
 
 @dataclass(frozen=True)
 class TensorLeaf:
@@ -72,6 +79,18 @@ class TensorLeaf:
         for d in self.shape:
             n *= d
         return n
+
+    @property
+    def nonfinite_counts(self) -> tuple[int, int, int] | None:
+        """``(NaN, +Inf, -Inf)`` counts when the recorder wrote them (:data:`NONFINITE_COUNT_KEYS`), else None."""
+        extra = dict(self.extra)
+        counts: list[int] = []
+        for key in NONFINITE_COUNT_KEYS:
+            value = extra.get(key)
+            if not isinstance(value, int) or isinstance(value, bool):
+                return None
+            counts.append(value)
+        return (counts[0], counts[1], counts[2])
 
     @property
     def stats(self) -> tuple[float | None, float | None, float | None, float | None]:
@@ -239,3 +258,16 @@ class DumpMeta:
     framework: str
     dump_data_dir: str | None = None
     extra: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def not_captured(self) -> tuple[str, ...]:
+        """What the recorder could not capture (:data:`NOT_CAPTURED_KEY`), one ``"what: reason"`` text each."""
+        value = dict(self.extra).get(NOT_CAPTURED_KEY)
+        if not isinstance(value, tuple):
+            return ()
+        out = []
+        for item in value:
+            fields_ = dict(item.items) if isinstance(item, JsonObject) else {}
+            what, reason = fields_.get("what"), fields_.get("reason")
+            out.append(f"{what}: {reason}" if reason is not None else str(what if what is not None else item))
+        return tuple(out)

@@ -549,3 +549,31 @@ def test_noise_factor_is_validated():
 
     with pytest.raises(ConfigError, match="noise_factor"):
         Rules(noise_factor=0.5)
+
+
+def test_nonfinite_counts_fail_a_statistics_row_the_statistics_cannot(tmp_path):
+    # Same Max/Min/Mean/Norm (both NaN), but A has 3 NaN and B 1: the counts decide.
+    for side, nan in (("a", 3), ("b", 1)):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("statistics", "L1", "mindspore"))
+        lf = TensorLeaf("mindspore.Tensor", "Float32", (8,), np.nan, np.nan, np.nan, np.nan,
+                        extra=(("nan_count", nan), ("pos_inf_count", 0), ("neg_inf_count", 0)))
+        w.put(Entry.forward("Functional.x.0.forward", Seq(), Map(), Seq((lf,))))
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    row = rows_by_name(c)["Functional.x.0.forward.output.0"]
+    assert row.verdict == "fail" and row.reasons[-1] == "non-finite counts differ: NaN A 3 B 1"
+
+
+def test_what_the_recorder_could_not_capture_is_said(tmp_path):
+    from msprobe_cmp.dump import JsonObject
+
+    write_unit(tmp_path / "a" / "rank", {"x": X})
+    item = JsonObject((("what", "hook Cell.fc1.backward"), ("reason", "RuntimeError('x')")))
+    meta = DumpMeta("tensor", "mix", "mindspore", extra=(("not_captured", (item,)),))
+    w = DumpWriter(tmp_path / "b" / "rank", meta)
+    w.put(Entry.forward("Functional.x.0.forward", Seq((leaf(w, "i.npy", X),)), Map(), Seq((leaf(w, "o.npy", X),))))
+    w.flush()
+    unit_b = load_dump(tmp_path / "b").units[0]
+    assert unit_b.meta.not_captured == ("hook Cell.fc1.backward: RuntimeError('x')",)
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert any("B -/rank: the recorder could not capture 1 thing(s): hook Cell.fc1.backward" in n for n in c.notes)

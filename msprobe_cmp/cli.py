@@ -155,6 +155,13 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
         lines.append(f"first failing:   {_printable(first_fail.label)}")
     for note in comparison.notes:
         lines.append(f"note: {_printable(note)}")
+    if comparison.verdict in ("nothing_compared", "too_few_matched"):
+        for side, cls in (("A", "only_in_a"), ("B", "only_in_b")):
+            names = list(dict.fromkeys(r.entry_name for u in comparison.units for r in u.rows if r.match_class == cls))
+            if names:
+                more = f" (and {len(names) - 10} more)" if len(names) > 10 else ""
+                shown = ", ".join(_printable(n) for n in names[:10])
+                lines.append(f"entries only in {side}: {shown}{more}")
     lines.append(f"report: {files['html']}")
     return "\n".join(lines)
 

@@ -62,6 +62,7 @@ def test_nothing_in_common_exits_3_never_0(tmp_path, capsys):
     _unit(tmp_path / "b" / "step0" / "rank", ["Functional.gelu.0.forward"])
     code, out, err = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
     assert code == 3, (out, err)
+    assert "entries only in A: Functional.relu.0.forward" in out and "entries only in B: Functional.gelu.0.forward" in out
 
 
 def test_regression_exits_1(tmp_path, capsys):

@@ -654,8 +654,9 @@ def _compare_tensors(
     diffs = compute_stat_diffs(la.stats, lb.stats, floor)
     notes = list(pair.notes)
     if la.numel == 0:
-        rule = RuleOutcome("skip", ("empty tensor (0 elements) on both sides: nothing to compare",))
-        return _Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), False)
+        # Same shape on both sides (classify_pair), so both are empty: equal, whatever the dtype.
+        notes.append("empty tensor (0 elements) on both sides: equal")
+        return _Outcome("none", tuple(_stat_pairs(diffs)), RuleOutcome("pass"), tuple(notes), False)
     if mode == "tensor":
         if la.data_name is None or lb.data_name is None:
             missing = " and ".join(s for s, leaf in (("A", la), ("B", lb)) if leaf.data_name is None)

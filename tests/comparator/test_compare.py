@@ -211,14 +211,15 @@ def test_nothing_in_common_is_nothing_compared(tmp_path):
     ] * 2
 
 
-def test_empty_tensors_only_is_nothing_compared(tmp_path):
+def test_empty_tensors_on_both_sides_are_equal(tmp_path):
     empty = np.zeros((0, 4), np.float32)
     write_unit(tmp_path / "a", {"f": empty})
     write_unit(tmp_path / "b", {"f": empty})
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     r = rows_by_name(c)["Functional.f.0.forward.input.0"]
-    assert r.match_class == "matched" and r.verdict == "skip" and "empty" in r.reasons[0]
-    assert c.verdict == "nothing_compared"
+    assert r.match_class == "matched" and r.verdict == "pass" and r.differs is False
+    assert "empty tensor (0 elements) on both sides: equal" in r.notes
+    assert c.verdict == "pass" and c.first_divergent is None
 
 
 def test_unknown_mode_is_a_config_error():

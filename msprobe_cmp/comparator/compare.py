@@ -280,7 +280,7 @@ class CellRollup:
 
 
 _VERDICT_RANK = {"fail": 3, "warning": 2, "pass": 1, "skip": 0}
-_MAX_CELL_DEPTH = 256
+_MAX_CELL_DEPTH = 1000
 
 
 class _CellAcc:
@@ -322,7 +322,7 @@ def _row_differs(r: ComparisonRow) -> bool:
 
 def compute_cell_rollups(
     rows: tuple[ComparisonRow, ...], construct: Mapping[str, str | None]
-) -> tuple[tuple[CellRollup, ...], dict[str, tuple[str, ...]]]:
+) -> tuple[tuple[CellRollup, ...], dict[str, tuple[str, ...]], bool]:
     """Roll the rows up into every enclosing cell call (construct.json: entry → parent cell).
 
     Args:
@@ -330,11 +330,12 @@ def compute_cell_rollups(
         construct: entry name → parent cell entry name (A's construct.json, completed from B's).
 
     Returns:
-        ``(cells, chains)``: one :class:`CellRollup` per cell call, in the order its first row
-        appears; and, per entry name, its enclosing cells innermost first (for a cell entry, the cell
-        itself first).
+        ``(cells, chains, truncated)``: one :class:`CellRollup` per cell call, in the order its first
+        row appears; per entry name, its enclosing cells innermost first; and whether some chain was
+        cut at 1,000 levels (a cycle is cut where it closes, silently: construct.json has no cycles).
     """
     chains: dict[str, tuple[str, ...]] = {}
+    truncated = False
 
     def chain_of(entry: str) -> tuple[str, ...]:
         if entry in chains:
@@ -342,7 +343,11 @@ def compute_cell_rollups(
         out: list[str] = []
         seen = {entry}
         parent = construct.get(entry)
-        while parent is not None and parent not in seen and len(out) < _MAX_CELL_DEPTH:
+        while parent is not None and parent not in seen:
+            if len(out) >= _MAX_CELL_DEPTH:
+                nonlocal truncated
+                truncated = True
+                break
             out.append(parent)
             seen.add(parent)
             parent = construct.get(parent)
@@ -376,7 +381,7 @@ def compute_cell_rollups(
                 first_divergent=x.first,
             )
         )
-    return tuple(cells), chains
+    return tuple(cells), chains, truncated
 
 
 @dataclass(frozen=True)
@@ -614,6 +619,9 @@ def _compare_statistics(
     metrics = (*_stat_pairs(diffs), (LOWER_BOUND_NAME, bound))
     rule = compute_statistics_verdict(diffs, la.numel, t)
     counts_a, counts_b = la.nonfinite_counts, lb.nonfinite_counts
+    for side, lf in (("A", la), ("B", lb)):
+        if lf.has_invalid_nonfinite_counts:
+            notes.append(f"{side}'s NaN/Inf counts are not valid counts (type or range): ignored")
     if counts_a is not None and counts_b is not None and counts_a != counts_b:
         # The recorder's NaN/Inf counts see what Max/Min/Mean/Norm can hide (one more NaN among many).
         labels = ("NaN", "+Inf", "-Inf")
@@ -849,7 +857,9 @@ def compare_units(
     compared = sum(1 for r in frozen_rows if r.match_class == "matched" and r.verdict != "skip")
     verdict: OverallVerdict = "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
     construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
-    cells, chains = compute_cell_rollups(frozen_rows, construct)
+    cells, chains, truncated = compute_cell_rollups(frozen_rows, construct)
+    if truncated:
+        notes = (*notes, "construct.json nests cells more than 1,000 deep: the cell roll-up stops there")
     return UnitComparison(
         cells=cells,
         parent_chains=chains,
@@ -901,6 +911,10 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
         noise_cmp = compare(opts.noise, b, replace(opts, noise=None, rules=replace(opts.rules, min_matched_share=0.0)))
         for nu in noise_cmp.units:
             noise_by_unit[(nu.unit_b.step, nu.unit_b.rank)] = _noise_of(nu)
+        without = [ub.label for _, ub in pairs if (ub.step, ub.rank) not in noise_by_unit]
+        if without:
+            notes.append(f"the rerun has no unit for B {', '.join(without)}: no noise tolerance there")
+        notes.extend(f"rerun vs B: {n}" for n in noise_cmp.notes if "paired" in n)
         notes.append(
             f"noise-floor mode: run-to-run noise measured on {_path_of(opts.noise)} against B; failures within "
             f"{opts.rules.noise_factor:g}x that noise are warnings"

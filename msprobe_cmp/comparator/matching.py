@@ -192,16 +192,59 @@ def _loose_key(entry: Entry) -> tuple[str, str, str | None]:
 EntryPair = tuple[Entry | None, Entry | None]
 
 
-#: Above this many (A × B) entry pairs in a stretch that differs, the stretch pairs by name instead of
-#: being aligned (difflib's matcher is quadratic on the repetitive keys of training dumps).
+#: Above this many (A × B) entry pairs in a stretch that differs, the stretch is aligned by
+#: :func:`_resync_opcodes` (linear) instead of difflib's matcher (quadratic on the repetitive keys of
+#: training dumps).
 MAX_ALIGN_CELLS = 4_000_000
+#: :func:`_resync_opcodes`: how far ahead (calls, on each side) to look for the point where the two
+#: sequences agree again, and how many calls must agree there.
+RESYNC_WINDOW = 64
+RESYNC_CONTEXT = 4
+
+Opcode = tuple[str, int, int, int, int]
 
 
-def _pair_by_name(a: Sequence[Entry], b: Sequence[Entry]) -> list[EntryPair]:
-    by_name = {e.name: e for e in b}
-    out: list[EntryPair] = [(e, by_name.pop(e.name, None)) for e in a]
-    out.extend((None, e) for e in b if e.name in by_name)
-    return out
+def _agree(keys_a: Sequence[object], keys_b: Sequence[object], i: int, j: int, context: int) -> bool:
+    for k in range(context):
+        if i + k >= len(keys_a) or j + k >= len(keys_b):
+            return k > 0 or (i + k >= len(keys_a) and j + k >= len(keys_b))
+        if keys_a[i + k] != keys_b[j + k]:
+            return False
+    return True
+
+
+def _resync_opcodes(keys_a: Sequence[object], keys_b: Sequence[object]) -> list[Opcode]:
+    """Align two long key sequences in linear time: walk both while they agree; where they differ,
+    find the nearest point ``(i + p, j + q)`` (smallest ``p + q``, both below :data:`RESYNC_WINDOW`)
+    where :data:`RESYNC_CONTEXT` keys agree again, and call what was skipped a differing stretch.
+
+    Returns difflib-style opcodes: ``("equal" | "differ", i1, i2, j1, j2)``.
+    """
+    n, m = len(keys_a), len(keys_b)
+    i = j = 0
+    ops: list[Opcode] = []
+    while i < n and j < m:
+        if keys_a[i] == keys_b[j]:
+            i0, j0 = i, j
+            while i < n and j < m and keys_a[i] == keys_b[j]:
+                i, j = i + 1, j + 1
+            ops.append(("equal", i0, i, j0, j))
+            continue
+        found: tuple[int, int] | None = None
+        for total in range(1, 2 * RESYNC_WINDOW - 1):
+            for p in range(max(0, total - RESYNC_WINDOW + 1), min(total, RESYNC_WINDOW - 1) + 1):
+                q = total - p
+                if i + p < n and j + q < m and _agree(keys_a, keys_b, i + p, j + q, RESYNC_CONTEXT):
+                    found = (p, q)
+                    break
+            if found:
+                break
+        p, q = found if found else (min(RESYNC_WINDOW, n - i), min(RESYNC_WINDOW, m - j))
+        ops.append(("differ", i, i + p, j, j + q))
+        i, j = i + p, j + q
+    if i < n or j < m:
+        ops.append(("differ", i, n, j, m))
+    return ops
 
 
 def _align_block(a: Sequence[Entry], b: Sequence[Entry], strict: bool) -> list[EntryPair]:
@@ -218,19 +261,22 @@ def _align_block(a: Sequence[Entry], b: Sequence[Entry], strict: bool) -> list[E
         hi_a, hi_b = hi_a - 1, hi_b - 1
     out: list[EntryPair] = list(zip(a[:lo], b[:lo], strict=True))
     mid_a, mid_b = a[lo:hi_a], b[lo:hi_b]
+    mid_keys_a, mid_keys_b = keys_a[lo:hi_a], keys_b[lo:hi_b]
+    opcodes: list[Opcode]
     if len(mid_a) * len(mid_b) > MAX_ALIGN_CELLS:
-        out.extend(_pair_by_name(mid_a, mid_b))
+        opcodes = _resync_opcodes(mid_keys_a, mid_keys_b)
     else:
-        matcher = difflib.SequenceMatcher(None, keys_a[lo:hi_a], keys_b[lo:hi_b], autojunk=False)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-            if tag == "equal":
-                out.extend(zip(mid_a[i1:i2], mid_b[j1:j2], strict=True))
-            elif strict:
-                # No exact block here: pair what is the same call up to its shapes (a shape mismatch to report).
-                out.extend(_align_block(mid_a[i1:i2], mid_b[j1:j2], strict=False))
-            else:
-                out.extend((e, None) for e in mid_a[i1:i2])
-                out.extend((None, e) for e in mid_b[j1:j2])
+        matcher = difflib.SequenceMatcher(None, mid_keys_a, mid_keys_b, autojunk=False)
+        opcodes = [(tag, *rest) for tag, *rest in matcher.get_opcodes()]  # type: ignore[misc]
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal":
+            out.extend(zip(mid_a[i1:i2], mid_b[j1:j2], strict=True))
+        elif strict:
+            # No exact block here: pair what is the same call up to its shapes (a shape mismatch to report).
+            out.extend(_align_block(mid_a[i1:i2], mid_b[j1:j2], strict=False))
+        else:
+            out.extend((e, None) for e in mid_a[i1:i2])
+            out.extend((None, e) for e in mid_b[j1:j2])
     out.extend(zip(a[hi_a:], b[hi_b:], strict=True))
     return out
 
@@ -246,7 +292,8 @@ def align_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> lis
     calls whose shapes differ (reported as ``shape_mismatch``).  The alignment is difflib's
     ``SequenceMatcher`` (Ratcliff/Obershelp matching blocks), which on call sequences that mostly
     agree gives their longest common subsequence.  The common prefix and suffix are paired first; a
-    differing stretch larger than :data:`MAX_ALIGN_CELLS` (A entries × B entries) pairs by name.
+    differing stretch larger than :data:`MAX_ALIGN_CELLS` (A entries × B entries) is aligned in linear
+    time by :func:`_resync_opcodes`.
 
     Returns:
         ``(entry of A or None, entry of B or None)`` pairs; every entry of each side appears once.
@@ -254,10 +301,6 @@ def align_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> lis
     a, b = execution_order(entries_a), execution_order(entries_b)
     if [e.name for e in a] == [e.name for e in b]:
         return list(zip(a, b, strict=True))
-    names_b = {e.name for e in b}
-    if all(e.name in names_b for e in a) and len(a) == len(b):
-        by_name = {e.name: e for e in b}
-        return [(e, by_name[e.name]) for e in a]
     return _align_block(a, b, strict=True)
 
 
@@ -277,25 +320,38 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
     """
     out: list[RowPair] = []
     for ea, eb in align_entries(entries_a, entries_b):
-        leaves_a = _causal_leaves(ea) if ea is not None else []
-        leaves_b = dict(_causal_leaves(eb)) if eb is not None else {}
+        leaves_a = _keyed_leaves(ea)
+        leaves_b = dict(_keyed_leaves(eb))
         name = ea.name if ea is not None else eb.name  # type: ignore[union-attr]
         name_b = eb.name if ea is not None and eb is not None and eb.name != ea.name else None
         aligned = (f"aligned by call order with B's {name_b} (the two runs' call counts differ)",) if name_b else ()
-        seen: set[str] = set()
-        for path, leaf_a in leaves_a:
-            seen.add(path)
-            if path in leaves_b:
-                cls, notes = classify_pair(leaf_a, leaves_b[path])
-                out.append(RowPair(name, path, cls, leaf_a, leaves_b[path], True, True, aligned + notes, name_b))
+        seen: set[tuple[str, int]] = set()
+        for key, leaf_a in leaves_a:
+            seen.add(key)
+            path = key[0]
+            if key in leaves_b:
+                cls, notes = classify_pair(leaf_a, leaves_b[key])
+                out.append(RowPair(name, path, cls, leaf_a, leaves_b[key], True, True, aligned + notes, name_b))
             else:
                 out.append(RowPair(name, path, "only_in_a", leaf_a, None, True, False, aligned, name_b))
-        for path, leaf_b in (_causal_leaves(eb) if eb is not None else []):
-            if path not in seen:
-                b_name = eb.name if eb is not None else name
-                out.append(RowPair(name if ea is not None else b_name, path, "only_in_b", None, leaf_b, False, True,
-                                   aligned, name_b))
+        for key, leaf_b in _keyed_leaves(eb):
+            if key not in seen:
+                out.append(RowPair(name, key[0], "only_in_b", None, leaf_b, False, True, aligned, name_b))
     return tuple(out)
+
+
+def _keyed_leaves(entry: Entry | None) -> list[tuple[tuple[str, int], Leaf]]:
+    """The entry's leaves keyed by (path, occurrence): two leaves can share a path (a keyword argument
+    named ``"a.b"`` and a nested ``{"a": {"b": ...}}``); the n-th of them pairs with the n-th."""
+    if entry is None:
+        return []
+    seen: dict[str, int] = {}
+    out = []
+    for path, leaf in _causal_leaves(entry):
+        n = seen.get(path, 0)
+        seen[path] = n + 1
+        out.append(((path, n), leaf))
+    return out
 
 
 def count_classes(rows: Iterable[RowPair]) -> tuple[tuple[MatchClass, int], ...]:

@@ -73,6 +73,16 @@ class Thresholds:
             value = getattr(self, f.name)
             if value is not None and math.isnan(value):
                 raise ConfigError(f"{f.name}: must be a number, got NaN (use inf to switch a rule off)")
+            if value is not None and value < 0.0 and not f.name.startswith("cosine"):
+                raise ConfigError(f"{f.name}: must be >= 0, got {value!r}")
+        for name in ("cosine_fail_below", "cosine_suspect_below"):
+            if not -1.0 <= getattr(self, name) <= 1.0 and not math.isinf(getattr(self, name)):
+                raise ConfigError(f"{name}: a cosine threshold must be between -1 and 1, got {getattr(self, name)!r}")
+        if self.cosine_fail_below > self.cosine_suspect_below:
+            raise ConfigError(
+                f"cosine_fail_below ({self.cosine_fail_below!r}) must not exceed cosine_suspect_below "
+                f"({self.cosine_suspect_below!r})"
+            )
 
 
 @dataclass(frozen=True)

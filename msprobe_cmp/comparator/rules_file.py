@@ -46,6 +46,26 @@ from msprobe_cmp.errors import ConfigError
 _THRESHOLD_KEYS = {f.name for f in fields(Thresholds)}
 
 
+def _brief(value: Any) -> str:
+    """A short description of a value for an error message (never the repr of a container, which a
+    YAML alias bomb would expand to gigabytes)."""
+    if isinstance(value, (dict, list, tuple, set)):
+        return f"a {type(value).__name__}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**18:
+        return "an integer too large"
+    text = str(value)
+    return repr(text[:40] + "...") if len(text) > 40 else repr(value)
+
+
+def _number(value: Any, file: Path, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{file}: {where}: expected a number, got {_brief(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ConfigError(f"{file}: {where}: number too large, got {_brief(value)}") from None
+
+
 def _thresholds(base: Thresholds, table: Any, file: Path, where: str, extra_keys: frozenset[str]) -> Thresholds:
     if not isinstance(table, dict):
         raise ConfigError(f"{file}: {where}: expected a table of thresholds")
@@ -54,13 +74,13 @@ def _thresholds(base: Thresholds, table: Any, file: Path, where: str, extra_keys
         if key in extra_keys:
             continue
         if key not in _THRESHOLD_KEYS:
-            raise ConfigError(f"{file}: {where}.{key}: unknown key (known: {', '.join(sorted(_THRESHOLD_KEYS))})")
+            raise ConfigError(
+                f"{file}: {where}.{str(key)[:60]}: unknown key (known: {', '.join(sorted(_THRESHOLD_KEYS))})"
+            )
         if key == "relative_floor" and value is None:
             values[key] = None
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{file}: {where}.{key}: expected a number, got {value!r}")
-        values[key] = float(value)
+        values[key] = _number(value, file, f"{where}.{key}")
     try:
         return replace(base, **values)
     except ConfigError as exc:
@@ -75,10 +95,10 @@ def parse_rules(doc: Any, file: Path) -> Rules:
     """
     if not isinstance(doc, dict):
         raise ConfigError(f"{file}: expected a table/mapping at the top level")
-    unknown = set(doc) - {"default", "override", "min_matched_share", "noise_factor"}
+    unknown = sorted(str(k) for k in set(doc) - {"default", "override", "min_matched_share", "noise_factor"})
     if unknown:
         raise ConfigError(
-            f"{file}: {sorted(unknown)[0]}: unknown key (known: default, override, min_matched_share, noise_factor)"
+            f"{file}: {unknown[0][:60]}: unknown key (known: default, override, min_matched_share, noise_factor)"
         )
     default = _thresholds(Thresholds(), doc.get("default", {}), file, "default", frozenset())
     raw_overrides = doc.get("override", [])
@@ -99,12 +119,10 @@ def parse_rules(doc: Any, file: Path) -> Rules:
         overrides.append(ThresholdOverride(thresholds, pattern=pattern, dtype=dtype))
     share = doc.get("min_matched_share", DEFAULT_MIN_MATCHED_SHARE)
     noise_factor = doc.get("noise_factor", DEFAULT_NOISE_FACTOR)
-    for key, value in (("min_matched_share", share), ("noise_factor", noise_factor)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{file}: {key}: expected a number, got {value!r}")
+    share_f = _number(share, file, "min_matched_share")
+    noise_f = _number(noise_factor, file, "noise_factor")
     try:
-        return Rules(default=default, overrides=tuple(overrides), min_matched_share=float(share),
-                     noise_factor=float(noise_factor))
+        return Rules(default=default, overrides=tuple(overrides), min_matched_share=share_f, noise_factor=noise_f)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
 
@@ -133,5 +151,10 @@ def load_rules(path: str | Path) -> Rules:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: invalid TOML: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{file}: invalid YAML: {' '.join(str(exc).split())}") from None
-    return parse_rules(doc if doc is not None else {}, file)
+        raise ConfigError(f"{file}: invalid YAML: {' '.join(str(exc).split())[:200]}") from None
+    except (ValueError, RecursionError) as exc:  # integer literals past Python's limit, absurd nesting
+        raise ConfigError(f"{file}: unreadable: {type(exc).__name__}: {str(exc)[:120]}") from None
+    try:
+        return parse_rules(doc if doc is not None else {}, file)
+    except RecursionError:
+        raise ConfigError(f"{file}: nested too deeply") from None

@@ -82,15 +82,28 @@ class TensorLeaf:
 
     @property
     def nonfinite_counts(self) -> tuple[int, int, int] | None:
-        """``(NaN, +Inf, -Inf)`` counts when the recorder wrote them (:data:`NONFINITE_COUNT_KEYS`), else None."""
+        """``(NaN, +Inf, -Inf)`` counts when the recorder wrote them (:data:`NONFINITE_COUNT_KEYS`), else None.
+
+        None too when a count is not a non-negative integer at most :attr:`numel` (an integral float is
+        accepted): such counts are not trusted (:attr:`has_invalid_nonfinite_counts`).
+        """
         extra = dict(self.extra)
         counts: list[int] = []
         for key in NONFINITE_COUNT_KEYS:
             value = extra.get(key)
-            if not isinstance(value, int) or isinstance(value, bool):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # another writer's 1.0
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= self.numel:
                 return None
             counts.append(value)
         return (counts[0], counts[1], counts[2])
+
+    @property
+    def has_invalid_nonfinite_counts(self) -> bool:
+        """True when the leaf carries count fields that :attr:`nonfinite_counts` cannot use
+        (wrong type, negative, or more than the tensor's elements)."""
+        keys = dict(self.extra).keys()
+        return any(k in keys for k in NONFINITE_COUNT_KEYS) and self.nonfinite_counts is None
 
     @property
     def stats(self) -> tuple[float | None, float | None, float | None, float | None]:

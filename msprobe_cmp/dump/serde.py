@@ -43,7 +43,10 @@ def _stat(value: Any, file: str | Path, where: str) -> float | None:
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise DumpFormatError(file, where, "integer too large for a statistic") from None
     if isinstance(value, str):
         # Some writers stringify special values; accept the spellings float() understands.
         try:

@@ -8,6 +8,13 @@ Python, with no framework import.
 Statistics (:func:`compute_stats`) are reduced in float64 from the very array that the tensor
 task saves, so a statistics recording and numpy's statistics of the saved ``.npy`` agree to
 float64 rounding.
+
+``async_dump``: the adapter may return a :class:`DeferredTensor` instead of a :class:`HostTensor`:
+its summary (or, in the tensor task, a copy of its values) stays on the device.  The collector
+then hands out a :class:`PendingTensorLeaf` placeholder and keeps the device value;
+:meth:`Collector.resolve_pending` fetches every pending value with as few host transfers as the
+adapter's :class:`DeviceFetcher` manages (one for all statistics vectors), and
+:meth:`Collector.substitute` swaps placeholders for the finished leaves.
 """
 
 from __future__ import annotations
@@ -15,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from msprobe_cmp.dump.naming import tensor_file_name
-from msprobe_cmp.dump.schema import Map, Node, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import Entry, Map, Node, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.dump.writer import DumpWriter
 
 #: Containers nested deeper than this are written as null (msprobe stops at the same depth).
@@ -44,9 +52,62 @@ class HostTensor:
     type: str = "mindspore.Tensor"
 
 
-#: Adapter callback: a framework object → HostTensor / ValueLeaf, or None when it is not recognised
-#: (written as null).  Called only for objects that are not plain Python / numpy values.
-LeafConverter = Callable[[object], "HostTensor | ValueLeaf | None"]
+#: The values of a device statistics vector (:attr:`DeferredTensor.stats`), in order, all float64:
+#: max, min, sum, sum of squares, and the NaN / +Inf / -Inf element counts.
+DEVICE_STAT_FIELDS = ("max", "min", "sum", "sum_sq", "nan_count", "pos_inf_count", "neg_inf_count")
+
+
+@dataclass(frozen=True, eq=False)
+class DeferredTensor:
+    """A framework tensor whose summary stays on the device until the step is flushed (``async_dump``).
+
+    Exactly one of ``stats`` and ``copy`` is set, except for an empty tensor (neither).
+
+    Attributes:
+        dtype: the framework's spelling of the tensor's dtype.
+        shape: the tensor's shape.
+        stats: an opaque device vector of :data:`DEVICE_STAT_FIELDS` (statistics task).
+        copy: an opaque device copy of the values (tensor task), fetched and summarised like a
+            :class:`HostTensor` at flush.
+        type: the leaf ``type`` string.
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    stats: object | None = None
+    copy: object | None = None
+    type: str = "mindspore.Tensor"
+
+
+class DeviceFetcher(Protocol):
+    """How the adapter brings deferred device values to the host (at flush, never during a step)."""
+
+    def fetch_stats(self, vectors: Sequence[object]) -> np.ndarray:
+        """The statistics vectors as one float64 array ``[len(vectors), len(DEVICE_STAT_FIELDS)]``."""
+        ...
+
+    def fetch_copy(self, copy: object) -> np.ndarray:
+        """The values of one device copy as a numpy array (bfloat16 decoded, as for a HostTensor)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PendingTensorLeaf(TensorLeaf):
+    """A tensor leaf whose numbers are still on the device (``async_dump``).
+
+    Written as a leaf with null statistics if it is never resolved; :meth:`Collector.substitute`
+    replaces it by the finished :class:`~msprobe_cmp.dump.schema.TensorLeaf`.
+
+    Attributes:
+        token: identifies the deferred value within the collector.
+    """
+
+    token: int = -1
+
+
+#: Adapter callback: a framework object → HostTensor / DeferredTensor / ValueLeaf, or None when it is not
+#: recognised (written as null).  Called only for objects that are not plain Python / numpy values.
+LeafConverter = Callable[[object], "HostTensor | DeferredTensor | ValueLeaf | None"]
 
 
 def compute_stats(array: np.ndarray) -> tuple[float | None, float | None, float | None, float | None]:
@@ -115,21 +176,154 @@ def _slice_member(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def leaf_from_stat_row(deferred: DeferredTensor, row: Sequence[float]) -> TensorLeaf:
+    """The finished leaf of a deferred tensor from its fetched :data:`DEVICE_STAT_FIELDS` row.
+
+    Follows :func:`compute_stats` / :func:`compute_nonfinite_counts` exactly: Mean = sum / numel,
+    Norm = sqrt(sum of squares), and any NaN element makes all four statistics NaN (a device max/min
+    may skip NaN; numpy's does not).  No ``md5``: the values never reach the host.
+    """
+    mx, mn, total, sum_sq, nan, pos, neg = (float(v) for v in row)
+    numel = math.prod(deferred.shape)
+    counts = (int(nan), int(pos), int(neg))
+    if numel == 0:
+        stats: tuple[float | None, ...] = (None, None, None, None)
+    elif counts[0] > 0:
+        stats = (math.nan,) * 4
+    else:
+        stats = (mx, mn, total / numel, math.sqrt(sum_sq) if sum_sq >= 0 else math.nan)
+    return TensorLeaf(
+        type=deferred.type,
+        dtype=deferred.dtype,
+        shape=deferred.shape,
+        max=stats[0],
+        min=stats[1],
+        mean=stats[2],
+        norm=stats[3],
+        extra=tuple(zip(NONFINITE_KEYS, counts, strict=True)),
+    )
+
+
+@dataclass(frozen=True)
+class _Pending:
+    leaf: PendingTensorLeaf
+    deferred: DeferredTensor
+    writer: DumpWriter | None
+    entry_name: str
+    arg_path: str
+
+
 class Collector:
     """Builds :mod:`~msprobe_cmp.dump.schema` nodes from host values, saving tensors when asked.
 
     Args:
         convert: the adapter's :data:`LeafConverter` for framework objects.
         save_tensors: tensor task: save every tensor to ``dump_tensor_data/`` and set ``data_name``.
-        checksum: md5 summary mode: add msprobe's CRC32 ``md5`` field to every tensor leaf.
+        checksum: md5 summary mode: add msprobe's CRC32 ``md5`` field to every tensor leaf (not to
+            deferred statistics, whose values never reach the host).
+        fetcher: brings :class:`DeferredTensor` values to the host (needed when the converter returns them).
 
     Not thread-safe; one instance per recorder.
     """
 
-    def __init__(self, convert: LeafConverter, *, save_tensors: bool = False, checksum: bool = False) -> None:
+    def __init__(
+        self,
+        convert: LeafConverter,
+        *,
+        save_tensors: bool = False,
+        checksum: bool = False,
+        fetcher: DeviceFetcher | None = None,
+    ) -> None:
         self._convert = convert
         self.save_tensors = save_tensors
         self.checksum = checksum
+        self._fetcher = fetcher
+        self._pending: list[_Pending] = []
+        self._resolved: dict[int, TensorLeaf] = {}
+        self._next_token = 0
+
+    # ----------------------------------------------------------------- deferred (async_dump) leaves
+
+    @property
+    def pending_count(self) -> int:
+        """Number of deferred values not yet fetched."""
+        return len(self._pending)
+
+    def deferred_leaf(
+        self, deferred: DeferredTensor, *, writer: DumpWriter | None, entry_name: str, arg_path: str
+    ) -> TensorLeaf:
+        """A placeholder for ``deferred`` (or the finished leaf of an empty tensor, which needs no fetch)."""
+        if deferred.stats is None and deferred.copy is None:
+            return TensorLeaf(
+                type=deferred.type,
+                dtype=deferred.dtype,
+                shape=deferred.shape,
+                extra=tuple((k, 0) for k in NONFINITE_KEYS),
+            )
+        token = self._next_token
+        self._next_token += 1
+        leaf = PendingTensorLeaf(type=deferred.type, dtype=deferred.dtype, shape=deferred.shape, token=token)
+        self._pending.append(_Pending(leaf, deferred, writer, entry_name, arg_path))
+        return leaf
+
+    def resolve_pending(self) -> int:
+        """Fetch every pending value (all statistics vectors in one batch, then the tensor task's copies).
+
+        The device references are dropped whatever happens; a placeholder whose value could not be
+        fetched stays unresolved and :meth:`substitute` writes it with null statistics.
+
+        Returns:
+            The number of placeholders resolved.
+
+        Raises:
+            Exception: whatever the fetcher raised (the caller decides how to report it).
+        """
+        pending, self._pending = self._pending, []
+        if not pending:
+            return 0
+        if self._fetcher is None:
+            raise RuntimeError("deferred tensors were collected but no device fetcher was given")
+        stat_items = [p for p in pending if p.deferred.copy is None]
+        done = 0
+        if stat_items:
+            table = np.asarray(self._fetcher.fetch_stats([p.deferred.stats for p in stat_items]), dtype=np.float64)
+            if table.shape != (len(stat_items), len(DEVICE_STAT_FIELDS)):
+                raise RuntimeError(f"device statistics came back with shape {table.shape}")
+            for item, row in zip(stat_items, table, strict=True):
+                self._resolved[item.leaf.token] = leaf_from_stat_row(item.deferred, row)
+                done += 1
+        for item in pending:
+            if item.deferred.copy is None:
+                continue
+            array = self._fetcher.fetch_copy(item.deferred.copy)
+            host = HostTensor(array, item.deferred.dtype, item.deferred.type)
+            self._resolved[item.leaf.token] = self.tensor_leaf(
+                host, writer=item.writer, entry_name=item.entry_name, arg_path=item.arg_path
+            )
+            done += 1
+        return done
+
+    def substitute(self, node: Node) -> Node:
+        """``node`` with every placeholder replaced by its finished leaf (null statistics if unresolved)."""
+        if isinstance(node, PendingTensorLeaf):
+            done = self._resolved.get(node.token)
+            if done is not None:
+                return done
+            return TensorLeaf(type=node.type, dtype=node.dtype, shape=node.shape)
+        if isinstance(node, Seq):
+            return Seq(tuple(self.substitute(n) for n in node.items))
+        if isinstance(node, Map):
+            return Map(tuple((k, self.substitute(v)) for k, v in node.items))
+        return node
+
+    def substitute_entry(self, entry: Entry) -> Entry:
+        """``entry`` with every placeholder replaced (see :meth:`substitute`)."""
+        return Entry(entry.name, tuple((k, self.substitute(v)) for k, v in entry.fields))
+
+    def reset_deferred(self) -> None:
+        """Forget the step's placeholders and finished leaves (at the end of a step)."""
+        self._pending.clear()
+        self._resolved.clear()
 
     def collect(self, value: object, *, writer: DumpWriter | None, entry_name: str, arg_path: str) -> Node:
         """The node for ``value`` (an argument, an output, a gradient, a parameter).
@@ -175,6 +369,8 @@ class Collector:
             return ValueLeaf(type(value).__name__, value)
         if isinstance(value, HostTensor):
             return self.tensor_leaf(value, writer=writer, entry_name=entry, arg_path=path)
+        if isinstance(value, DeferredTensor):
+            return self.deferred_leaf(value, writer=writer, entry_name=entry, arg_path=path)
         if isinstance(value, ValueLeaf):
             return value
         if isinstance(value, np.ndarray):

@@ -63,7 +63,10 @@ class RecordConfig:
             matching a cell name also selects everything recorded inside that cell.
         data_mode: subset of ``forward``/``backward``/``input``/``output``, or ``("all",)``.
         summary_mode: ``"statistics"``, or ``"md5"`` (adds msprobe's CRC32 checksum, in its ``md5`` field).
-        async_dump: always False in this version (``true`` is refused with a ConfigError).
+        async_dump: keep each tensor's summary on the device during the step and fetch them all at
+            ``stop()`` / ``step()`` (no per-tensor device→host copy while the step runs).  With the
+            tensor task the tensors themselves are held as device copies until then, so a non-empty
+            ``list`` is required (msprobe's rule).
         source: where the values came from (a file path or ``"arguments"``), for messages.
     """
 
@@ -309,8 +312,6 @@ def build_config(
     for key in ("enable_dataloader", "async_dump"):
         if key in raw and not isinstance(raw[key], bool):
             raise _fail(source, key, f"expected true or false, got {raw[key]!r}")
-    if raw.get("async_dump"):
-        raise _fail(source, "async_dump", "asynchronous dumping is not supported by this recorder yet (use false)")
 
     sub = raw.get(task_value, {})
     if not isinstance(sub, Mapping):
@@ -322,6 +323,13 @@ def build_config(
     name_list = _parse_list(sub.get("list"), source, f"{task_value}.list")
     data_mode = _parse_data_mode(sub.get("data_mode"), source, f"{task_value}.data_mode")
     summary_mode = _choice(sub.get("summary_mode", "statistics"), SUMMARY_MODES, source, f"{task_value}.summary_mode")
+    if raw.get("async_dump") and task_value == "tensor" and not name_list:
+        raise _fail(
+            source,
+            f"{task_value}.list",
+            "async_dump with the tensor task needs a non-empty list (every tensor is held in device memory "
+            "until stop()/step())",
+        )
     if "file_format" in sub:
         _choice(sub["file_format"], ("npy", "bin"), source, f"{task_value}.file_format")
     if task_value == "structure" and level_value not in ("L0", "mix"):

@@ -24,6 +24,12 @@ keeps names, stacks and construct.json but writes no data.  The ``debug`` level 
 
 What could not be captured (failed hooks, cells whose backward never fired, jit regions without
 per-API records) is listed in the dump.json header under ``not_captured``.
+
+``async_dump``: the adapter's converter returns device-side summaries; the collector hands out
+placeholders, and every flush (:meth:`RecorderService.end`, :meth:`RecorderService.advance_step`)
+first fetches all pending summaries in one go and swaps the placeholders in the entries put since
+the previous flush (and in debug.json's values).  Placeholders still held by open bookkeeping (a
+backward entry re-put by a late gradient) are swapped again at the next flush.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from msprobe_cmp.dump.naming import api_name, cell_name, parameters_grad_name, p
 from msprobe_cmp.dump.schema import DumpMeta, Entry, JsonObject, Map, Node, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.dump.serde import meta_to_json, node_to_json
 from msprobe_cmp.dump.writer import DumpWriter, write_bytes_atomic
-from msprobe_cmp.recorder.collector import Collector, LeafConverter
+from msprobe_cmp.recorder.collector import Collector, DeviceFetcher, LeafConverter
 from msprobe_cmp.recorder.config import RecordConfig
 
 logger = logging.getLogger(__name__)
@@ -59,6 +65,8 @@ MAX_STACK_FRAMES = 64
 DEBUG_JSON = "debug.json"
 #: dump.json header key listing what could not be captured: ``[{"what": ..., "reason": ...}]``.
 NOT_CAPTURED_KEY = "not_captured"
+#: The ``not_captured`` key used when deferred (async_dump) values could not be fetched at a flush.
+ASYNC_NOT_CAPTURED = "async_dump"
 
 
 def backward_name_of(forward_name: str | None) -> str | None:
@@ -162,6 +170,8 @@ class RecorderService:
         rank: the process rank, or None when not distributed (directory ``rank``).
         convert: the adapter's converter of framework objects (see :mod:`~msprobe_cmp.recorder.collector`).
         cell_prefix: ``"Cell"`` (MindSpore) or ``"Module"``.
+        fetcher: brings deferred device values to the host (``async_dump``); see
+            :class:`~msprobe_cmp.recorder.collector.DeviceFetcher`.
 
     Lifecycle: :meth:`begin` (switch on, if the step is selected) → hooks call ``*_api_*``/``*_cell_*``
     → :meth:`end` (switch off, flush) → :meth:`advance_step` (flush, next step, counters reset).
@@ -175,12 +185,23 @@ class RecorderService:
         rank: int | None,
         convert: LeafConverter,
         cell_prefix: str = "Cell",
+        fetcher: DeviceFetcher | None = None,
     ) -> None:
         self.config = config
         self.framework = framework
         self.rank = rank
         self.cell_prefix = cell_prefix
-        self.collector = Collector(convert, save_tensors=config.saves_tensors, checksum=config.summary_mode == "md5")
+        self.collector = Collector(
+            convert, save_tensors=config.saves_tensors, checksum=config.summary_mode == "md5", fetcher=fetcher
+        )
+        if config.async_dump and config.summary_mode == "md5" and not config.saves_tensors:
+            logger.warning(
+                "msprobe-cmp: %s: summary_mode md5 is skipped under async_dump with the statistics task "
+                "(the values never reach the host); statistics are still recorded",
+                config.source,
+            )
+        # async_dump: entries put since the last flush (they may hold placeholders).
+        self._deferred_names: set[str] = set()
         self.current_step = 0
         self._on = False
         self._in_api = 0
@@ -257,6 +278,8 @@ class RecorderService:
         self._debug.clear()
         self._debug_counts.clear()
         self._debug_grads.clear()
+        self._deferred_names.clear()
+        self.collector.reset_deferred()
         self.current_step += 1
 
     def flush(self) -> None:
@@ -268,6 +291,8 @@ class RecorderService:
         if self._writer is None:
             return
         writer = self._writer
+        if self.config.async_dump:
+            self._resolve_deferred(writer)
         writer.meta = dataclasses.replace(writer.meta, extra=((NOT_CAPTURED_KEY, self._not_captured_json()),))
         try:
             if self.config.level == "debug":
@@ -276,6 +301,27 @@ class RecorderService:
                 writer.flush()
         except OSError as exc:
             logger.error("msprobe-cmp: could not write %s: %s", self._writer.rank_dir, exc, exc_info=exc)
+
+    def _resolve_deferred(self, writer: DumpWriter) -> None:
+        """Fetch every pending device value and swap the placeholders in the entries put since the last flush.
+
+        A failure (a device error surfacing now, a tensor file that cannot be written) is logged and
+        listed in ``not_captured``; the placeholders are then written with null statistics.
+        """
+        try:
+            with self.collecting():
+                self.collector.resolve_pending()
+        except Exception as exc:  # recording must never stop training
+            self.note_not_captured(
+                ASYNC_NOT_CAPTURED, f"deferred statistics could not be fetched from the device: {exc!r}"
+            )
+            logger.warning("msprobe-cmp: async_dump: could not fetch deferred values: %r", exc, exc_info=exc)
+        for name in self._deferred_names:
+            entry = writer.get(name)
+            if entry is not None:
+                writer.put(self.collector.substitute_entry(entry))
+        self._deferred_names.clear()
+        self._debug = {name: self.collector.substitute(node) for name, node in self._debug.items()}
 
     def _not_captured_json(self) -> tuple[JsonObject, ...]:
         items = {**self._failures, **self._missing}
@@ -383,6 +429,8 @@ class RecorderService:
         """Hand ``entry`` to the step's writer (the structure task writes no data)."""
         if not self.structure_only:
             self.writer().put(entry)
+            if self.config.async_dump:
+                self._deferred_names.add(entry.name)
 
     def collect(self, value: object, entry_name: str, arg_path: str) -> Node:
         """Collect one value into a node (saving tensors in the tensor task; nothing in the structure task)."""

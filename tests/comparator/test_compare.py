@@ -578,3 +578,56 @@ def test_what_the_recorder_could_not_capture_is_said(tmp_path):
     assert unit_b.meta.not_captured == ("hook Cell.fc1.backward: RuntimeError('x')",)
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     assert any("B -/rank: the recorder could not capture 1 thing(s): hook Cell.fc1.backward" in n for n in c.notes)
+
+
+def test_invalid_nonfinite_counts_are_ignored_with_a_note(tmp_path):
+    for side, counts in (("a", (("nan_count", "1"), ("pos_inf_count", 0), ("neg_inf_count", 0))),
+                         ("b", (("nan_count", 0), ("pos_inf_count", 0), ("neg_inf_count", -1)))):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("statistics", "L1", "mindspore"))
+        lf = TensorLeaf("mindspore.Tensor", "Float32", (4,), 1.0, 0.0, 0.5, 1.0, extra=counts)
+        w.put(Entry.forward("Functional.x.0.forward", Seq(), Map(), Seq((lf,))))
+        w.flush()
+    row = rows_by_name(compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b")))["Functional.x.0.forward.output.0"]
+    assert row.verdict == "pass"
+    assert "A's NaN/Inf counts are not valid counts (type or range): ignored" in row.notes
+    assert "B's NaN/Inf counts are not valid counts (type or range): ignored" in row.notes
+    ok = TensorLeaf("t", "Float32", (4,), extra=(("nan_count", 1.0), ("pos_inf_count", 0), ("neg_inf_count", 0)))
+    assert ok.nonfinite_counts == (1, 0, 0)  # an integral float from another writer is a count
+
+
+def test_rerun_without_a_unit_for_the_baseline_is_said(tmp_path):
+    for s in (0, 1):
+        write_unit(tmp_path / "a" / f"step{s}" / "rank", {"x": X})
+        write_unit(tmp_path / "b" / f"step{s}" / "rank", {"x": X})
+    write_unit(tmp_path / "rerun" / "step5" / "rank", {"x": X})
+    write_unit(tmp_path / "rerun" / "step6" / "rank", {"x": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(noise=load_dump(tmp_path / "rerun")))
+    assert any("the rerun has no unit for B step0/rank, step1/rank: no noise tolerance there" in n for n in c.notes)
+
+
+def test_two_leaves_with_the_same_path_pair_in_order(tmp_path):
+    t1, t2 = _leaf((2,), 1.0), _leaf((2,), 2.0)
+    entry = Entry.forward("Functional.x.0.forward", Seq(), Map((("a.b", t1), ("a", Map((("b", t2),))))), Seq())
+    for side in ("a", "b"):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("statistics", "L1", "mindspore"))
+        w.put(entry)
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    rows = c.units[0].rows
+    assert [r.arg_path for r in rows] == ["kwargs.a.b", "kwargs.a.b"] and c.first_divergent is None
+
+
+def test_cell_chains_deeper_than_the_cap_are_said(tmp_path):
+    from msprobe_cmp.comparator.compare import compute_cell_rollups
+
+    construct = {f"Cell.l{i}.C.forward.0": f"Cell.l{i + 1}.C.forward.0" for i in range(1200)}
+    cells, chains, truncated = compute_cell_rollups((), construct)
+    assert cells == () and not truncated
+    write_unit(tmp_path / "a" / "rank", {"x": X})
+    unit = load_dump(tmp_path / "a").units[0]
+    from dataclasses import replace as dc_replace
+
+    deep = dc_replace(unit, construct={**construct, "Functional.x.0.forward": "Cell.l0.C.forward.0"})
+    c = compare(deep, deep)
+    assert any("more than 1,000 deep" in n for n in c.units[0].notes)
+    assert max(cell.depth for cell in c.units[0].cells) == 1000

@@ -192,3 +192,47 @@ def test_identical_name_sequences_pair_by_name():
     b = [_call("Functional.relu.0.forward", (3,)), _call("Functional.relu.1.forward", (2,))]
     rows = match_entries(a, b)  # same names: pairs by name (two shape mismatches), never re-aligned
     assert {r.match_class for r in rows} == {"shape_mismatch"} and all(r.entry_name_b is None for r in rows)
+
+
+def _loop(n: int, extra_relu_at: int | None = None, skip_relu_at: int | None = None,
+          last_shape: tuple[int, ...] = (4,)) -> list[Entry]:
+    """A matmul -> relu -> add loop of ``n`` calls, optionally with one extra or one missing relu call."""
+    counts: dict[str, int] = {}
+    out: list[Entry] = []
+
+    def add(op: str, shape: tuple[int, ...]) -> None:
+        i = counts.get(op, 0)
+        counts[op] = i + 1
+        out.append(_call(f"Functional.{op}.{i}.forward", shape))
+
+    for k in range(n):
+        op = ("matmul", "relu", "add")[k % 3]
+        if op == "relu" and k == skip_relu_at:
+            continue
+        add(op, last_shape if k == n - 1 else (4,))
+        if k == extra_relu_at:
+            add("relu", (4,))
+    return out
+
+
+def _classes(rows) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.match_class] = counts.get(r.match_class, 0) + 1
+    return counts
+
+
+def test_alignment_of_long_runs_stays_linear_and_right():
+    # 6,000 calls, an extra relu near the start and a shape change at the very end: no common prefix or
+    # suffix to trim, far beyond difflib's budget -> the linear resync must still find the true pairs.
+    a = _loop(6000, extra_relu_at=1, last_shape=(8,))
+    b = _loop(6000)
+    rows = match_entries(a, b)
+    assert _classes(rows) == {"matched": 2 * 5999, "only_in_a": 2, "shape_mismatch": 2}
+
+
+def test_an_extra_and_a_missing_call_of_the_same_api_do_not_shift_the_calls_between():
+    a = _loop(18, extra_relu_at=1, skip_relu_at=16)  # same names and count as b, but shifted in between
+    b = _loop(18)
+    rows = match_entries(a, b)
+    assert _classes(rows) == {"matched": 2 * 17, "only_in_a": 2, "only_in_b": 2}  # 17 true pairs of 18 calls

@@ -93,3 +93,33 @@ def test_unknown_suffix_and_missing_file(tmp_path: Path) -> None:
         load_rules(tmp_path / "r.ini")
     with pytest.raises(ConfigError, match="cannot read"):
         load_rules(tmp_path / "absent.toml")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        ("big.toml", "[default]\nmax_abs_err_fail_above = 1" + "0" * 400 + "\n", "number too large"),
+        ("digits.toml", "min_matched_share = 1" + "0" * 5000 + "\n", "unreadable"),
+        ("mixed.yaml", "1: 2\nfoo: 3\n", "unknown key"),
+        ("deep.toml", "x = " + "[" * 20000 + "]" * 20000 + "\n", "rules"),
+        ("neg.toml", "[default]\nmax_abs_err_fail_above = -1\n", "must be >= 0"),
+        ("order.toml", "[default]\ncosine_fail_below = 0.999\n", "must not exceed cosine_suspect_below"),
+        ("cos.toml", "[default]\ncosine_suspect_below = 2\n", "between -1 and 1"),
+    ],
+)
+def test_hostile_rules_files_are_one_line_errors(tmp_path: Path, name: str, text: str, words: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_rules(path)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_yaml_alias_bomb_is_refused_fast(tmp_path: Path) -> None:
+    levels = ['&a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"&{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefg", "bcdefgh", strict=True)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text(f"min_matched_share: [{', '.join(levels)}, [*h, *h, *h, *h, *h, *h, *h, *h, *h]]\n")
+    with pytest.raises(ConfigError, match="min_matched_share: expected a number, got a list") as info:
+        load_rules(path)  # 9**9 strings if anything expanded the aliases: must answer at once
+    assert len(str(info.value)) < 300

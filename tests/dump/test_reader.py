@@ -247,3 +247,10 @@ def test_void_dtype_and_reshaped_npy_are_refused(tmp_path):
     np.save(unit.tensor_dir / "bad.npy", np.zeros((3, 1), dtype=np.float32))  # same size, other shape
     with pytest.raises(DumpFormatError, match="shape"):
         unit.load_tensor(leaf)
+
+
+def test_a_statistic_too_large_for_a_float_is_a_one_line_error(tmp_path):
+    text = ('{"task": "statistics", "data": {"F.x.0.forward": {"output": [{"type": "mindspore.Tensor", "dtype": '
+            '"Float32", "shape": [2], "Max": 1' + "0" * 400 + '}]}}}')
+    with pytest.raises(DumpFormatError, match=r"output\[0\]\.Max: integer too large"):
+        load_dump(_rank_with(tmp_path, text))

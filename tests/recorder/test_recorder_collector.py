@@ -9,9 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msprobe_cmp.dump.schema import DumpMeta, Map, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import DumpMeta, Entry, Map, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.dump.writer import DumpWriter
-from msprobe_cmp.recorder.collector import Collector, HostTensor, compute_crc32, compute_stats
+from msprobe_cmp.recorder.collector import (
+    Collector,
+    DeferredTensor,
+    HostTensor,
+    PendingTensorLeaf,
+    compute_crc32,
+    compute_stats,
+)
 
 
 class FakeFrameworkTensor:
@@ -148,3 +155,93 @@ def test_depth_limit_writes_null() -> None:
         node = node.items[0]
         depth += 1
     assert node is None and depth == 10
+
+
+class _NumpyFetcher:
+    """A 'device' that is numpy: statistics vectors are float64 arrays, copies are arrays."""
+
+    def __init__(self) -> None:
+        self.stat_calls = 0
+
+    def fetch_stats(self, vectors: list[object]) -> np.ndarray:
+        self.stat_calls += 1
+        return np.stack([np.asarray(v, np.float64) for v in vectors])
+
+    def fetch_copy(self, copy: object) -> np.ndarray:
+        return np.asarray(copy)
+
+
+def _device_vector(a: np.ndarray) -> np.ndarray:
+    f = a.astype(np.float64).ravel()
+    with np.errstate(all="ignore"):
+        return np.array(
+            [
+                np.nanmax(f),
+                np.nanmin(f),
+                f.sum(),
+                (f * f).sum(),
+                np.isnan(f).sum(),
+                np.isposinf(f).sum(),
+                np.isneginf(f).sum(),
+            ]
+        )
+
+
+def test_deferred_leaves_resolve_to_the_synchronous_leaves(tmp_path: Path) -> None:
+    arrays = [
+        np.array([[1.5, -2.0], [3.0, 0.25]], np.float32),
+        np.array([1.0, np.nan, np.inf], np.float32),  # NaN makes all four NaN, as numpy does
+        np.array([np.inf, -np.inf, 2.0], np.float32),
+        np.array(-2.5, np.float32),
+    ]
+    fetcher = _NumpyFetcher()
+    deferred = Collector(_convert, fetcher=fetcher)
+    sync = Collector(_convert)
+    placeholders = [
+        deferred.collect(
+            DeferredTensor("Float32", a.shape, stats=_device_vector(a)),
+            writer=None,
+            entry_name="e",
+            arg_path=f"input.{i}",
+        )
+        for i, a in enumerate(arrays)
+    ]
+    empty = deferred.collect(DeferredTensor("Float32", (0, 3)), writer=None, entry_name="e", arg_path="x")
+    assert all(isinstance(p, PendingTensorLeaf) for p in placeholders) and deferred.pending_count == 4
+    assert isinstance(empty, TensorLeaf) and empty.stats == (None,) * 4 and dict(empty.extra)["nan_count"] == 0
+    entry = Entry.forward("e", Seq(tuple(placeholders)), Map(), Seq())
+    assert deferred.resolve_pending() == 4 and fetcher.stat_calls == 1  # one batch for every vector
+    done = deferred.substitute_entry(entry).field("input_args")
+    assert isinstance(done, Seq)
+    for leaf, a in zip(done.items, arrays, strict=True):
+        want = sync.collect(a, writer=None, entry_name="e", arg_path="p")
+        assert isinstance(leaf, TensorLeaf) and isinstance(want, TensorLeaf)
+        assert not isinstance(leaf, PendingTensorLeaf)
+        np.testing.assert_allclose(np.array(leaf.stats, float), np.array(want.stats, float), rtol=1e-12)
+        assert leaf.extra == want.extra and leaf.shape == want.shape
+    assert deferred.resolve_pending() == 0
+    # A placeholder never resolved (fetch failed, or the step was reset) is written with null statistics.
+    deferred.reset_deferred()
+    lost = deferred.substitute(placeholders[0])
+    assert type(lost) is TensorLeaf and lost.stats == (None,) * 4 and lost.shape == (2, 2)
+
+
+def test_deferred_copies_are_saved_and_checksummed_at_resolution(tmp_path: Path) -> None:
+    writer = DumpWriter(tmp_path / "rank", DumpMeta(task="tensor", level="L1", framework="mindspore"))
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    deferred = Collector(_convert, save_tensors=True, checksum=True, fetcher=_NumpyFetcher())
+    placeholder = deferred.collect(
+        DeferredTensor("Float32", (2, 3), copy=a.copy()),
+        writer=writer,
+        entry_name="Functional.relu.0.forward",
+        arg_path="input.0",
+    )
+    assert not (writer.tensor_dir / "Functional.relu.0.forward.input.0.npy").exists()  # nothing before the flush
+    deferred.resolve_pending()
+    leaf = deferred.substitute(placeholder)
+    want = Collector(_convert, save_tensors=True, checksum=True).collect(
+        a, writer=writer, entry_name="Functional.relu.0.forward", arg_path="input.0"
+    )
+    assert isinstance(leaf, TensorLeaf) and isinstance(want, TensorLeaf)
+    assert (leaf.stats, leaf.md5, leaf.data_name) == (want.stats, want.md5, want.data_name)
+    assert np.array_equal(np.load(writer.tensor_dir / str(leaf.data_name)), a)

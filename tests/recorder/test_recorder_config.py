@@ -98,7 +98,7 @@ def test_task_sub_dict_keys_are_accepted(tmp_path: Path) -> None:
         ({"statistics": {"scope": ["only-one"]}}, "statistics.scope", "exactly two"),
         ({"statistics": {"lst": []}}, "statistics.lst", "unknown key"),
         ({"async_dump": "yes"}, "async_dump", "expected true or false"),
-        ({"async_dump": True}, "async_dump", "not supported"),
+        ({"async_dump": True, "task": "tensor"}, "tensor.list", "non-empty list"),
         ({"statistics": {"scope": ["Functional.relu", "Cell.a.B.forward.0"]}}, "statistics.scope[0]", "not a full"),
         ({"statistics": {"list": ["name-regex(a[)"]}}, "statistics.list[0]", "invalid regular expression"),
         ({"statistics": {"list": ["name-regex()"]}}, "statistics.list[0]", "expected 'name-regex"),
@@ -176,3 +176,15 @@ def test_every_msprobe_fixture_config_is_accepted_as_is(msprobe_fixtures: Path) 
         cfg = load_config(path)
         raw = json.loads(path.read_text())
         assert (cfg.task, cfg.level) == (raw["task"], raw["level"]), path
+
+
+def test_async_dump_is_accepted_and_the_tensor_task_needs_a_list(tmp_path: Path) -> None:
+    cfg = build_config({"dump_path": str(tmp_path), "async_dump": True})
+    assert cfg.async_dump and cfg.task == "statistics"
+    tensor = build_config(
+        {"dump_path": str(tmp_path), "async_dump": True, "task": "tensor", "tensor": {"list": ["relu"]}}
+    )
+    assert tensor.async_dump and tensor.saves_tensors
+    with pytest.raises(ConfigError, match=r"^arguments: tensor\.list: .*held in device memory"):
+        build_config({"dump_path": str(tmp_path), "async_dump": True}, task="tensor")
+    assert not build_config({"dump_path": str(tmp_path), "async_dump": False}, task="tensor").async_dump

@@ -102,6 +102,8 @@ def run_digits_training(
     task: str = "statistics",
     seed: int = 0,
     summary_mode: str = "statistics",
+    async_dump: bool = False,
+    name_list: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Train the digits MLP for ``steps`` SGD steps, recording every step under ``dump_path``.
 
@@ -114,6 +116,8 @@ def run_digits_training(
             step are recorded with ``save()`` (with their gradients).
         seed: seeds the initial weights and the batch order.
         summary_mode: ``"statistics"`` or ``"md5"``.
+        async_dump: msprobe's ``async_dump`` (statistics stay on the device until ``stop()``/``step()``).
+        name_list: msprobe's ``list`` filter (required by the tensor task under ``async_dump``).
 
     Returns:
         ``{"losses": [float per step], "train_accuracy": float (after training, whole set),
@@ -138,7 +142,13 @@ def run_digits_training(
 
     debugger = None
     if dump_path is not None:
-        config = {"dump_path": str(dump_path), "task": task, "level": level, task: {"summary_mode": summary_mode}}
+        config = {
+            "dump_path": str(dump_path),
+            "task": task,
+            "level": level,
+            "async_dump": async_dump,
+            task: {"summary_mode": summary_mode, "list": list(name_list)},
+        }
         with tempfile.TemporaryDirectory() as tmp:
             config_path = Path(tmp) / "config.json"
             config_path.write_text(json.dumps(config), encoding="utf-8")

@@ -29,6 +29,13 @@ in reverse order of the forward calls), so ``backward.<n>`` carries the index of
 
 Every hook body runs under :meth:`RecorderService.run_guarded`: an exception is logged once and
 disables that hook; the framework call itself always runs exactly as without the recorder.
+
+``async_dump``: a captured tensor is not copied to the host.  Its max, min, sum, sum of squares and
+NaN/+Inf/-Inf counts are computed on its device in float64 by Primitive instances the adapter owns
+(never wrapped, never recorded, run under ``_no_grad``) and stacked into one 7-element device
+vector; at ``stop()``/``step()`` the service asks :meth:`MindSporeAdapter.fetch_stats` for all of
+them at once (stacked on the device, one ``asnumpy``).  In the tensor task a device copy is held
+instead and fetched at flush.  Complex tensors keep the synchronous path.
 """
 
 from __future__ import annotations
@@ -38,10 +45,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from msprobe_cmp.dump.schema import ValueLeaf
 from msprobe_cmp.errors import ConfigError, MissingFrameworkError
 from msprobe_cmp.recorder.api_lists import load_api_names
-from msprobe_cmp.recorder.collector import HostTensor
+from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
 from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService
 
@@ -130,6 +139,47 @@ NO_COPY_PRIMITIVES = frozenset(
     }
 )
 _FLOAT_DTYPES = frozenset({"Float16", "Float32", "Float64", "BFloat16"})
+#: Dtypes whose statistics are always fetched synchronously (abs() of complex values stays on the host).
+_HOST_ONLY_DTYPES = frozenset({"Complex64", "Complex128"})
+#: At most this many statistics vectors are stacked into one device tensor before a host transfer.
+FETCH_CHUNK = 4096
+
+
+class _DeviceStats:
+    """The adapter's own Primitive instances for async_dump statistics (created before anything is wrapped)."""
+
+    def __init__(self, ms: Any) -> None:
+        ops = ms.ops
+        self.float64 = ms.float64
+        self.reduce_max = ops.ReduceMax()
+        self.reduce_min = ops.ReduceMin()
+        self.reduce_sum = ops.ReduceSum()
+        self.mul = ops.Mul()
+        self.equal = ops.Equal()
+        self.not_equal = ops.NotEqual()
+        self.cast = ops.Cast()
+        self.reshape = ops.Reshape()
+        self.stack = ops.Stack()
+        self.concat = ops.Concat()
+        self.pos_inf = ms.Tensor(float("inf"), ms.float64)
+        self.neg_inf = ms.Tensor(float("-inf"), ms.float64)
+        self.no_counts = ms.Tensor([0.0, 0.0, 0.0], ms.float64)
+
+    def vector(self, value: Any, floating: bool) -> Any:
+        """The device vector of :data:`~msprobe_cmp.recorder.collector.DEVICE_STAT_FIELDS` for ``value``."""
+        flat = self.reshape(self.cast(value, self.float64), (-1,))
+        head = self.stack(
+            [
+                self.reduce_max(flat),
+                self.reduce_min(flat),
+                self.reduce_sum(flat),
+                self.reduce_sum(self.mul(flat, flat)),
+            ]
+        )
+        if not floating:
+            return self.concat((head, self.no_counts))
+        masks = self.stack([self.not_equal(flat, flat), self.equal(flat, self.pos_inf), self.equal(flat, self.neg_inf)])
+        return self.concat((head, self.reduce_sum(self.cast(masks, self.float64), 1)))
 
 
 def import_mindspore() -> Any:
@@ -227,7 +277,12 @@ class MindSporeAdapter:
         # ops.deepcopy = the Identity kernel (ops.identity is deprecated and warns).
         self._identity = ms.ops.deepcopy
         self._cast = ms.ops.cast
-        self.service = RecorderService(config, framework="mindspore", rank=self._detect_rank(), convert=self._convert)
+        self._async = config.async_dump
+        self._device_stats = _DeviceStats(ms) if config.async_dump else None
+        self._save_tensors = config.saves_tensors
+        self.service = RecorderService(
+            config, framework="mindspore", rank=self._detect_rank(), convert=self._convert, fetcher=self
+        )
         self._patches: list[_Patch] = []
         self._prims: list[tuple[Any, type]] = []
         self._handles: list[Any] = []
@@ -390,10 +445,12 @@ class MindSporeAdapter:
     def _is_float_tensor(self, value: object) -> bool:
         return isinstance(value, self._tensor_type) and str(value.dtype) in _FLOAT_DTYPES
 
-    def _convert(self, value: object) -> HostTensor | ValueLeaf | None:
+    def _convert(self, value: object) -> HostTensor | DeferredTensor | ValueLeaf | None:
         """Framework object → host value (called by the collector, inside the service's collecting guard)."""
         if isinstance(value, self._tensor_type):
             dtype = str(value.dtype)
+            if self._device_stats is not None and dtype not in _HOST_ONLY_DTYPES:
+                return self._defer(value, dtype)
             with self._no_grad():
                 if value.dtype == self._bfloat16:
                     # bf16 reductions have no CPU kernel and numpy has no bf16: upcast on device first.
@@ -404,6 +461,37 @@ class MindSporeAdapter:
         if isinstance(value, self._dtype_type):
             return ValueLeaf("mindspore.dtype", str(value))
         return None
+
+    def _defer(self, value: Any, dtype: str) -> DeferredTensor:
+        """async_dump: the tensor's statistics vector (or, tensor task, a copy), left on the device."""
+        shape = tuple(int(d) for d in value.shape)
+        if value.size == 0:
+            return DeferredTensor(dtype, shape)
+        stats = self._device_stats
+        assert stats is not None
+        with self._no_grad():
+            if self._save_tensors:
+                # A copy, so later in-place updates (optimizer steps) cannot change what is saved.
+                copy = self._cast(value, self._float32) if value.dtype == self._bfloat16 else self._identity(value)
+                return DeferredTensor(dtype, shape, copy=copy)
+            return DeferredTensor(dtype, shape, stats=stats.vector(value, dtype in _FLOAT_DTYPES))
+
+    def fetch_stats(self, vectors: Sequence[Any]) -> Any:
+        """Deferred statistics vectors → one float64 numpy array ``[len(vectors), 7]`` (one transfer per
+        :data:`FETCH_CHUNK` vectors: they are stacked on the device first)."""
+        stats = self._device_stats
+        if stats is None or not vectors:
+            return np.zeros((0, len(DEVICE_STAT_FIELDS)), np.float64)
+        parts = []
+        with self._no_grad():
+            for start in range(0, len(vectors), FETCH_CHUNK):
+                parts.append(stats.stack(list(vectors[start : start + FETCH_CHUNK])).asnumpy())
+        return np.concatenate(parts).astype(np.float64, copy=False)
+
+    def fetch_copy(self, copy: Any) -> Any:
+        """A deferred device copy (tensor task) → its numpy array."""
+        with self._no_grad():
+            return copy.asnumpy()
 
     def _grad_enabled(self) -> bool:
         return bool(self._executor.requires_grad())

@@ -29,7 +29,7 @@ from msprobe_cmp.comparator.rules_file import load_rules
 from msprobe_cmp.dump.reader import load_dump
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, MsprobeCmpError
-from msprobe_cmp.reports import render_csv, render_html, render_json
+from msprobe_cmp.reports import render_csv, render_html, render_json, render_junit, render_markdown
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -37,7 +37,7 @@ EXIT_USAGE = 2
 EXIT_NOTHING_COMPARED = 3
 EXIT_INTERNAL_ERROR = 4
 
-REPORT_FILES = ("report.html", "comparison.json", "comparison.csv")
+REPORT_FILES = ("report.html", "comparison.json", "comparison.csv", "junit.xml", "summary.md")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,7 +63,8 @@ def _compare_parser() -> _Parser:
     p.add_argument("baseline", metavar="BASELINE", type=Path,
                    help="the reference dump (msprobe's 'bench'); same forms as TARGET")
     p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-report"),
-                   help="directory for report.html, comparison.json, comparison.csv (default: %(default)s)")
+                   help="directory for report.html, comparison.json, comparison.csv, junit.xml and summary.md "
+                   "(default: %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite existing report files in the output directory")
     p.add_argument("--rules", type=Path, metavar="FILE",
                    help="verdict thresholds, per-pattern/per-dtype overrides and the matched-share floor "
@@ -109,16 +110,19 @@ def _printable(text: str) -> str:
 
 
 def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
-    """Render ``comparison`` as HTML, JSON and CSV into ``out`` (each file written atomically).
+    """Render ``comparison`` as HTML, JSON, CSV, JUnit XML and a Markdown summary into ``out`` (each file
+    written atomically; the names are :data:`REPORT_FILES`).
 
     Returns:
-        ``{"html": path, "json": path, "csv": path}``.
+        ``{"html": path, "json": path, "csv": path, "junit": path, "markdown": path}``.
     """
     out.mkdir(parents=True, exist_ok=True)
     files = {
         "html": (out / "report.html", render_html(comparison)),
         "json": (out / "comparison.json", render_json(comparison)),
         "csv": (out / "comparison.csv", render_csv(comparison)),
+        "junit": (out / "junit.xml", render_junit(comparison)),
+        "markdown": (out / "summary.md", render_markdown(comparison)),
     }
     for path, text in files.values():
         # backslashreplace: a lone surrogate escape ("\ud800") in a dump's names cannot be UTF-8 encoded.
@@ -175,15 +179,49 @@ def _rules_from_args(args: argparse.Namespace) -> Rules:
     return rules
 
 
+class _Stages:
+    """Progress over the stages of a compare (loading, comparing, writing) on stderr, drawn by tqdm
+    only when stderr is a terminal: silent in CI logs and pipes."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False,
+                         bar_format="{desc} [{n_fmt}/{total_fmt}] {elapsed}")
+        self._started = False
+
+    def start(self, what: str) -> None:
+        """Show that ``what`` is under way (the previous stage is counted as done)."""
+        if self._started:
+            self._bar.update(1)
+        self._started = True
+        self._bar.set_description_str(what)
+
+    def close(self) -> None:
+        """Remove the progress line."""
+        self._bar.close()
+
+
 def _run_compare(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(list(argv))
     _check_outputs(args.output, args.force)
     rules = _rules_from_args(args)  # validate options before reading dumps
-    dump_a = load_dump(args.target)
-    dump_b = load_dump(args.baseline)
-    noise = load_dump(args.noise) if args.noise is not None else None
-    comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise))
-    files = write_reports(comparison, args.output)
+    stages = _Stages(5 if args.noise is not None else 4)
+    try:
+        stages.start(f"loading {args.target}")
+        dump_a = load_dump(args.target)
+        stages.start(f"loading {args.baseline}")
+        dump_b = load_dump(args.baseline)
+        noise = None
+        if args.noise is not None:
+            stages.start(f"loading {args.noise}")
+            noise = load_dump(args.noise)
+        stages.start(f"comparing {len(dump_a.units)} unit(s) with {len(dump_b.units)}")
+        comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise))
+        stages.start(f"writing reports into {args.output}")
+        files = write_reports(comparison, args.output)
+    finally:
+        stages.close()
     print(render_summary(comparison, files))
     return exit_code_for(comparison)
 

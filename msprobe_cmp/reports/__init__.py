@@ -1,6 +1,7 @@
-"""Reports: render a finished Comparison as HTML, JSON or CSV text (no computing, no file writing)."""
+"""Reports: render a finished Comparison as HTML, JSON, CSV, JUnit XML or Markdown text (no computing, no
+file writing)."""
 
 from msprobe_cmp.reports.html import render_html
-from msprobe_cmp.reports.tables import render_csv, render_json
+from msprobe_cmp.reports.tables import load_json_schema, render_csv, render_json, render_junit, render_markdown
 
-__all__ = ["render_csv", "render_html", "render_json"]
+__all__ = ["load_json_schema", "render_csv", "render_html", "render_json", "render_junit", "render_markdown"]

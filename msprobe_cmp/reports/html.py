@@ -1,19 +1,34 @@
 """One self-contained HTML report of a :class:`~msprobe_cmp.comparator.compare.Comparison`.
 
-The page holds its CSS and a few lines of JS inline (filtering rows by verdict and by name) and
-references no external resource, so it can be mailed or archived as a single file.  Rendering uses
-jinja2 with autoescaping on: entry names, reasons and stacks from dump files are text, never markup.
-Nothing is computed here; numbers are only formatted.
+The page references no external resource (it opens offline, from a CI artifact or a mail).  The
+summary (verdict, counts, pairing, thresholds, first divergent / failing row, what was not
+comparable) and the plots (inline SVG, :mod:`msprobe_cmp.reports.plots`) are rendered by jinja2 with
+autoescaping on.  The rows, the cell tree and the call stacks travel as one JSON document in a
+``<script type="application/json">`` block (:func:`render_script_json`: ``<``, ``>`` and ``&`` are
+written as ``\\u003c`` ..., so no text from a dump can close the block), which the page's own inline
+script turns into a sortable, filterable, paginated table; its DOM holds one page of rows, so the
+page stays responsive with 100,000 rows and more.  The script inserts text with ``textContent`` only.
+
+Nothing is computed here: numbers are formatted (6 significant digits in the page; full precision
+in comparison.json), and rows are selected.  Large dumps are capped (:data:`MAX_ROWS`,
+:data:`MAX_STACK_CHARS`); the page says what it left out.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import fields
+from dataclasses import dataclass, fields
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 
-from msprobe_cmp.comparator.compare import Comparison, ComparisonRow, SideSummary
+from msprobe_cmp.comparator.compare import VERDICTS, Comparison, ComparisonRow, SideSummary
+from msprobe_cmp.comparator.matching import MATCH_CLASSES
+from msprobe_cmp.dump.naming import parse_name
+from msprobe_cmp.reports.common import TOP_ROWS, format_number, select_largest_disagreements
+from msprobe_cmp.reports.plots import render_histogram_svg, render_scatter_svg, render_trace_svg
 
 #: Metric columns of the row table per mode: (header, row metric name).
 HTML_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -48,21 +63,26 @@ HTML_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
 }
 
+#: At most this many rows are embedded in the page (in execution order; every failing row beyond the
+#: cap is kept too).  The rest are in comparison.json / comparison.csv, and the page says so.
+MAX_ROWS = 250_000
 
-def format_number(value: float | int | None) -> str:
-    """Short text of a number: 6 significant digits, more when that would round to 0 or ±1 exactly."""
-    if value is None:
-        return "–"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    text = f"{value:.6g}"
-    if float(text) != value and float(text) in (0.0, 1.0, -1.0):
-        text = f"{value:.12g}"
-    return text
+#: At most this many characters of call-stack text are embedded; stacks of later entries are left out.
+MAX_STACK_CHARS = 8_000_000
+
+#: How many rows of each non-comparable class the summary lists by name.
+NOT_COMPARABLE_EXAMPLES = 10
+
+#: Classes of rows whose values could not be compared, and why (for the summary).
+NOT_COMPARABLE_WHY = {
+    "only_in_a": "the entry or argument exists in A (target) only",
+    "only_in_b": "the entry or argument exists in B (baseline) only",
+    "shape_mismatch": "the two sides' shapes differ, so values cannot be paired element by element",
+    "dtype_mismatch": "the two sides' dtypes cannot be compared",
+    "not_captured": "a side recorded a placeholder without data",
+}
+
+_DIRECTIONS = ("forward", "backward", "other")
 
 
 def format_full(value: float | None) -> str:
@@ -86,18 +106,201 @@ def format_side(side: SideSummary | None) -> str:
     return " ".join(parts)
 
 
+def render_script_json(data: object) -> Markup:
+    """``data`` as JSON text safe inside ``<script type="application/json">``.
+
+    ``<``, ``>``, ``&`` and the JavaScript line separators U+2028/U+2029 are written as ``\\uXXXX``
+    escapes (still the same JSON value), so no string can close the script element or open a comment;
+    non-finite numbers must already be strings (``allow_nan=False``).
+    """
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                    ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return Markup(text)  # escaped above for the script-data context
+
+
+def _page_number(x: float | None) -> float | str | None:
+    """A number as the page shows it: 6 significant digits (as :func:`format_number`), non-finite as text."""
+    if x is None or isinstance(x, int):
+        return x
+    if x != x or x in (math.inf, -math.inf):
+        return format_number(x)
+    r = float(f"{x:.6g}")
+    if r != x and r in (0.0, 1.0, -1.0):
+        r = float(f"{x:.12g}")
+    return r
+
+
+@dataclass
+class _Strings:
+    """Interned strings of the page data: each distinct string is written once."""
+
+    table: list[str]
+    index: dict[str, int]
+
+    def ref(self, s: str | None) -> int:
+        if s is None:
+            return -1
+        k = self.index.get(s)
+        if k is None:
+            k = self.index[s] = len(self.table)
+            self.table.append(s)
+        return k
+
+
+def _side_data(side: SideSummary | None, s: _Strings) -> list[Any] | None:
+    if side is None:
+        return None
+    shape = None if side.shape is None else str(list(side.shape))
+    return [
+        side.kind,
+        s.ref(side.dtype),
+        s.ref(shape),
+        _page_number(side.max),
+        _page_number(side.min),
+        _page_number(side.mean),
+        _page_number(side.norm),
+        s.ref(side.md5),
+        s.ref(side.data_name),
+        s.ref(side.value),
+    ]
+
+
+def _family_and_direction(entry: str) -> tuple[str, str]:
+    """The API family (name prefix) and the direction of an entry, for the page's filters."""
+    parsed = parse_name(entry)
+    if parsed.kind == "parameters_grad":
+        return "parameters_grad", "backward"
+    direction = parsed.direction if parsed.direction in ("forward", "backward") else "other"
+    return parsed.prefix or "other", direction
+
+
+def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
+                    max_stack_chars: int = MAX_STACK_CHARS) -> dict[str, Any]:
+    """The JSON document the page's script renders: rows, cells, stacks (interned strings, numbers as
+    the page shows them), plus what was left out.
+
+    Each row is a list (see ``ROW_FIELDS`` in the template's script); strings are indexes into
+    ``strings``; stacks are lists of indexes into ``frames``.
+    """
+    s = _Strings([], {})
+    frames = _Strings([], {})
+    metric_keys: list[str] = []
+    metric_index: dict[str, int] = {}
+    for u in comparison.units:
+        for r in u.rows:
+            for k, _ in r.metrics:
+                if k not in metric_index:
+                    metric_index[k] = len(metric_keys)
+                    metric_keys.append(k)
+    stacks: list[list[int]] = []
+    stack_of: dict[tuple[str, ...], int] = {}
+    stack_chars = 0
+    stacks_left_out = 0
+    families: dict[str, str] = {}
+    directions: dict[str, str] = {}
+    total = sum(len(u.rows) for u in comparison.units)
+    rows: list[list[Any]] = []
+    rows_left_out = 0
+    for ui, u in enumerate(comparison.units):
+        chain_ids: dict[str, int] = {}
+        for r in u.rows:
+            if len(rows) >= max_rows and r.verdict != "fail":
+                rows_left_out += 1
+                continue
+            entry = r.entry_name
+            if entry not in families:
+                families[entry], directions[entry] = _family_and_direction(entry)
+            stack_id = -1
+            if r.stack:
+                key = tuple(r.stack)
+                found = stack_of.get(key)
+                if found is None:
+                    size = sum(len(f) for f in key if f not in frames.index)
+                    if stack_chars + size <= max_stack_chars:
+                        stack_chars += size
+                        found = stack_of[key] = len(stacks)
+                        stacks.append([frames.ref(f) for f in key])
+                    else:
+                        stacks_left_out += 1
+                if found is not None:
+                    stack_id = found
+            chain_id = chain_ids.get(entry)
+            if chain_id is None:
+                chain = u.parent_chains.get(entry, ())
+                chain_id = chain_ids[entry] = s.ref(" < ".join(chain)) if chain else -1
+            metrics: list[Any] = [None] * len(metric_keys)
+            for k, v in r.metrics:
+                metrics[metric_index[k]] = _page_number(v)
+            rows.append([
+                ui,
+                r.index,
+                s.ref(entry),
+                s.ref(r.arg_path),
+                MATCH_CLASSES.index(r.match_class),
+                VERDICTS.index(r.verdict),
+                -1 if r.differs is None else int(r.differs),
+                s.ref(families[entry]),
+                _DIRECTIONS.index(directions[entry]),
+                s.ref(r.parent_cell),
+                stack_id,
+                _side_data(r.a, s),
+                _side_data(r.b, s),
+                metrics,
+                [s.ref(x) for x in r.reasons],
+                [s.ref(x) for x in r.notes],
+                s.ref(r.entry_name_b),
+                r.compared_by,
+                chain_id,
+            ])
+    cells = []
+    for u in comparison.units:
+        position = {c.cell: k for k, c in enumerate(u.cells)}
+        cells.append([
+            [
+                s.ref(c.cell),
+                position.get(c.parent, -1) if c.parent is not None else -1,
+                c.depth,
+                c.rows,
+                c.failing,
+                c.differing,
+                _page_number(c.min_cosine),
+                _page_number(c.max_abs_err),
+                VERDICTS.index(c.worst_verdict),
+                -1 if c.first_divergent is None else c.first_divergent,
+            ]
+            for c in u.cells
+        ])
+    left_out = []
+    if rows_left_out:
+        left_out.append(f"{rows_left_out} of {total} rows are not in this page (it holds at most {max_rows} rows "
+                        "in execution order, and every failing row); comparison.json and comparison.csv hold them all")
+    if stacks_left_out:
+        left_out.append(f"the call stacks of {stacks_left_out} entries are not in this page (at most "
+                        f"{max_stack_chars} characters of stack text are kept); comparison.json holds them")
+    return {
+        "units": [[u.unit_a.label, u.unit_b.label] for u in comparison.units],
+        "classes": list(MATCH_CLASSES),
+        "verdicts": list(VERDICTS),
+        "directions": list(_DIRECTIONS),
+        "metrics": metric_keys,
+        "columns": [[h, metric_index.get(k, -1)] for h, k in HTML_COLUMNS[comparison.mode]],
+        "families": sorted(set(families.values())),
+        "strings": s.table,
+        "frames": frames.table,
+        "stacks": stacks,
+        "rows": rows,
+        "cells": cells,
+        "total_rows": total,
+        "left_out": left_out,
+    }
+
+
 def _dtype(side: SideSummary | None) -> str:
     if side is None:
         return "–"
     return side.dtype or "null"
-
-
-def _shape(side: SideSummary | None) -> str:
-    if side is None or side.kind == "null":
-        return "–"
-    if side.kind == "value":
-        return f"= {side.value}"
-    return str(list(side.shape or ()))
 
 
 def _environment() -> Environment:
@@ -111,44 +314,39 @@ def _environment() -> Environment:
     env.filters["full"] = format_full
     env.filters["side"] = format_side
     env.filters["dtype"] = _dtype
-    env.filters["shape"] = _shape
     return env
 
 
-#: How many rows the "largest disagreements" table lists.
-TOP_ROWS = 15
+def _not_comparable(comparison: Comparison) -> list[tuple[str, int, str, list[tuple[int, ComparisonRow]]]]:
+    """Per non-comparable class with rows: (class, row count, why, a few example rows)."""
+    counts: dict[str, int] = dict(comparison.counts)
+    out = []
+    for cls, why in NOT_COMPARABLE_WHY.items():
+        n = counts.get(cls, 0)
+        if not n:
+            continue
+        examples: list[tuple[int, ComparisonRow]] = []
+        for ui, u in enumerate(comparison.units):
+            for r in u.rows:
+                if r.match_class == cls:
+                    examples.append((ui, r))
+                    if len(examples) >= NOT_COMPARABLE_EXAMPLES:
+                        break
+            if len(examples) >= NOT_COMPARABLE_EXAMPLES:
+                break
+        out.append((cls, n, why, examples))
+    return out
 
-_SEVERITY = {"fail": 0, "warning": 1, "pass": 2, "skip": 3}
-_REL_STATS = ("Max relative diff", "Min relative diff", "Mean relative diff", "L2norm relative diff")
 
+def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS) -> str:
+    """The comparison as one self-contained HTML page (summary, plots, cell tree, every row).
 
-def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
-    """Sort key, most disagreeing first: verdict severity, then the lowest Cosine and the largest
-    MaxAbsErr (tensor rows), or the largest relative statistic difference (statistics rows)."""
-    cos = row.metric("Cosine")
-    mae = row.metric("MaxAbsErr")
-    rel = [v for v in (row.metric(k) for k in _REL_STATS) if v is not None and not math.isnan(v)]
-    return (
-        _SEVERITY.get(row.verdict, 4),
-        cos if cos is not None and not math.isnan(cos) else 2.0,
-        -(mae if mae is not None and not math.isnan(mae) else 0.0),
-        -(max(rel) if rel else 0.0),
-    )
-
-
-def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[tuple[int, ComparisonRow]]:
-    """The ``limit`` matched rows whose two sides disagree most, as ``(unit index, row)``, worst first.
-
-    Only rows whose values differ are candidates; the order is by :func:`_disagreement_key` (a
-    selection of existing rows, no new numbers).
+    Args:
+        comparison: the finished comparison.
+        max_rows: at most this many rows are embedded (plus every failing row); the page says how many
+            were left out.
+        max_stack_chars: budget of call-stack text embedded in the page.
     """
-    rows = [(ui, r) for ui, u in enumerate(comparison.units) for r in u.rows if r.differs and r.verdict != "skip"]
-    rows.sort(key=lambda item: _disagreement_key(item[1]))
-    return rows[:limit]
-
-
-def render_html(comparison: Comparison) -> str:
-    """The comparison as one self-contained HTML page (header, pairing, first divergence, all rows)."""
     t = comparison.rules.default
     suspect = f"{format_number(t.cosine_suspect_below)} and MaxAbsErr > {format_number(t.max_abs_err_suspect_above)}"
     floor = "eps of the coarser dtype" if t.relative_floor is None else format_number(t.relative_floor)
@@ -159,15 +357,38 @@ def render_html(comparison: Comparison) -> str:
         ("warning when |stat diff| / max(|A|, |B|) >", format_number(t.stat_warning_ratio)),
         ("relative-error floor", floor),
         ("no verdict when matched rows are below (share)", format_number(comparison.rules.min_matched_share)),
+        ("--noise: failures within this many times the run-to-run noise are warnings",
+         format_number(comparison.rules.noise_factor)),
     )
+    data = build_page_data(comparison, max_rows, max_stack_chars)
     template = _environment().get_template("report.html.j2")
     return template.render(
         c=comparison,
         columns=HTML_COLUMNS[comparison.mode],
         thresholds=thresholds,
         largest=select_largest_disagreements(comparison),
+        top_rows=TOP_ROWS,
         highlights=(
             ("First divergent row", comparison.first_divergent),
             ("First failing row", comparison.first_failing),
         ),
+        not_comparable=_not_comparable(comparison),
+        examples_cap=NOT_COMPARABLE_EXAMPLES,
+        left_out=data["left_out"],
+        data_json=render_script_json(data),
+        plots=(render_trace_svg(comparison), render_scatter_svg(comparison), render_histogram_svg(comparison)),
     )
+
+
+__all__ = [
+    "HTML_COLUMNS",
+    "MAX_ROWS",
+    "MAX_STACK_CHARS",
+    "build_page_data",
+    "format_full",
+    "format_number",
+    "format_side",
+    "render_html",
+    "render_script_json",
+    "select_largest_disagreements",
+]

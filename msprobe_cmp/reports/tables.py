@@ -1,10 +1,12 @@
-"""Machine-readable renderings of a :class:`~msprobe_cmp.comparator.compare.Comparison`: JSON and CSV.
+"""Machine-readable renderings of a :class:`~msprobe_cmp.comparator.compare.Comparison`: JSON, CSV,
+JUnit XML and a Markdown summary.
 
 Renderers only render: every number comes from the Comparison as it is; nothing is recomputed.
 
 JSON (:func:`render_json`): ``{"schema": "msprobe-cmp.comparison", "version": 1, ...}``, strict
 JSON (no ``NaN`` tokens): a non-finite number is written as the string ``"NaN"``, ``"Infinity"`` or
-``"-Infinity"``; None is ``null``.
+``"-Infinity"``; None is ``null``.  The document is described by a JSON Schema (draft 2020-12)
+shipped in the package (:func:`load_json_schema`, ``templates/comparison.schema.json``).
 
 CSV (:func:`render_csv`): one line per row of every unit, with msprobe's column names where msprobe
 has the column (:data:`CSV_COLUMNS`).  Two deliberate differences: statistics-mode relative
@@ -13,6 +15,17 @@ differences are plain ratios (msprobe writes ``"12.5%"`` strings) and are named
 the tensor-mode column of another meaning; and ``Result`` holds ``pass``/``warning``/``fail``/``skip``.
 Numbers are written as numbers; a text cell starting with ``= + - @``, tab or CR gets a leading
 apostrophe so that spreadsheets do not run it as a formula.
+
+JUnit XML (:func:`render_junit`): one ``<testsuite>`` for the overall verdict (a single test case
+that fails unless the verdict is ``pass``, so that "nothing compared" is red in CI too), then one
+``<testsuite>`` per paired step/rank unit with one ``<testcase>`` per row (``classname`` = entry
+name, ``name`` = argument path): failing rows carry a ``<failure>`` with the reasons and metrics,
+rows not compared a ``<skipped>`` with why, warnings a ``<system-out>``; unpaired units are skipped
+test cases of a last suite.  Characters XML 1.0 cannot hold are written as ``\\uXXXX`` text.
+
+Markdown (:func:`render_markdown`): a short summary for CI job summaries and pull-request
+comments (verdict, counts, first divergent / failing row, largest disagreements); every text from a
+dump is escaped so that it renders as text.
 """
 
 from __future__ import annotations
@@ -21,7 +34,10 @@ import csv
 import io
 import json
 import math
+import re
+import xml.etree.ElementTree as ET
 from dataclasses import asdict
+from importlib import resources
 from typing import Any
 
 from msprobe_cmp.comparator.compare import (
@@ -37,6 +53,7 @@ from msprobe_cmp.comparator.compare import (
     UnitRef,
 )
 from msprobe_cmp.comparator.rules import Rules
+from msprobe_cmp.reports.common import format_number, select_largest_disagreements
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
 JSON_SCHEMA = "msprobe-cmp.comparison"
@@ -100,6 +117,7 @@ def _json_rules(rules: Rules) -> dict[str, Any]:
     return {
         "default": {k: _json_number(v) for k, v in asdict(rules.default).items()},
         "min_matched_share": rules.min_matched_share,
+        "noise_factor": _json_number(rules.noise_factor),
         "overrides": [
             {
                 "pattern": o.pattern,
@@ -183,6 +201,7 @@ def _json_unit(unit: UnitComparison) -> dict[str, Any]:
         "rows": [_json_row(r) for r in unit.rows],
         "cells": [_json_cell(c) for c in unit.cells],
         "stacks": stacks,
+        "parent_chains": {entry: list(chain) for entry, chain in unit.parent_chains.items() if chain},
     }
 
 
@@ -262,3 +281,197 @@ def render_csv(comparison: Comparison) -> str:
         for row in unit.rows:
             writer.writerow(_csv_row(unit, row))
     return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON Schema
+
+#: File name of the JSON Schema of :func:`render_json`'s document, inside this package.
+JSON_SCHEMA_FILE = "comparison.schema.json"
+
+
+def load_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the document :func:`render_json` writes."""
+    text = resources.files("msprobe_cmp.reports").joinpath("templates", JSON_SCHEMA_FILE).read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+# --------------------------------------------------------------------------------------------------
+# JUnit XML
+
+# Characters XML 1.0 cannot hold at all (control characters, lone surrogates, U+FFFE/U+FFFF).
+_XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` with every character XML 1.0 cannot hold written as a ``\\uXXXX`` escape."""
+    return _XML_ILLEGAL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _metrics_text(row: ComparisonRow) -> str:
+    return ", ".join(f"{k}={format_number(v)}" for k, v in row.metrics if v is not None)
+
+
+def _side_text(side: SideSummary | None) -> str:
+    if side is None:
+        return "absent"
+    if side.kind == "null":
+        return "null"
+    if side.kind == "value":
+        return f"{side.dtype} {side.value}"
+    stats = " ".join(f"{k}={format_number(getattr(side, k))}" for k in ("max", "min", "mean", "norm"))
+    return f"{side.dtype} {list(side.shape or ())} {stats}"
+
+
+def _sub(parent: ET.Element, tag: str, attrs: dict[str, str] | None = None, text: str | None = None) -> ET.Element:
+    el = ET.SubElement(parent, tag, {k: xml_text(v) for k, v in (attrs or {}).items()})
+    if text is not None:
+        el.text = xml_text(text)
+    return el
+
+
+def _suite_attrs(name: str, tests: int, failures: int, skipped: int) -> dict[str, str]:
+    return {"name": name, "tests": str(tests), "failures": str(failures), "errors": "0", "skipped": str(skipped),
+            "time": "0"}
+
+
+def render_junit(comparison: Comparison) -> str:
+    """The comparison as JUnit XML (module docstring): CI systems show failing rows as failed tests."""
+    root = ET.Element("testsuites")
+    suites: list[tuple[ET.Element, str, int, int, int]] = []
+
+    overall = ET.SubElement(root, "testsuite")
+    props = _sub(overall, "properties")
+    for name, value in (("verdict", comparison.verdict), ("mode", comparison.mode), ("input_a", comparison.input_a),
+                        ("input_b", comparison.input_b), ("compared_count", str(comparison.compared_count))):
+        _sub(props, "property", {"name": name, "value": value})
+    case = _sub(overall, "testcase", {"classname": "msprobe-cmp", "name": "overall verdict", "time": "0"})
+    failed = comparison.verdict != "pass"
+    if failed:
+        first = comparison.first_failing
+        message = f"verdict {comparison.verdict}" + (f": first failing row {first.label}" if first else "")
+        _sub(case, "failure", {"message": message, "type": comparison.verdict}, "\n".join(comparison.notes) or None)
+    suites.append((overall, "msprobe-cmp verdict", 1, int(failed), 0))
+
+    for u in comparison.units:
+        suite = ET.SubElement(root, "testsuite")
+        props = _sub(suite, "properties")
+        _sub(props, "property", {"name": "verdict", "value": u.verdict})
+        _sub(props, "property", {"name": "directory_a", "value": u.unit_a.directory})
+        _sub(props, "property", {"name": "directory_b", "value": u.unit_b.directory})
+        failures = skipped = 0
+        for r in u.rows:
+            case = _sub(suite, "testcase", {"classname": r.entry_name, "name": r.arg_path, "time": "0"})
+            why = "; ".join((*r.reasons, *r.notes))
+            if r.verdict == "fail":
+                failures += 1
+                details = [f"class: {r.match_class}", f"A: {_side_text(r.a)}", f"B: {_side_text(r.b)}"]
+                if r.metrics:
+                    details.append(f"metrics: {_metrics_text(r)}")
+                if r.parent_cell:
+                    details.append(f"parent cell: {r.parent_cell}")
+                _sub(case, "failure", {"message": why or "fail", "type": r.match_class}, "\n".join(details))
+            elif r.verdict == "skip":
+                skipped += 1
+                _sub(case, "skipped", {"message": why or r.match_class})
+            elif r.verdict == "warning":
+                _sub(case, "system-out", None, f"warning: {why}\nmetrics: {_metrics_text(r)}")
+        suites.append((suite, f"{u.unit_a.label} vs {u.unit_b.label}", len(u.rows), failures, skipped))
+
+    if comparison.unpaired:
+        suite = ET.SubElement(root, "testsuite")
+        for ref in comparison.unpaired:
+            case = _sub(suite, "testcase", {"classname": "unpaired", "name": f"{ref.side.upper()} {ref.label}",
+                                            "time": "0"})
+            _sub(case, "skipped", {"message": "no partner unit on the other side: not compared"})
+        n = len(comparison.unpaired)
+        suites.append((suite, "unpaired units", n, 0, n))
+
+    for suite, name, tests, failures, skipped in suites:
+        for k, v in _suite_attrs(name, tests, failures, skipped).items():
+            suite.set(k, xml_text(v))
+    totals = _suite_attrs("msprobe-cmp", sum(x[2] for x in suites), sum(x[3] for x in suites),
+                          sum(x[4] for x in suites))
+    for k, v in totals.items():
+        root.set(k, v)
+    ET.indent(root, space=" ")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown summary
+
+#: How many rows the Markdown summary's "largest disagreements" table lists.
+MARKDOWN_TOP_ROWS = 10
+
+#: Metric columns of the Markdown table per mode.
+MARKDOWN_METRICS: dict[str, tuple[str, ...]] = {
+    "tensor": ("Cosine", "MaxAbsErr", "MaxRelativeErr"),
+    "statistics": (LOWER_BOUND_NAME, "Max diff", "Max relative diff", "L2norm relative diff"),
+    "md5": ("Max diff", "L2norm diff"),
+}
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~&$])")
+_MD_MAX_TEXT = 300
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as Markdown that renders as the same text: punctuation Markdown or HTML would act on
+    is backslash-escaped, line breaks and control characters become spaces; long text is cut."""
+    flat = "".join(ch if ch.isprintable() else " " for ch in text)
+    if len(flat) > _MD_MAX_TEXT:
+        flat = flat[: _MD_MAX_TEXT - 1] + "…"
+    return _MD_SPECIAL.sub(r"\\\1", flat)
+
+
+def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS) -> str:
+    """A short Markdown summary (module docstring), for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
+    lines = [f"## msprobe-cmp: {comparison.verdict.upper()}", ""]
+    lines.append(f"**Verdict: {comparison.verdict}** ({comparison.mode} mode, {comparison.compared_count} rows "
+                 "compared)  ")
+    lines.append(f"A (target): {markdown_text(comparison.input_a)}  ")
+    lines.append(f"B (baseline): {markdown_text(comparison.input_b)}")
+    lines.append("")
+    lines.append("| | " + " | ".join(cls for cls, _ in comparison.counts) + " |")
+    lines.append("|---|" + "---:|" * len(comparison.counts))
+    lines.append("| rows | " + " | ".join(str(n) for _, n in comparison.counts) + " |")
+    lines.append("")
+    lines.append("| | " + " | ".join(v for v, _ in comparison.verdict_counts) + " |")
+    lines.append("|---|" + "---:|" * len(comparison.verdict_counts))
+    lines.append("| rows | " + " | ".join(str(n) for _, n in comparison.verdict_counts) + " |")
+    lines.append("")
+    for title, ref in (("First divergent", comparison.first_divergent), ("First failing", comparison.first_failing)):
+        if ref is None:
+            lines.append(f"- **{title}:** none")
+            continue
+        row = comparison.row(ref)
+        why = "; ".join(row.reasons)
+        lines.append(f"- **{title}:** {markdown_text(ref.label)}" + (f": {markdown_text(why)}" if why else ""))
+    if comparison.unpaired:
+        listed = ", ".join(f"{u.side.upper()} {u.label}" for u in comparison.unpaired)
+        lines.append(f"- **Unpaired units** (not compared): {markdown_text(listed)}")
+    lines.append("")
+    largest = select_largest_disagreements(comparison, top)
+    if largest:
+        keys = MARKDOWN_METRICS[comparison.mode]
+        lines.append(f"### Largest disagreements (top {len(largest)})")
+        lines.append("")
+        lines.append("| Row | Unit | Verdict | " + " | ".join(keys) + " | Reason |")
+        lines.append("|---|---|---|" + "---:|" * len(keys) + "---|")
+        for ui, r in largest:
+            values = " | ".join(format_number(r.metric(k)) for k in keys)
+            reason = markdown_text("; ".join(r.reasons)) if r.reasons else ""
+            unit = markdown_text(comparison.units[ui].unit_a.label)
+            lines.append(f"| {markdown_text(r.name)} | {unit} | {r.verdict} | {values} | {reason} |")
+        lines.append("")
+    if comparison.notes:
+        lines.append("### Notes")
+        lines.append("")
+        shown = comparison.notes[:10]
+        lines += [f"- {markdown_text(n)}" for n in shown]
+        if len(comparison.notes) > len(shown):
+            lines.append(f"- and {len(comparison.notes) - len(shown)} more (see report.html)")
+        lines.append("")
+    lines.append("Full report: report.html; every number: comparison.json.")
+    return "\n".join(lines) + "\n"

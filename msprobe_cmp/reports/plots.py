@@ -1,0 +1,379 @@
+"""Inline SVG plots of a :class:`~msprobe_cmp.comparator.compare.Comparison`, drawn in Python.
+
+Three plots, each a self-contained ``<svg>`` element (no script, no external resource):
+
+- :func:`render_trace_svg`: metrics along execution order (every unit's rows one after another),
+  failing rows in red, the first divergent row marked;
+- :func:`render_scatter_svg`: relative error against the baseline's recorded L2 norm (log-log);
+- :func:`render_histogram_svg`: the rows' error on a log axis, one bar per decade, with explicit
+  bars for exact zeros and for non-finite values.
+
+The plots only place the Comparison's numbers on a canvas: a value is mapped to a pixel, values
+sharing a pixel column (trace) or a pixel cell (scatter) are drawn as one mark, and histogram bars
+are as tall as the rows they hold.  No metric is derived.  Every text taken from a dump is escaped.
+Drawing is linear in the number of rows and the output size is bounded by the canvas, not by the
+number of rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from markupsafe import Markup, escape
+
+from msprobe_cmp.comparator.compare import Comparison
+from msprobe_cmp.reports.common import format_number, select_error_metric, select_relative_metric
+
+WIDTH = 960
+_LEFT, _RIGHT, _TOP, _BOTTOM = 78, 20, 26, 34
+_BAND = 22  # height of the "0" / "NaN/inf" bands of a log axis
+_FONT = 'font-family="system-ui, sans-serif" font-size="11"'
+_COLOR_ALL = "#4a6fa5"
+_COLOR_FAIL = "#cf222e"
+_COLOR_MARK = "#0969da"
+
+
+@dataclass(frozen=True)
+class _Point:
+    pos: int  # global execution-order position
+    value: float
+    failing: bool
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def _svg_open(svg_id: str, height: int, title: str) -> list[str]:
+    return [
+        f'<svg id="{svg_id}" class="plot" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(title)}">',
+        f"<title>{escape(title)}</title>",
+        f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fff"/>',
+    ]
+
+
+def _text(x: float, y: float, text: str, anchor: str = "start", extra: str = "") -> str:
+    return f'<text x="{_fmt(x)}" y="{_fmt(y)}" text-anchor="{anchor}" {_FONT}{extra}>{escape(text)}</text>'
+
+
+def _empty(svg_id: str, title: str, why: str) -> Markup:
+    parts = _svg_open(svg_id, 60, title)
+    parts.append(_text(WIDTH / 2, 34, f"{title}: {why}", "middle", ' fill="#57606a"'))
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def _decade_label(e: int) -> str:
+    return f"1e{e}"
+
+
+class _LogAxis:
+    """A log10 axis over [lo, hi] decades with two extra bands: exact zeros below, non-finite above."""
+
+    def __init__(self, values: Iterable[float], start: float, length: float, *, flip: bool,
+                 band: float = _BAND) -> None:
+        positive = [v for v in values if math.isfinite(v) and v > 0]
+        if positive:
+            lo = math.floor(math.log10(min(positive)))
+            hi = math.ceil(math.log10(max(positive)))
+        else:
+            lo, hi = -6, 0
+        if hi <= lo:
+            hi = lo + 1
+        self.lo, self.hi = lo, hi
+        self.flip = flip  # True for a y axis (larger values drawn higher)
+        self.start, self.length = start, length
+        # the inner range leaves room for the two bands
+        self.band = band
+        self.inner_start = start + band
+        self.inner_length = length - 2 * band
+
+    def place(self, v: float) -> float:
+        """Pixel coordinate of ``v`` (zero → the zero band, NaN/±Inf → the non-finite band)."""
+        if not math.isfinite(v):
+            frac = 1.0 + self.band / 2 / self.inner_length
+        elif v <= 0:
+            frac = -self.band / 2 / self.inner_length
+        else:
+            frac = (math.log10(v) - self.lo) / (self.hi - self.lo)
+        px = frac * self.inner_length
+        return self.inner_start + (self.inner_length - px if self.flip else px)
+
+    def ticks(self) -> list[tuple[float, str]]:
+        """(pixel, label) of the decade ticks (at most about 10) and of the two bands."""
+        span = self.hi - self.lo
+        step = max(1, math.ceil(span / 10))
+        out = [(self.place(10.0**e), _decade_label(e)) for e in range(self.lo, self.hi + 1, step)]
+        out.append((self.place(0.0), "0"))
+        out.append((self.place(math.inf), "NaN/inf"))
+        return out
+
+
+def _y_axis(parts: list[str], ticks: Sequence[tuple[float, str]], left: float, right: float) -> None:
+    for y, label in ticks:
+        parts.append(f'<line x1="{_fmt(left - 4)}" y1="{_fmt(y)}" x2="{_fmt(right)}" y2="{_fmt(y)}" '
+                     'stroke="#d8dee4" stroke-width="0.5"/>')
+        parts.append(_text(left - 6, y + 4, label, "end"))
+
+
+def _positions(comparison: Comparison) -> tuple[list[int], int]:
+    """Start of each unit in the global execution order, and the total row count."""
+    offsets, total = [], 0
+    for u in comparison.units:
+        offsets.append(total)
+        total += len(u.rows)
+    return offsets, total
+
+
+def _points(comparison: Comparison, key: str) -> list[_Point]:
+    offsets, _ = _positions(comparison)
+    out = []
+    for off, u in zip(offsets, comparison.units, strict=True):
+        for r in u.rows:
+            v = dict(r.metrics).get(key)
+            if v is not None:
+                out.append(_Point(off + r.index, v, r.verdict == "fail"))
+    return out
+
+
+def _column_path(marks: dict[int, tuple[float, float]]) -> str:
+    """One SVG path of vertical strokes, one per pixel column (min..max of the values in it)."""
+    d = []
+    for x, (y1, y2) in sorted(marks.items()):
+        if y2 - y1 < 1.5:
+            y1, y2 = y1 - 0.75, y2 + 0.75
+        d.append(f"M{x + 0.5:.1f} {y1:.1f}V{y2:.1f}")
+    return "".join(d)
+
+
+def _trace_panel(
+    parts: list[str], points: Sequence[_Point], key: str, total: int, top: float, height: float,
+    log: bool, guides: Sequence[tuple[float, str]],
+) -> None:
+    plot_w = WIDTH - _LEFT - _RIGHT
+    values = [p.value for p in points]
+    log_axis: _LogAxis | None = None
+    if log:
+        log_axis = _LogAxis(values, top, height, flip=True)
+        place = log_axis.place
+        ticks = log_axis.ticks()
+    else:
+        finite = [v for v in values if math.isfinite(v)]
+        lo = min([*finite, *(g for g, _ in guides), 1.0]) if finite else 0.0
+        lo = max(-1.0, math.floor(lo * 100) / 100 if lo > 0 else math.floor(lo * 10) / 10)
+        hi = 1.0
+        span = hi - lo or 1.0
+        inner_top, inner_h = top + _BAND, height - 2 * _BAND
+
+        def place(v: float) -> float:
+            if not math.isfinite(v):
+                return top + _BAND / 2
+            return inner_top + inner_h * (1.0 - (min(max(v, lo), hi) - lo) / span)
+
+        ticks = [(place(lo + span * k / 4), format_number(lo + span * k / 4)) for k in range(5)]
+        ticks.append((top + _BAND / 2, "NaN/inf"))
+    _y_axis(parts, ticks, _LEFT, WIDTH - _RIGHT)
+    for g, label in guides:
+        y = place(g)
+        parts.append(f'<line x1="{_LEFT}" y1="{_fmt(y)}" x2="{WIDTH - _RIGHT}" y2="{_fmt(y)}" stroke="{_COLOR_FAIL}" '
+                     'stroke-width="0.8" stroke-dasharray="4 3"/>')
+        parts.append(_text(WIDTH - _RIGHT - 2, y - 3, label, "end", f' fill="{_COLOR_FAIL}"'))
+    layers: tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]] = ({}, {})
+    scale = plot_w / max(total, 1)
+    for p in points:
+        x = int(_LEFT + p.pos * scale)
+        y = place(p.value)
+        for layer in (layers[0], layers[1]) if p.failing else (layers[0],):
+            old = layer.get(x)
+            layer[x] = (y, y) if old is None else (min(old[0], y), max(old[1], y))
+    for layer, color in zip(layers, (_COLOR_ALL, _COLOR_FAIL), strict=True):
+        if layer:
+            parts.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="1" '
+                         'fill="none"/>')
+    parts.append(_text(_LEFT, top - 6, f"{key}{' (log axis)' if log else ''}", extra=' font-weight="600"'))
+
+
+def render_trace_svg(comparison: Comparison) -> Markup:
+    """Cosine (tensor mode) and the relative error along execution order, one panel each.
+
+    The x axis is the row position in execution order over all units (unit boundaries are drawn);
+    failing rows are red; the first divergent row is a blue vertical line.  On log axes exact zeros
+    are drawn in a band marked "0" and NaN/±Inf in a band marked "NaN/inf".
+    """
+    title = "Metrics along execution order"
+    offsets, total = _positions(comparison)
+    if total == 0:
+        return _empty("plot-trace", title, "no rows")
+    t = comparison.rules.default
+    panels: list[tuple[str, bool, list[tuple[float, str]]]] = []
+    if comparison.mode == "tensor":
+        panels.append(("Cosine", False, [(t.cosine_fail_below, f"fail < {format_number(t.cosine_fail_below)}"),
+                                         (t.cosine_suspect_below, f"{format_number(t.cosine_suspect_below)}")]))
+    else:
+        key = select_error_metric(comparison)
+        panels.append((key, True, [(t.max_abs_err_fail_above, f"fail > {format_number(t.max_abs_err_fail_above)}")]))
+    panels.append((select_relative_metric(comparison), True, []))
+    panel_h, gap, top0 = 170, 34, 48
+    height = top0 + len(panels) * panel_h + (len(panels) - 1) * gap + _BOTTOM
+    parts = _svg_open("plot-trace", height, title)
+    drawn = 0
+    for k, (key, log, guides) in enumerate(panels):
+        points = _points(comparison, key)
+        drawn += len(points)
+        top = top0 + k * (panel_h + gap)
+        if not points:
+            parts.append(_text(_LEFT, top + panel_h / 2, f"{key}: no row has this metric", extra=' fill="#57606a"'))
+            continue
+        _trace_panel(parts, points, key, total, top, panel_h, log, guides)
+    bottom = height - _BOTTOM
+    scale = (WIDTH - _LEFT - _RIGHT) / max(total, 1)
+    if len(comparison.units) > 1:
+        for off, u in zip(offsets, comparison.units, strict=True):
+            x = _LEFT + off * scale
+            parts.append(f'<line x1="{_fmt(x)}" y1="{top0}" x2="{_fmt(x)}" y2="{bottom}" stroke="#8c959f" '
+                         'stroke-width="0.5"/>')
+            if len(comparison.units) <= 12:
+                parts.append(_text(x + 2, bottom + 26, u.unit_a.label, extra=' fill="#57606a"'))
+    for k in range(5):
+        pos = round((total - 1) * k / 4) if total > 1 else 0
+        x = _LEFT + pos * scale
+        parts.append(f'<line x1="{_fmt(x)}" y1="{bottom}" x2="{_fmt(x)}" y2="{bottom + 4}" stroke="#57606a"/>')
+        parts.append(_text(x, bottom + 14, str(pos), "middle"))
+    parts.append(_text(WIDTH - _RIGHT, bottom + 26, "row, in execution order →", "end"))
+    ref = comparison.first_divergent
+    if ref is not None:
+        x = _LEFT + (offsets[ref.unit] + ref.row) * scale + 0.5
+        parts.append(f'<line id="first-divergent-mark" x1="{_fmt(x)}" y1="{top0 - 4}" x2="{_fmt(x)}" y2="{bottom}" '
+                     f'stroke="{_COLOR_MARK}" stroke-width="1.5" stroke-dasharray="5 3"><title>first divergent: '
+                     f"{escape(ref.name)}</title></line>")
+        label = f"first divergent: {ref.name}"
+        if len(label) > 90:
+            label = label[:87] + "..."
+        anchor = "start" if x < WIDTH / 2 else "end"
+        parts.append(_text(x + (4 if anchor == "start" else -4), top0 - 10, label, anchor, f' fill="{_COLOR_MARK}"'))
+    parts.append("</svg>")
+    if not drawn:
+        return _empty("plot-trace", title, "no row has a metric to plot")
+    return Markup("".join(parts))
+
+
+def render_scatter_svg(comparison: Comparison) -> Markup:
+    """Each row's relative error (y) against the baseline's recorded L2 norm (x), both log axes.
+
+    Rows sharing a 5-pixel cell are one square, darker the more rows it holds; failing rows are red.
+    """
+    key = select_relative_metric(comparison)
+    title = f"{key} against the baseline's L2 norm"
+    pairs: list[tuple[float, float, bool]] = []
+    for u in comparison.units:
+        for r in u.rows:
+            v = r.metric(key)
+            if v is None or r.b is None or r.b.norm is None:
+                continue
+            pairs.append((r.b.norm, v, r.verdict == "fail"))
+    if not pairs:
+        return _empty("plot-scatter", title, f"no row has both {key} and a recorded baseline norm")
+    height = 320
+    x_axis = _LogAxis((p[0] for p in pairs), _LEFT, WIDTH - _LEFT - _RIGHT, flip=False, band=60)
+    y_axis = _LogAxis((p[1] for p in pairs), _TOP, height - _TOP - _BOTTOM, flip=True)
+    parts = _svg_open("plot-scatter", height, title)
+    _y_axis(parts, y_axis.ticks(), _LEFT, WIDTH - _RIGHT)
+    bottom = height - _BOTTOM
+    for x, label in x_axis.ticks():
+        parts.append(f'<line x1="{_fmt(x)}" y1="{_TOP}" x2="{_fmt(x)}" y2="{bottom + 4}" stroke="#d8dee4" '
+                     'stroke-width="0.5"/>')
+        parts.append(_text(x, bottom + 16, label, "middle"))
+    cell = 5
+    cells: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] = ({}, {})
+    for bx, v, failing in pairs:
+        key_xy = (int(x_axis.place(bx) // cell), int(y_axis.place(v) // cell))
+        layer = cells[1] if failing else cells[0]
+        layer[key_xy] = layer.get(key_xy, 0) + 1
+    most = max([*cells[0].values(), *cells[1].values()])
+    for layer, color in zip(cells, (_COLOR_ALL, _COLOR_FAIL), strict=True):
+        for (cx, cy), n in sorted(layer.items()):
+            opacity = 0.35 + 0.65 * math.log1p(n) / math.log1p(most)
+            parts.append(f'<rect x="{cx * cell}" y="{cy * cell}" width="{cell}" height="{cell}" fill="{color}" '
+                         f'fill-opacity="{opacity:.2f}"/>')
+    parts.append(_text(_LEFT, _TOP - 8, f"{key} (log)", extra=' font-weight="600"'))
+    parts.append(_text(WIDTH - _RIGHT, bottom + 30, "baseline (B) L2 norm, as recorded (log) →", "end"))
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def render_histogram_svg(comparison: Comparison) -> Markup:
+    """How many rows have their error (MaxAbsErr, or its statistics lower bound) in each decade.
+
+    Exact zeros get their own bar marked "0" and NaN/±Inf one marked "NaN/inf", so neither breaks the
+    log axis; the failing rows of each bar are drawn in red; the MaxAbsErr thresholds are marked.
+    """
+    key = select_error_metric(comparison)
+    title = f"Histogram of {key} (log axis)"
+    values: list[tuple[float, bool]] = [
+        (v, r.verdict == "fail") for u in comparison.units for r in u.rows if (v := r.metric(key)) is not None
+    ]
+    if not values:
+        return _empty("plot-histogram", title, f"no row has {key}")
+    axis = _LogAxis((v for v, _ in values), 0, 1, flip=False)
+    # bins: "0", one per decade [1e(e), 1e(e+1)), "NaN/inf"
+    labels = ["0", *(_decade_label(e) for e in range(axis.lo, axis.hi)), "NaN/inf"]
+    totals = [0] * len(labels)
+    failing = [0] * len(labels)
+    for v, bad in values:
+        if not math.isfinite(v):
+            b = len(labels) - 1
+        elif v <= 0:
+            b = 0
+        else:
+            b = 1 + min(max(math.floor(math.log10(v)) - axis.lo, 0), axis.hi - axis.lo - 1)
+        totals[b] += 1
+        failing[b] += bad
+    height = 260
+    plot_w = WIDTH - _LEFT - _RIGHT
+    plot_h = height - _TOP - _BOTTOM
+    bar_w = plot_w / len(labels)
+    most = max(totals)
+    parts = _svg_open("plot-histogram", height, title)
+    bottom = height - _BOTTOM
+    for k in range(5):
+        n = most * k / 4
+        y = bottom - plot_h * k / 4
+        parts.append(f'<line x1="{_LEFT - 4}" y1="{_fmt(y)}" x2="{WIDTH - _RIGHT}" y2="{_fmt(y)}" stroke="#d8dee4" '
+                     'stroke-width="0.5"/>')
+        parts.append(_text(_LEFT - 6, y + 4, f"{n:.0f}" if most >= 4 or k in (0, 4) else "", "end"))
+    for b, label in enumerate(labels):
+        x = _LEFT + b * bar_w
+        for count, color, cls in ((totals[b], _COLOR_ALL, "bar"), (failing[b], _COLOR_FAIL, "bar-fail")):
+            if not count:
+                continue
+            h = plot_h * count / most
+            what = "rows" if cls == "bar" else "failing rows"
+            span = label if b in (0, len(labels) - 1) else f"[{label}, {_decade_label(axis.lo + b)})"
+            parts.append(f'<rect class="{cls}" x="{_fmt(x + 1)}" y="{_fmt(bottom - h)}" width="{_fmt(bar_w - 2)}" '
+                         f'height="{_fmt(h)}" fill="{color}"><title>{escape(key)} {escape(span)}: {count} '
+                         f"{what}</title></rect>")
+        if b in (0, len(labels) - 1):
+            parts.append(_text(x + bar_w / 2, bottom + 14, label, "middle"))
+        else:
+            parts.append(f'<line x1="{_fmt(x)}" y1="{bottom}" x2="{_fmt(x)}" y2="{bottom + 4}" stroke="#57606a"/>')
+            parts.append(_text(x, bottom + 14, label, "middle"))
+            if b == len(labels) - 2:
+                parts.append(_text(x + bar_w, bottom + 14, _decade_label(axis.hi), "middle"))
+    t = comparison.rules.default
+    for threshold in (t.max_abs_err_suspect_above, t.max_abs_err_fail_above):
+        if threshold > 0 and axis.lo <= math.log10(threshold) <= axis.hi:
+            x = _LEFT + bar_w * (1 + math.log10(threshold) - axis.lo)
+            parts.append(f'<line x1="{_fmt(x)}" y1="{_TOP}" x2="{_fmt(x)}" y2="{bottom}" stroke="{_COLOR_FAIL}" '
+                         'stroke-dasharray="4 3"/>')
+            parts.append(_text(x + 3, _TOP + 10, f"{format_number(threshold)}", extra=f' fill="{_COLOR_FAIL}"'))
+    parts.append(_text(_LEFT, _TOP - 8, "rows", extra=' font-weight="600"'))
+    parts.append(_text(WIDTH - _RIGHT, bottom + 28, f"{key}, one bar per decade; a separate bar for exact zeros →",
+                       "end"))
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+__all__ = ["render_histogram_svg", "render_scatter_svg", "render_trace_svg"]

@@ -1,0 +1,282 @@
+"""report.html in a real headless Chromium (Debian's chromium + chromium-driver, driven by Selenium).
+
+Without the browser these tests skip, except under CI (env var CI set), where they fail: .ci/run
+installs the packages.  A screenshot of each report is saved under the test's tmp dir and copied to
+``test-artifacts/`` at the repository root (git-ignored).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from msprobe_cmp.comparator import compare
+from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf, load_dump
+from msprobe_cmp.reports import render_html
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = Path(os.environ.get("MSPROBE_CMP_CHROMIUM", "/usr/bin/chromium"))
+CHROMEDRIVER = Path(os.environ.get("MSPROBE_CMP_CHROMEDRIVER", "/usr/bin/chromedriver"))
+EVIL = "Functional.<script>window.__pwned=1</script>.0.forward"
+EVIL_IMG = 'Functional.<img src=x onerror="window.__pwned=2">.0.forward'
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1400,1800")
+
+
+def _missing() -> list[str]:
+    missing = [f"{p} (apt-get install chromium chromium-driver)" for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if importlib.util.find_spec("selenium") is None:
+        missing.append("selenium (pip install -e '.[test]')")
+    return missing
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    missing = _missing()
+    if missing:
+        message = "the browser test of report.html needs " + ", ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI is set: this test must run)")
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    drv.set_page_load_timeout(60)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def _leaf(mx=1.0, mn=-1.0, mean=0.0, norm=2.0):
+    return TensorLeaf("mindspore.Tensor", "Float32", (4, 8), max=mx, min=mn, mean=mean, norm=norm)
+
+
+def _write_pair(root: Path, n: int, *, evil: bool) -> tuple[Path, Path]:
+    """Two statistics dumps of ``n`` API entries (2 rows each) inside a few cells, with stacks."""
+    sides = {}
+    for side in ("a", "b"):
+        w = DumpWriter(root / side / "step0" / "rank", DumpMeta("statistics", "mix", "mindspore"))
+        cells = [f"Cell.block{k}.Dense.forward.0" for k in range(4)]
+        for k, cell in enumerate(cells):
+            w.put(Entry.forward(cell, Seq((_leaf(),)), Map(), Seq((_leaf(),))))
+            w.set_parent(cell, "Cell.net.Net.forward.0" if k else None)
+        for i in range(n):
+            name = f"Functional.op{i % 7}.{i // 7}.forward"
+            if evil and i == 3:
+                name = EVIL
+            if evil and i == 4:
+                name = EVIL_IMG
+            drift = (i % 11) * 0.05 if side == "a" else 0.0
+            big = 3.0 if side == "a" and i % 97 == 5 else 0.0  # some rows fail
+            out = _leaf(mx=1.0 + drift + big, mean=0.01 * (i % 5), norm=2.0 + drift)
+            if i % 13 == 0:
+                out = _leaf()  # identical: zero error
+            w.put(Entry.forward(name, Seq((_leaf(norm=1.0 + i % 3),)), Map(), Seq((out,))))
+            w.set_stack(name, [f"File train.py, line {10 + i % 5}, in step <&>", "File model.py, line 3, in construct"])
+            w.set_parent(name, cells[i % len(cells)])
+        if evil and side == "a":
+            w.put(Entry.forward("Functional.extra.0.forward", Seq((_leaf(),)), Map(), Seq((_leaf(),))))
+        w.flush()
+        sides[side] = root / side
+    return sides["a"], sides["b"]
+
+
+def _open(driver, path: Path, timeout: float = 30.0) -> float:
+    start = time.perf_counter()
+    driver.get(path.as_uri())
+    _wait(driver, lambda: driver.execute_script("return document.getElementById('shown').textContent") != "", timeout)
+    return time.perf_counter() - start
+
+
+def _wait(driver, cond, timeout: float = 10.0) -> float:
+    start = time.perf_counter()
+    while not cond():
+        if time.perf_counter() - start > timeout:
+            raise AssertionError("timed out waiting for the page")
+        time.sleep(0.02)
+    return time.perf_counter() - start
+
+
+def _errors(driver) -> list[dict]:
+    return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+
+
+def _shown(driver) -> str:
+    return driver.execute_script("return document.getElementById('shown').textContent")
+
+
+def _visible_names(driver) -> list[str]:
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#rows-body tr.row')).map(function (tr) {"
+        " return tr.cells[1].textContent + '.' + tr.cells[2].textContent; });")
+
+
+def _screenshot(driver, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / name
+    driver.save_screenshot(str(shot))
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(shot, ARTIFACTS / name)
+    assert shot.stat().st_size > 10_000
+    return shot
+
+
+def test_report_in_chromium(driver, tmp_path):
+    a, b = _write_pair(tmp_path / "dumps", 300, evil=True)
+    c = compare(load_dump(a), load_dump(b))
+    assert c.verdict == "fail"
+    page = tmp_path / "report.html"
+    page.write_text(render_html(c), encoding="utf-8")
+    _open(driver, page)
+    assert _errors(driver) == []
+    total = sum(len(u.rows) for u in c.units)
+    assert _shown(driver) == f"{total} of {total} rows shown"
+    assert len(_visible_names(driver)) == 100  # one page of rows in the DOM
+
+    # markup in entry names is text: nothing ran, nothing was inserted
+    assert driver.execute_script("return window.__pwned === undefined")
+    assert driver.execute_script("return document.querySelectorAll('img').length") == 0
+    q = driver.find_element("id", "q")
+    q.send_keys("pwned")
+    _wait(driver, lambda: _shown(driver).startswith("4 of"))
+    entries = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#rows-body tr.row')).map(function (tr) { return tr.cells[1].textContent; });")
+    assert sorted(set(entries)) == sorted([EVIL, EVIL_IMG])
+    assert driver.execute_script("return window.__pwned === undefined")
+    q.clear()
+    driver.execute_script("var q = document.getElementById('q'); q.value = ''; q.dispatchEvent(new Event('input'));")
+    _wait(driver, lambda: _shown(driver).startswith(f"{total} of"))
+
+    # sorting by a metric column changes the visible rows; again reverses it
+    before = _visible_names(driver)
+    header = driver.find_element("css selector", "#rows-head th[data-col='6']")
+    assert header.text == "Max diff"
+    header.click()
+    _wait(driver, lambda: _visible_names(driver) != before)
+    ascending = _visible_names(driver)
+    header.click()
+    _wait(driver, lambda: _visible_names(driver) != ascending)
+    values = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#rows-body tr.row')).map(function (tr) { return tr.cells[6].textContent; });")
+    numbers = [float(v) for v in values if v != "–"]
+    assert numbers == sorted(numbers, reverse=True) and numbers[0] > 1.0
+
+    # filters: verdict, class, direction
+    driver.find_element("css selector", "input.vf[value='pass']").click()
+    _wait(driver, lambda: not _shown(driver).startswith(f"{total} of"))
+    verdicts = set(driver.execute_script(
+        "return Array.from(document.querySelectorAll('#rows-body tr.row td.verdict')).map(function (td) { return td.textContent; });"))
+    assert verdicts and "pass" not in verdicts
+    driver.find_element("id", "reset").click()
+    _wait(driver, lambda: _shown(driver).startswith(f"{total} of"))
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("id", "f-class")).select_by_visible_text("only_in_a")
+    _wait(driver, lambda: _shown(driver).startswith("2 of"))
+    assert all(n.startswith("Functional.extra.0.forward") for n in _visible_names(driver))
+    driver.find_element("id", "reset").click()
+    Select(driver.find_element("id", "f-family")).select_by_visible_text("Cell")
+    _wait(driver, lambda: _shown(driver).startswith("8 of"))
+    driver.find_element("id", "reset").click()
+    _wait(driver, lambda: _shown(driver).startswith(f"{total} of"))
+
+    # an entry expands to both sides' statistics, its metrics and its call stack
+    driver.execute_script(
+        "return Array.from(document.querySelectorAll('#rows-body tr.row')).filter(function (tr) {"
+        " return tr.cells[1].textContent.indexOf('Functional.op') === 0; })[0];").click()
+    detail = driver.find_element("css selector", "#rows-body tr.detail")
+    assert "A (target)" in detail.text and "B (baseline)" in detail.text and "Max diff" in detail.text
+    assert "File train.py, line" in detail.text and "in step <&>" in detail.text
+
+    # the first divergent link jumps to its row, expanded
+    driver.find_element("css selector", "table.kv a.rowlink").click()
+    ref = c.first_divergent
+    _wait(driver, lambda: driver.execute_script(
+        f"var tr = document.getElementById('row-{ref.unit}-{ref.row}'); return !!tr && tr.classList.contains('target');"))
+
+    # plots drawn, with content; the cell tree expands
+    for svg in ("plot-trace", "plot-scatter", "plot-histogram"):
+        size = driver.execute_script(f"var r = document.getElementById('{svg}').getBoundingClientRect(); return [r.width, r.height];")
+        assert size[0] > 300 and size[1] > 100, svg
+    assert driver.execute_script("return document.querySelectorAll('#plot-histogram rect.bar').length") >= 2
+    assert driver.execute_script("return !!document.getElementById('first-divergent-mark')")
+    root_cell = driver.find_element("css selector", "#cell-tree details details > summary")
+    assert "Cell.net.Net.forward.0" in root_cell.text
+    root_cell.click()
+    _wait(driver, lambda: driver.execute_script("return document.querySelectorAll('#cell-tree .leaf').length") == 4)  # block0 at the top, block1-3 inside net
+    assert _errors(driver) == []
+    driver.execute_script("window.scrollTo(0, 0)")
+    _screenshot(driver, tmp_path, "report-small.png")
+
+
+def test_100k_rows_stay_responsive(driver, tmp_path):
+    # a real 10,000-row comparison of dumps written by DumpWriter, its unit repeated as ten steps
+    a, b = _write_pair(tmp_path / "dumps", 4998, evil=False)
+    small = compare(load_dump(a), load_dump(b))
+    (unit,) = small.units
+    assert len(unit.rows) == 10_004
+    units = tuple(
+        replace(unit, unit_a=replace(unit.unit_a, step=k, label=f"step{k}/rank"),
+                unit_b=replace(unit.unit_b, step=k, label=f"step{k}/rank"))
+        for k in range(10)
+    )
+    c = replace(small, units=units, counts=tuple((k, 10 * n) for k, n in small.counts),
+                verdict_counts=tuple((k, 10 * n) for k, n in small.verdict_counts))
+    total = sum(len(u.rows) for u in c.units)
+    assert total == 100_040
+    start = time.perf_counter()
+    html = render_html(c)
+    render_s = time.perf_counter() - start
+    page = tmp_path / "report-100k.html"
+    page.write_text(html, encoding="utf-8")
+    size_mb = page.stat().st_size / 1e6
+    assert render_s < 20, f"rendering took {render_s:.1f}s"
+    assert size_mb < 40, f"{size_mb:.1f} MB"
+
+    load_s = _open(driver, page, timeout=60)
+    assert _shown(driver) == f"{total} of {total} rows shown"
+    assert load_s < 15, f"page load took {load_s:.1f}s"
+    assert _errors(driver) == []
+
+    # text filter over 100k rows (typing is debounced by 120 ms)
+    t0 = time.perf_counter()
+    driver.execute_script("var q = document.getElementById('q'); q.value = 'op3.7'; q.dispatchEvent(new Event('input'));")
+    _wait(driver, lambda: not _shown(driver).startswith(f"{total} of"))
+    filter_s = time.perf_counter() - t0
+    names = _visible_names(driver)
+    assert names and all("op3.7" in n.lower() for n in names)
+
+    driver.find_element("id", "reset").click()
+    _wait(driver, lambda: _shown(driver).startswith(f"{total} of"))
+    t0 = time.perf_counter()
+    first = _visible_names(driver)
+    header = driver.find_element("css selector", "#rows-head th[data-col='9']")
+    assert header.text == "L2norm diff"
+    header.click()
+    header.click()  # descending: the largest differences first
+    _wait(driver, lambda: _visible_names(driver) != first)
+    sort_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    driver.find_element("css selector", "input.vf[value='pass']").click()
+    _wait(driver, lambda: not _shown(driver).startswith(f"{total} of"))
+    verdict_s = time.perf_counter() - t0
+    assert max(filter_s, sort_s, verdict_s) < 3.0, (filter_s, sort_s, verdict_s)
+    assert _errors(driver) == []
+    driver.execute_script("window.scrollTo(0, 0)")
+    _screenshot(driver, tmp_path, "report-100k.png")
+    print(f"100k rows: render {render_s:.1f}s, {size_mb:.1f} MB, load {load_s:.1f}s, filter {filter_s:.2f}s, "
+          f"sort {sort_s:.2f}s, verdict filter {verdict_s:.2f}s")

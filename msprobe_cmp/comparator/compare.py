@@ -192,6 +192,7 @@ class ComparisonRow:
         stack: the call stack of the entry from stack.json (A's, else B's); () when unknown.
         entry_name_b: B's entry name when the call alignment paired this row with a B entry of another
             name (a shifted call index), else None (see :func:`msprobe_cmp.comparator.matching.align_entries`).
+        stack_b: B's own call stack of the entry from its stack.json; () when unknown.
     """
 
     index: int
@@ -209,6 +210,7 @@ class ComparisonRow:
     parent_cell: str | None = None
     stack: tuple[str, ...] = ()
     entry_name_b: str | None = None
+    stack_b: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -830,9 +832,10 @@ def compare_units(
         parent = unit_a.construct.get(pair.entry_name) if pair.in_a else None
         if parent is None and pair.in_b:
             parent = unit_b.construct.get(name_b)
+        stack_b = tuple(unit_b.stack.get(name_b, ())) if pair.in_b else ()
         stack = unit_a.stack.get(pair.entry_name, ()) if pair.in_a else ()
-        if not stack and pair.in_b:
-            stack = unit_b.stack.get(name_b, ())
+        if not stack:
+            stack = stack_b
         rows.append(
             ComparisonRow(
                 index=i,
@@ -850,6 +853,7 @@ def compare_units(
                 parent_cell=parent,
                 stack=tuple(stack),
                 entry_name_b=pair.entry_name_b,
+                stack_b=stack_b,
             )
         )
     frozen_rows = tuple(rows)

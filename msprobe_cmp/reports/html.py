@@ -203,6 +203,23 @@ def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
     total = sum(len(u.rows) for u in comparison.units)
     rows: list[list[Any]] = []
     rows_left_out = 0
+
+    def stack_ref(stack: tuple[str, ...]) -> int:
+        """Index of ``stack`` in ``stacks`` (interned), -1 when empty or over the text budget."""
+        nonlocal stack_chars, stacks_left_out
+        if not stack:
+            return -1
+        found = stack_of.get(stack)
+        if found is None:
+            size = sum(len(f) for f in stack if f not in frames.index)
+            if stack_chars + size > max_stack_chars:
+                stacks_left_out += 1
+                return -1
+            stack_chars += size
+            found = stack_of[stack] = len(stacks)
+            stacks.append([frames.ref(f) for f in stack])
+        return found
+
     for ui, u in enumerate(comparison.units):
         chain_ids: dict[str, int] = {}
         for r in u.rows:
@@ -212,20 +229,8 @@ def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
             entry = r.entry_name
             if entry not in families:
                 families[entry], directions[entry] = _family_and_direction(entry)
-            stack_id = -1
-            if r.stack:
-                key = tuple(r.stack)
-                found = stack_of.get(key)
-                if found is None:
-                    size = sum(len(f) for f in key if f not in frames.index)
-                    if stack_chars + size <= max_stack_chars:
-                        stack_chars += size
-                        found = stack_of[key] = len(stacks)
-                        stacks.append([frames.ref(f) for f in key])
-                    else:
-                        stacks_left_out += 1
-                if found is not None:
-                    stack_id = found
+            stack_id = stack_ref(r.stack)
+            stack_b_id = stack_ref(r.stack_b) if r.stack_b != r.stack else -2  # -2: the same as A's
             chain_id = chain_ids.get(entry)
             if chain_id is None:
                 chain = u.parent_chains.get(entry, ())
@@ -253,6 +258,7 @@ def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
                 s.ref(r.entry_name_b),
                 r.compared_by,
                 chain_id,
+                stack_b_id,
             ])
     cells = []
     for u in comparison.units:

@@ -185,9 +185,12 @@ def _json_cell(cell: CellRollup) -> dict[str, Any]:
 
 def _json_unit(unit: UnitComparison) -> dict[str, Any]:
     stacks: dict[str, list[str]] = {}
+    stacks_b: dict[str, list[str]] = {}
     for row in unit.rows:
         if row.stack and row.entry_name not in stacks:
             stacks[row.entry_name] = list(row.stack)
+        if row.stack_b and row.stack_b != row.stack and row.entry_name not in stacks_b:
+            stacks_b[row.entry_name] = list(row.stack_b)
     return {
         "a": _json_unit_ref(unit.unit_a),
         "b": _json_unit_ref(unit.unit_b),
@@ -201,6 +204,7 @@ def _json_unit(unit: UnitComparison) -> dict[str, Any]:
         "rows": [_json_row(r) for r in unit.rows],
         "cells": [_json_cell(c) for c in unit.cells],
         "stacks": stacks,
+        "stacks_b": stacks_b,
         "parent_chains": {entry: list(chain) for entry, chain in unit.parent_chains.items() if chain},
     }
 

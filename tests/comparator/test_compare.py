@@ -631,3 +631,21 @@ def test_cell_chains_deeper_than_the_cap_are_said(tmp_path):
     c = compare(deep, deep)
     assert any("more than 1,000 deep" in n for n in c.units[0].notes)
     assert max(cell.depth for cell in c.units[0].cells) == 1000
+
+
+def test_both_sides_call_stacks_are_kept(tmp_path):
+    import json
+
+    from msprobe_cmp.reports import render_json
+
+    for side, line in (("a", "File a.py, line 1, in f, \n y = relu(x)"), ("b", "File b.py, line 9, in g, \n z = relu(x)")):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("statistics", "L1", "mindspore"))
+        w.put(Entry.forward("Functional.relu.0.forward", Seq(), Map(), Seq((_leaf((2,), 1.0),))))
+        w.set_stack("Functional.relu.0.forward", [line])
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    row = c.units[0].rows[0]
+    assert row.stack == ("File a.py, line 1, in f, \n y = relu(x)",)
+    assert row.stack_b == ("File b.py, line 9, in g, \n z = relu(x)",)
+    unit = json.loads(render_json(c))["units"][0]
+    assert unit["stacks_b"] == {"Functional.relu.0.forward": ["File b.py, line 9, in g, \n z = relu(x)"]}

@@ -197,6 +197,11 @@ class _Stages:
         self._started = True
         self._bar.set_description_str(what)
 
+    def unit(self, done: int, total: int, label: str) -> None:
+        """Progress inside the compare stage: ``done`` of ``total`` (step, rank) units."""
+        if done < total:
+            self._bar.set_description_str(f"comparing {label} ({done + 1}/{total})")
+
     def close(self) -> None:
         """Remove the progress line."""
         self._bar.close()
@@ -217,7 +222,7 @@ def _run_compare(argv: Sequence[str]) -> int:
             stages.start(f"loading {args.noise}")
             noise = load_dump(args.noise)
         stages.start(f"comparing {len(dump_a.units)} unit(s) with {len(dump_b.units)}")
-        comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise))
+        comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise, progress=stages.unit))
         stages.start(f"writing reports into {args.output}")
         files = write_reports(comparison, args.output)
     finally:

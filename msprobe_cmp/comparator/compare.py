@@ -22,7 +22,7 @@ its statistics (a note says why); within md5 mode a row without checksums does t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -107,6 +107,8 @@ class CompareOptions:
         noise: a rerun of B (same code, same data): its differences from B measure the run-to-run
             noise, and a row of A that fails the rules but stays within ``rules.noise_factor`` times
             that noise is a warning, not a failure ("noise-floor mode").
+        progress: called as ``progress(done, total, label)`` before each (step, rank) unit is compared
+            and once at the end (``done == total``); the comparator itself never prints.
 
     Raises:
         msprobe_cmp.errors.ConfigError: an unknown mode.
@@ -115,6 +117,7 @@ class CompareOptions:
     rules: Rules = field(default_factory=Rules)
     mode: ModeOption = "auto"
     noise: Dump | RankDump | None = None
+    progress: Callable[[int, int, str], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "tensor", "statistics", "md5"):
@@ -912,7 +915,8 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     mode: Mode = detect_mode(paired_a, paired_b) if opts.mode == "auto" else opts.mode
     noise_by_unit: dict[tuple[int | None, int | None], NoiseMap] = {}
     if opts.noise is not None:
-        noise_cmp = compare(opts.noise, b, replace(opts, noise=None, rules=replace(opts.rules, min_matched_share=0.0)))
+        noise_opts = replace(opts, noise=None, progress=None, rules=replace(opts.rules, min_matched_share=0.0))
+        noise_cmp = compare(opts.noise, b, noise_opts)
         for nu in noise_cmp.units:
             noise_by_unit[(nu.unit_b.step, nu.unit_b.rank)] = _noise_of(nu)
         without = [ub.label for _, ub in pairs if (ub.step, ub.rank) not in noise_by_unit]
@@ -923,10 +927,15 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             f"noise-floor mode: run-to-run noise measured on {_path_of(opts.noise)} against B; failures within "
             f"{opts.rules.noise_factor:g}x that noise are warnings"
         )
-    units = tuple(
-        compare_units(ua, ub, mode, opts.rules, noise=noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None)
-        for ua, ub in pairs
-    )
+    done: list[UnitComparison] = []
+    for k, (ua, ub) in enumerate(pairs):
+        if opts.progress is not None:
+            opts.progress(k, len(pairs), ua.label)
+        noise_map = noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None
+        done.append(compare_units(ua, ub, mode, opts.rules, noise=noise_map))
+    if opts.progress is not None:
+        opts.progress(len(pairs), len(pairs), "")
+    units = tuple(done)
     unpaired = tuple([UnitRef.of("a", u) for u in left_a] + [UnitRef.of("b", u) for u in left_b])
     if unpaired:
         listed = ", ".join(f"{u.side.upper()} {u.label}" for u in unpaired)

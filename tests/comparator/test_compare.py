@@ -649,3 +649,13 @@ def test_both_sides_call_stacks_are_kept(tmp_path):
     assert row.stack_b == ("File b.py, line 9, in g, \n z = relu(x)",)
     unit = json.loads(render_json(c))["units"][0]
     assert unit["stacks_b"] == {"Functional.relu.0.forward": ["File b.py, line 9, in g, \n z = relu(x)"]}
+
+
+def test_progress_is_reported_per_unit(tmp_path):
+    for s in (0, 1, 2):
+        write_unit(tmp_path / "a" / f"step{s}" / "rank", {"x": X})
+        write_unit(tmp_path / "b" / f"step{s}" / "rank", {"x": X})
+    calls: list[tuple[int, int, str]] = []
+    compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"),
+            CompareOptions(progress=lambda d, t, label: calls.append((d, t, label))))
+    assert calls == [(0, 3, "step0/rank"), (1, 3, "step1/rank"), (2, 3, "step2/rank"), (3, 3, "")]

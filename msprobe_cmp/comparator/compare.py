@@ -831,6 +831,10 @@ def compare_units(
             why = _within_noise(out.metrics, noise[pair.name], rules.noise_factor)
             if why is not None:
                 out = replace(out, rule=RuleOutcome("warning", (*out.rule.reasons, why)))
+            else:
+                noise_mae = noise[pair.name][1]
+                out = replace(out, notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
+                                                       f"MaxAbsErr {noise_mae if noise_mae is not None else '-'})"))
         name_b = pair.entry_name_b or pair.entry_name
         parent = unit_a.construct.get(pair.entry_name) if pair.in_a else None
         if parent is None and pair.in_b:

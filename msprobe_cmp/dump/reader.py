@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from msprobe_cmp.dump.schema import DumpMeta, Entry, TensorLeaf
-from msprobe_cmp.dump.serde import entry_from_json, meta_from_json
+from msprobe_cmp.dump.serde import debug_entry_from_json, entry_from_json, meta_from_json
 from msprobe_cmp.errors import DumpFormatError
 
 DUMP_JSON = "dump.json"
+DEBUG_JSON = "debug.json"
 STACK_JSON = "stack.json"
 CONSTRUCT_JSON = "construct.json"
 TENSOR_DIR = "dump_tensor_data"
@@ -265,7 +266,10 @@ def load_rank_dump(
     Raises:
         DumpFormatError: on any malformed file (naming the file and field).
     """
-    file = file or directory / DUMP_JSON
+    if file is None:
+        file = directory / DUMP_JSON
+        if not file.is_file() and (directory / DEBUG_JSON).is_file():
+            file = directory / DEBUG_JSON
     obj = read_json(file)
     if not isinstance(obj, dict):
         raise DumpFormatError(file, None, "expected a JSON object at the top level")
@@ -274,7 +278,8 @@ def load_rank_dump(
         raise DumpFormatError(file, "data", "missing or not an object")
     try:
         meta = meta_from_json(obj, file)
-        entries = tuple(entry_from_json(str(name), value, file) for name, value in data.items())
+        parse = debug_entry_from_json if file.name == DEBUG_JSON else entry_from_json
+        entries = tuple(parse(str(name), value, file) for name, value in data.items())
     except RecursionError:
         raise DumpFormatError(file, None, "JSON nested too deeply") from None
     return RankDump(
@@ -292,7 +297,7 @@ def _rank_dirs(step_dir: Path) -> list[tuple[Path, int | None]]:
     found = []
     for child in sorted(step_dir.iterdir()):
         ok, rank = _parse_rank(child.name)
-        if ok and child.is_dir() and (child / DUMP_JSON).is_file():
+        if ok and child.is_dir() and ((child / DUMP_JSON).is_file() or (child / DEBUG_JSON).is_file()):
             found.append((child, rank))
     return found
 
@@ -316,8 +321,9 @@ def load_dump(path: str | Path) -> Dump:
         if p.name != DUMP_JSON and p.suffix != ".json":
             raise DumpFormatError(p, None, "expected a dump.json or a dump directory")
         return Dump(p, (_load_unit_with_context(p.parent, p),))
-    if (p / DUMP_JSON).is_file():
-        return Dump(p, (_load_unit_with_context(p, p / DUMP_JSON),))
+    for name in (DUMP_JSON, DEBUG_JSON):
+        if (p / name).is_file():
+            return Dump(p, (_load_unit_with_context(p, p / name),))
     step = _parse_step(p.name)
     ranks = _rank_dirs(p)
     if ranks:
@@ -329,7 +335,7 @@ def load_dump(path: str | Path) -> Dump:
             continue
         units.extend(load_rank_dump(d, s, r) for d, r in _rank_dirs(child))
     if not units:
-        raise DumpFormatError(p, None, "no dump.json found (expected step<N>/rank<R>/dump.json below it)")
+        raise DumpFormatError(p, None, "no dump.json or debug.json found (expected step<N>/rank<R>/dump.json below it)")
     units.sort(key=lambda u: (-1 if u.step is None else u.step, -1 if u.rank is None else u.rank))
     return Dump(p, tuple(units))
 

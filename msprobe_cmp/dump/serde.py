@@ -167,6 +167,22 @@ def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
     return Entry(name, fields)
 
 
+#: Field under which a debug.json entry's value sits (msprobe names its files ``<name>.<n>.tensor.<path>.npy``).
+DEBUG_FIELD = "tensor"
+
+
+def debug_entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
+    """Build the :class:`Entry` of ``data[name]`` in a debug.json (the debug level's ``save()``).
+
+    Its value is the saved variable itself (a tensor leaf, a scalar, a nested list/dict or null), held
+    as the single field :data:`DEBUG_FIELD`: rows are ``<name>.tensor`` and ``<name>.tensor.<path>``.
+
+    Raises:
+        DumpFormatError: a malformed leaf.
+    """
+    return Entry(name, ((DEBUG_FIELD, node_from_json(obj, file, f"data[{name!r}]")),))
+
+
 def meta_from_json(obj: dict[str, Any], file: str | Path) -> DumpMeta:
     """Build the :class:`DumpMeta` header of a dump.json.
 

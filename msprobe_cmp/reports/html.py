@@ -354,11 +354,11 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         max_stack_chars: budget of call-stack text embedded in the page.
     """
     t = comparison.rules.default
-    suspect = f"{format_number(t.cosine_suspect_below)} and MaxAbsErr > {format_number(t.max_abs_err_suspect_above)}"
     floor = "eps of the coarser dtype" if t.relative_floor is None else format_number(t.relative_floor)
     thresholds = (
         ("fail when Cosine <", format_number(t.cosine_fail_below)),
-        ("fail when Cosine <", suspect),
+        (f"fail when Cosine < {format_number(t.cosine_suspect_below)} and MaxAbsErr >",
+         format_number(t.max_abs_err_suspect_above)),
         ("fail when MaxAbsErr (or its statistics bound) >", format_number(t.max_abs_err_fail_above)),
         ("warning when |stat diff| / max(|A|, |B|) >", format_number(t.stat_warning_ratio)),
         ("relative-error floor", floor),

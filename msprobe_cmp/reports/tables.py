@@ -242,6 +242,19 @@ def _text(value: object) -> str:
     return "" if value is None else neutralize_cell(str(value))
 
 
+def _value_cell(side: SideSummary | None) -> object:
+    """A non-tensor value for the CSV: numbers as numbers, anything else as neutralised text."""
+    if side is None or side.value is None:
+        return ""
+    if side.dtype in ("int", "float", "bool") or (side.dtype or "").startswith(("numpy.", "float", "int")):
+        try:
+            number = float(side.value)
+        except ValueError:
+            return _text(side.value)
+        return int(number) if side.dtype == "int" and number.is_integer() else number
+    return _text(side.value)
+
+
 def _shape_text(side: SideSummary | None) -> str:
     if side is None or side.shape is None:
         return ""
@@ -263,7 +276,7 @@ def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[object]:
         values = [None if side is None else getattr(side, attr) for _, attr in _STAT_COLUMNS]
         cells += ["" if v is None else v for v in values]
     cells += [_text(a.md5 if a else None), _text(b.md5 if b else None)]
-    cells += [_text(a.value if a else None), _text(b.value if b else None)]
+    cells += [_value_cell(a), _value_cell(b)]
     cells += [row.verdict, _text("; ".join((*row.reasons, *row.notes)) or None)]
     cells += [row.match_class, row.compared_by]
     step, rank = unit.unit_a.step, unit.unit_a.rank

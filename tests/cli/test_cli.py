@@ -271,3 +271,21 @@ def test_noise_option(tmp_path, capsys):
     assert _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o1"], capsys)[0] == 1
     code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o2", "--noise", tmp_path / "rerun"], capsys)
     assert code == 0 and "noise-floor mode" in out and "warning 1" in out
+
+
+def test_csv_values_are_numbers_and_text_is_neutralised(tmp_path, capsys):
+    import csv
+
+    from msprobe_cmp.dump import ValueLeaf
+
+    for side in ("a", "b"):
+        w = DumpWriter(tmp_path / side / "rank", DumpMeta("statistics", "L1", "mindspore"))
+        w.put(Entry.forward("Functional.x.0.forward", Seq((ValueLeaf("float", -1.5), ValueLeaf("int", -3),
+                                                           ValueLeaf("str", "=cmd|x"))), Map(), Seq()))
+        w.flush()
+    assert _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o"], capsys)[0] == 0
+    text = (tmp_path / "o" / "comparison.csv").read_text()
+    rows = {r["NPU Name"]: r for r in csv.DictReader(text.splitlines())}
+    assert rows["Functional.x.0.forward.input.0"]["NPU Value"] == "-1.5"
+    assert rows["Functional.x.0.forward.input.1"]["NPU Value"] == "-3"
+    assert not rows["Functional.x.0.forward.input.2"]["NPU Value"].startswith(("=", "+", "-", "@"))

@@ -136,7 +136,7 @@ def test_nan_and_infinity_tokens_are_read(tmp_path):
 
 
 def test_empty_directory_and_missing_path(tmp_path):
-    with pytest.raises(DumpFormatError, match="no dump.json found"):
+    with pytest.raises(DumpFormatError, match="no dump.json or debug.json found"):
         load_dump(tmp_path)
     with pytest.raises(DumpFormatError, match="does not exist"):
         load_dump(tmp_path / "nope")

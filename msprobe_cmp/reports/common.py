@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from msprobe_cmp.comparator.compare import LOWER_BOUND_NAME, Comparison, ComparisonRow
+from msprobe_cmp.comparator.compare import LOWER_BOUND_NAME, Comparison, ComparisonRow, SideSummary
 
 #: How many rows the "largest disagreements" tables list.
 TOP_ROWS = 15
@@ -71,3 +71,18 @@ def select_relative_metric(comparison: Comparison) -> str:
     """The row metric plotted as "relative error": ``MaxRelativeErr`` in tensor mode, else the relative
     difference of the maxima (``Max relative diff``)."""
     return "MaxRelativeErr" if comparison.mode == "tensor" else "Max relative diff"
+
+
+def format_side(side: SideSummary | None) -> str:
+    """One-line summary of what a side recorded."""
+    if side is None:
+        return "absent"
+    if side.kind == "null":
+        return "null"
+    if side.kind == "value":
+        return f"{side.dtype} {side.value}"
+    parts = [f"{side.dtype} {list(side.shape or ())}"]
+    parts += [f"{k}={format_number(getattr(side, k))}" for k in ("max", "min", "mean", "norm")]
+    if side.md5:
+        parts.append(f"md5={side.md5}")
+    return " ".join(parts)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -27,7 +27,7 @@ from markupsafe import Markup
 from msprobe_cmp.comparator.compare import VERDICTS, Comparison, ComparisonRow, SideSummary
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.dump.naming import parse_name
-from msprobe_cmp.reports.common import TOP_ROWS, format_number, select_largest_disagreements
+from msprobe_cmp.reports.common import TOP_ROWS, format_number, format_side, select_largest_disagreements
 from msprobe_cmp.reports.plots import render_histogram_svg, render_scatter_svg, render_trace_svg
 
 #: Metric columns of the row table per mode: (header, row metric name).
@@ -88,22 +88,6 @@ _DIRECTIONS = ("forward", "backward", "other")
 def format_full(value: float | None) -> str:
     """Full-precision text of a number (``repr``), for tooltips."""
     return "" if value is None else repr(value)
-
-
-def format_side(side: SideSummary | None) -> str:
-    """One-line summary of what a side recorded."""
-    if side is None:
-        return "absent"
-    if side.kind == "null":
-        return "null"
-    if side.kind == "value":
-        return f"{side.dtype} {side.value}"
-    parts = [f"{side.dtype} {list(side.shape or ())}"]
-    stats = ("max", "min", "mean", "norm")
-    parts += [f"{f.name}={format_number(getattr(side, f.name))}" for f in fields(side) if f.name in stats]
-    if side.md5:
-        parts.append(f"md5={side.md5}")
-    return " ".join(parts)
 
 
 def render_script_json(data: object) -> Markup:

@@ -53,7 +53,7 @@ from msprobe_cmp.comparator.compare import (
     UnitRef,
 )
 from msprobe_cmp.comparator.rules import Rules
-from msprobe_cmp.reports.common import format_number, select_largest_disagreements
+from msprobe_cmp.reports.common import format_number, format_side, select_largest_disagreements
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
 JSON_SCHEMA = "msprobe-cmp.comparison"
@@ -330,17 +330,6 @@ def _metrics_text(row: ComparisonRow) -> str:
     return ", ".join(f"{k}={format_number(v)}" for k, v in row.metrics if v is not None)
 
 
-def _side_text(side: SideSummary | None) -> str:
-    if side is None:
-        return "absent"
-    if side.kind == "null":
-        return "null"
-    if side.kind == "value":
-        return f"{side.dtype} {side.value}"
-    stats = " ".join(f"{k}={format_number(getattr(side, k))}" for k in ("max", "min", "mean", "norm"))
-    return f"{side.dtype} {list(side.shape or ())} {stats}"
-
-
 def _sub(parent: ET.Element, tag: str, attrs: dict[str, str] | None = None, text: str | None = None) -> ET.Element:
     el = ET.SubElement(parent, tag, {k: xml_text(v) for k, v in (attrs or {}).items()})
     if text is not None:
@@ -383,7 +372,7 @@ def render_junit(comparison: Comparison) -> str:
             why = "; ".join((*r.reasons, *r.notes))
             if r.verdict == "fail":
                 failures += 1
-                details = [f"class: {r.match_class}", f"A: {_side_text(r.a)}", f"B: {_side_text(r.b)}"]
+                details = [f"class: {r.match_class}", f"A: {format_side(r.a)}", f"B: {format_side(r.b)}"]
                 if r.metrics:
                     details.append(f"metrics: {_metrics_text(r)}")
                 if r.parent_cell:

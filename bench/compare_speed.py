@@ -1,0 +1,305 @@
+"""Measure how fast msprobe-cmp compares two dumps and how much memory it needs (issue 7).
+
+    .venv/bin/python bench/compare_speed.py [--sizes 1000,10000,100000] [--tensor-gb GB] [--quick]
+                                            [--profile] [--workdir DIR] [--json FILE]
+
+1. Statistics mode: for each size N, writes a pair of dumps (A and B, one step, one rank) of N forward
+   API entries with 3 tensors each (two inputs, one output: msprobe's measurement) with
+   :class:`msprobe_cmp.dump.DumpWriter`; B's statistics differ from A's by about 1e-4 relative.
+   A fresh child process then times ``load_dump`` (both sides), ``compare`` and writing the five reports
+   (``msprobe_cmp.cli.write_reports``) separately and reports its peak RSS (VmHWM; see ``_peak_rss_mb``).
+2. Tensor mode: a pair of dumps holding ``--tensor-gb`` GB of float32 npy files in total (both sides;
+   4 MB tensors and one entry of 16 MB tensors, the largest), B = A + small noise.  One child reads
+   every npy file of both sides with ``np.load`` (the reference throughput), another compares them.
+   Both run on a warm page cache (the files were just written and fit in memory).
+
+Prints the tables with ratios against msprobe 1.2.2's compare measured on this machine kind
+(/work/shared/ENVIRONMENT.md: 1k entries 5.1 s / 690 MB, 10k 17.4 s / 956 MB, 100k 149 s / 3.6 GB).
+``--profile`` also prints a cProfile of the largest statistics compare (top functions by cumulative and
+internal time).  The default run (1k, 10k, 100k, 0.2 GB of tensors) takes about 2-3 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: msprobe 1.2.2 ``-f mindspore compare``, statistics mode, N entries x 3 tensors: (seconds, peak RSS MB).
+MSPROBE_BASELINE = {1_000: (5.1, 690), 10_000: (17.4, 956), 100_000: (149.0, 3.6 * 1024)}
+APIS = ("Functional.linear", "Tensor.add", "Functional.relu", "Functional.softmax", "Tensor.mul", "Mint.matmul")
+SMALL_ELEMS = 1024 * 1024  # 4 MB float32 tensors
+LARGE_ELEMS = 4 * SMALL_ELEMS  # the largest tensor: 16 MB
+
+
+def _rss_now_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _peak_rss_mb() -> float:
+    """Peak RSS of this process: VmHWM (the high-water mark of this process's own memory map, reset by
+    exec).  ``ru_maxrss`` is not used alone: Linux carries the parent's RSS at fork/exec over into it, so a
+    child of a large parent would report the parent's size.  The larger of the two is never smaller."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+def _dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+# ----------------------------------------------------------------------------------------------
+# Generating the dump pairs.
+
+
+def _writers(root: Path, task: str) -> tuple[Any, Any]:
+    from msprobe_cmp.dump import DumpMeta, DumpWriter
+
+    meta = DumpMeta(task=task, level="L1", framework="mindspore")
+    return tuple(DumpWriter(root / side / "step0" / "rank0", meta) for side in ("A", "B"))  # type: ignore[return-value]
+
+
+def _names(n: int) -> list[str]:
+    counters = dict.fromkeys(APIS, 0)
+    out = []
+    for i in range(n):
+        api = APIS[i % len(APIS)]
+        out.append(f"{api}.{counters[api]}.forward")
+        counters[api] += 1
+    return out
+
+
+def make_statistics_pair(root: Path, n: int) -> None:
+    """Dumps ``root/A`` and ``root/B`` of ``n`` forward entries x 3 tensors, statistics only."""
+    import numpy as np
+
+    from msprobe_cmp.dump import Entry, Map, Seq, TensorLeaf
+
+    rs = np.random.RandomState(n)
+    base = rs.standard_normal((n, 3, 4))
+    base[..., 3] = np.abs(base[..., 3]) * 100  # Norm >= 0
+    noisy = base * (1 + 1e-4 * rs.standard_normal(base.shape))
+    counts = (("nan_count", 0), ("pos_inf_count", 0), ("neg_inf_count", 0))
+    names = _names(n)
+    for writer, stats in zip(_writers(root, "statistics"), (base, noisy), strict=True):
+        s = stats.tolist()
+        for i, name in enumerate(names):
+            leaves = [TensorLeaf("mindspore.Tensor", "Float32", (64, 512), *s[i][k], extra=counts) for k in range(3)]
+            writer.put(Entry.forward(name, Seq((leaves[0], leaves[1])), Map(), Seq((leaves[2],))))
+            writer.set_stack(name, [f"File /work/model.py, line {10 + i % 50}, in construct, \n x = op(x)"])
+            writer.set_parent(name, None)
+        writer.flush()
+
+
+def make_tensor_pair(root: Path, total_gb: float) -> tuple[int, int]:
+    """Dumps ``root/A`` and ``root/B`` holding ``total_gb`` GB of float32 npy files in all; returns
+    ``(tensor count per side, largest tensor bytes)``."""
+    import numpy as np
+
+    from msprobe_cmp.dump import Entry, Map, Seq, TensorLeaf
+    from msprobe_cmp.dump.naming import tensor_file_name
+
+    rs = np.random.RandomState(0)
+    per_side = total_gb * 1e9 / 2
+    sizes = [LARGE_ELEMS] * 3
+    while sum(sizes) * 4 + 3 * SMALL_ELEMS * 4 <= per_side:
+        sizes += [SMALL_ELEMS] * 3
+    names = _names(len(sizes) // 3)
+    wa, wb = _writers(root, "tensor")
+    for e, name in enumerate(names):
+        leaves: dict[str, list[Any]] = {"A": [], "B": []}
+        for k in range(3):
+            n = sizes[3 * e + k]
+            shape = (n // 1024, 1024)
+            a = rs.standard_normal(shape).astype(np.float32)
+            b = a + np.float32(1e-4) * rs.standard_normal(shape).astype(np.float32)
+            path = ("input.0", "input.1", "output.0")[k]
+            data_name = tensor_file_name(name, path)
+            for side, arr, writer in (("A", a, wa), ("B", b, wb)):
+                writer.save_tensor(data_name, arr)
+                leaves[side].append(TensorLeaf("mindspore.Tensor", "Float32", shape, float(arr.max()),
+                                               float(arr.min()), float(arr.mean()),
+                                               float(np.linalg.norm(arr.ravel())), data_name=data_name))
+        for side, writer in (("A", wa), ("B", wb)):
+            lv = leaves[side]
+            writer.put(Entry.forward(name, Seq((lv[0], lv[1])), Map(), Seq((lv[2],))))
+    wa.flush()
+    wb.flush()
+    return len(sizes), LARGE_ELEMS * 4
+
+
+# ----------------------------------------------------------------------------------------------
+# Child processes (fresh interpreter each: peak RSS is the compare's own).
+
+
+def worker_compare(root: str, out: str, profile: str | None) -> dict[str, Any]:
+    import msprobe_cmp.cli as cli
+    from msprobe_cmp import compare, load_dump
+
+    baseline_mb = _rss_now_mb()
+
+    def run() -> dict[str, float]:
+        t0 = time.perf_counter()
+        a = load_dump(Path(root) / "A")
+        b = load_dump(Path(root) / "B")
+        t1 = time.perf_counter()
+        comparison = compare(a, b)
+        t2 = time.perf_counter()
+        cli.write_reports(comparison, Path(out))
+        t3 = time.perf_counter()
+        return {"load_s": t1 - t0, "compare_s": t2 - t1, "report_s": t3 - t2, "total_s": t3 - t0,
+                "rows": sum(len(u.rows) for u in comparison.units), "mode": comparison.mode,
+                "verdict": comparison.verdict}
+
+    if profile:
+        import cProfile
+        import io
+        import pstats
+
+        prof = cProfile.Profile()
+        res = prof.runcall(run)
+        buf = io.StringIO()
+        st = pstats.Stats(prof, stream=buf)
+        st.sort_stats("cumulative").print_stats(25)
+        st.sort_stats("tottime").print_stats(20)
+        Path(profile).write_text(buf.getvalue())
+    else:
+        res = run()
+    return dict(res, peak_rss_mb=_peak_rss_mb(), baseline_rss_mb=baseline_mb,
+                report_bytes=_dir_size(Path(out)))
+
+
+def worker_read(root: str) -> dict[str, Any]:
+    import numpy as np
+
+    files = sorted(Path(root).glob("*/step0/rank0/dump_tensor_data/*.npy"))
+    t0 = time.perf_counter()
+    total = 0
+    for f in files:
+        total += np.load(f, allow_pickle=False).nbytes
+    return {"read_s": time.perf_counter() - t0, "bytes": total, "files": len(files), "peak_rss_mb": _peak_rss_mb()}
+
+
+def _child(kind: str, *args: str) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, __file__, "--worker", kind, *args], capture_output=True, text=True, env=env,
+                         timeout=3600)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.returncode != 0 or not lines:
+        raise RuntimeError(f"{kind} worker failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="1000,10000,100000", help="statistics dump sizes in API entries "
+                   "(default: %(default)s)")
+    p.add_argument("--tensor-gb", type=float, default=0.2, help="GB of npy files in the tensor pair, both sides "
+                   "together (issue 7 asks for 1; 0 skips; default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="sizes 1000,10000 and 0.1 GB of tensors")
+    p.add_argument("--profile", action="store_true", help="print a cProfile of the largest statistics compare")
+    p.add_argument("--workdir", type=Path, help="where the dumps are written (default: a temporary directory)")
+    p.add_argument("--json", type=Path, help="also write the results as JSON here")
+    p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        kind, *rest = args.worker
+        if kind == "compare":
+            print(json.dumps(worker_compare(rest[0], rest[1], rest[2] if len(rest) > 2 else None)))
+        elif kind == "make-statistics":
+            make_statistics_pair(Path(rest[0]), int(rest[1]))
+            print("{}")
+        elif kind == "make-tensor":
+            count, largest = make_tensor_pair(Path(rest[0]), float(rest[1]))
+            print(json.dumps({"tensors_per_side": count, "largest_bytes": largest}))
+        else:
+            print(json.dumps(worker_read(rest[0])))
+        return 0
+    sizes = [1000, 10000] if args.quick else [int(s) for s in args.sizes.split(",") if s.strip()]
+    tensor_gb = 0.1 if args.quick and args.tensor_gb == 0.2 else args.tensor_gb
+    print(f"python {sys.version.split()[0]}, nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}", flush=True)
+    results: dict[str, Any] = {"statistics": [], "tensor": None}
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        for n in sizes:
+            root = Path(tmp) / f"stats_{n}"
+            t0 = time.perf_counter()
+            _child("make-statistics", str(root), str(n))  # generated in a child: this process stays small
+            gen_s = time.perf_counter() - t0
+            json_mb = (root / "A" / "step0" / "rank0" / "dump.json").stat().st_size / 1e6
+            prof = str(Path(tmp) / "profile.txt") if args.profile and n == max(sizes) else None
+            r = _child("compare", str(root), str(Path(tmp) / f"out_{n}"), *([prof] if prof else []))
+            r.update(entries=n, dump_json_mb=json_mb, generate_s=gen_s)
+            results["statistics"].append(r)
+            print(f"  {n:>7} entries: load {r['load_s']:.2f} s, compare {r['compare_s']:.2f} s, reports "
+                  f"{r['report_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+            if prof:
+                results["profile"] = Path(prof).read_text()
+            shutil.rmtree(root)
+        if tensor_gb > 0:
+            root = Path(tmp) / "tensor"
+            t0 = time.perf_counter()
+            made = _child("make-tensor", str(root), str(tensor_gb))
+            gen_s = time.perf_counter() - t0
+            read = _child("read", str(root))
+            r = _child("compare", str(root), str(Path(tmp) / "out_tensor"))
+            r.update(made, read_s=read["read_s"], bytes=read["bytes"], read_peak_rss_mb=read["peak_rss_mb"],
+                     generate_s=gen_s)
+            results["tensor"] = r
+            shutil.rmtree(root)
+
+    print("\nstatistics mode (N API entries x 3 tensors, one step, one rank; msprobe 1.2.2 baseline from "
+          "ENVIRONMENT.md)")
+    print("| entries | dump.json per side | load | compare | reports | total | peak RSS | msprobe total / RSS "
+          "| speed-up | memory ratio |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results["statistics"]:
+        base = MSPROBE_BASELINE.get(r["entries"])
+        ref = f"{base[0]:.1f} s / {base[1]:.0f} MB" if base else "-"
+        speed = f"{base[0] / r['total_s']:.1f}x" if base else "-"
+        mem = f"{r['peak_rss_mb'] / base[1]:.2f}" if base else "-"
+        print(f"| {r['entries']:,} | {r['dump_json_mb']:.1f} MB | {r['load_s']:.2f} s | {r['compare_s']:.2f} s | "
+              f"{r['report_s']:.2f} s | {r['total_s']:.2f} s | {r['peak_rss_mb']:.0f} MB | {ref} | {speed} | {mem} |")
+    t = results["tensor"]
+    if t:
+        total_mb = t["bytes"] / 1e6
+        cmp_s = t["load_s"] + t["compare_s"]
+        print(f"\ntensor mode: {t['tensors_per_side']} float32 tensors per side, {total_mb:.0f} MB of npy in all, "
+              f"largest tensor {t['largest_bytes'] / 1e6:.0f} MB (warm page cache)")
+        print("| step | time | throughput | peak RSS |")
+        print("| --- | ---: | ---: | ---: |")
+        print(f"| np.load every npy file (reference) | {t['read_s']:.2f} s | {total_mb / t['read_s']:.0f} MB/s "
+              f"| {t['read_peak_rss_mb']:.0f} MB |")
+        print(f"| msprobe-cmp load + compare | {cmp_s:.2f} s | {total_mb / cmp_s:.0f} MB/s "
+              f"| {t['peak_rss_mb']:.0f} MB |")
+        print(f"| msprobe-cmp reports | {t['report_s']:.2f} s | | |")
+        print(f"compare throughput / read throughput: {t['read_s'] / cmp_s:.2f}; peak RSS {t['peak_rss_mb']:.0f} MB "
+              f"= interpreter after imports {t['baseline_rss_mb']:.0f} MB + "
+              f"{(t['peak_rss_mb'] - t['baseline_rss_mb']) / (t['largest_bytes'] / 1e6 / 1.048576):.1f} x the "
+              f"largest tensor")
+    if "profile" in results:
+        print(f"\ncProfile of the {max(sizes):,}-entry statistics compare:\n{results['profile']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

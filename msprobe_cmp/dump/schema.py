@@ -87,6 +87,8 @@ class TensorLeaf:
         None too when a count is not a non-negative integer at most :attr:`numel` (an integral float is
         accepted): such counts are not trusted (:attr:`has_invalid_nonfinite_counts`).
         """
+        if not self.extra:
+            return None
         extra = dict(self.extra)
         counts: list[int] = []
         for key in NONFINITE_COUNT_KEYS:
@@ -102,6 +104,8 @@ class TensorLeaf:
     def has_invalid_nonfinite_counts(self) -> bool:
         """True when the leaf carries count fields that :attr:`nonfinite_counts` cannot use
         (wrong type, negative, or more than the tensor's elements)."""
+        if not self.extra:
+            return False
         keys = dict(self.extra).keys()
         return any(k in keys for k in NONFINITE_COUNT_KEYS) and self.nonfinite_counts is None
 

@@ -51,6 +51,22 @@ class _Adapter(Protocol):
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None: ...
 
 
+def _warn_about_an_earlier_dump(dump_path: Path) -> None:
+    """Say so when ``dump_path`` already holds step directories: this run replaces the steps it records
+    and leaves the others, so the directory would mix two runs."""
+    try:
+        earlier = sorted(p.name for p in dump_path.iterdir() if p.is_dir() and p.name.startswith("step"))
+    except OSError:
+        return
+    if earlier:
+        shown = ", ".join(earlier[:5]) + (", ..." if len(earlier) > 5 else "")
+        logger.warning(
+            "msprobe-cmp: %s already holds %d step directories from an earlier run (%s): the steps this run "
+            "records replace them and the others stay, so the dump may mix two runs; use an empty dump_path",
+            dump_path, len(earlier), shown,
+        )
+
+
 class PrecisionDebugger:
     """Record a training run in msprobe's dump format.
 
@@ -88,6 +104,7 @@ class PrecisionDebugger:
         )
         self.framework = framework
         self._adapter: _Adapter | None = None
+        _warn_about_an_earlier_dump(Path(self.config.dump_path))
         self._get_adapter()
 
     def _get_adapter(self) -> _Adapter:

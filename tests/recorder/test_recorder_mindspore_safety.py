@@ -192,3 +192,17 @@ def test_bfloat16_tensors_are_upcast_before_statistics(tmp_path: Path, ms: Any) 
     assert leaf["Norm"] == pytest.approx(float(np.linalg.norm(values)))
     saved = np.load(tmp_path / "step0" / "rank" / "dump_tensor_data" / leaf["data_name"], allow_pickle=False)
     assert saved.dtype == np.float32 and np.array_equal(saved, values)
+
+
+def test_a_dump_path_with_an_earlier_run_is_warned_about(
+    tmp_path: Path, ms: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "step0" / "rank").mkdir(parents=True)
+    (tmp_path / "step7").mkdir()
+    with caplog.at_level("WARNING"):
+        PrecisionDebugger(dump_path=str(tmp_path), level="L0").close()
+    assert "already holds 2 step directories from an earlier run (step0, step7)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        PrecisionDebugger(dump_path=str(tmp_path / "fresh"), level="L0").close()
+    assert "earlier run" not in caplog.text

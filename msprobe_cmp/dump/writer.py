@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from msprobe_cmp.dump.reader import CONSTRUCT_JSON, DUMP_JSON, STACK_JSON, TENSOR_DIR
-from msprobe_cmp.dump.schema import DumpMeta, Entry
-from msprobe_cmp.dump.serde import entry_to_json, meta_to_json
+from msprobe_cmp.dump.reader import CONSTRUCT_JSON, DEBUG_JSON, DUMP_JSON, STACK_JSON, TENSOR_DIR
+from msprobe_cmp.dump.schema import DumpMeta, Entry, Node
+from msprobe_cmp.dump.serde import entry_to_json, meta_to_json, node_to_json
 
 
 def _default_file_mode() -> int:
@@ -138,12 +138,22 @@ class DumpWriter:
         write_atomic(self.tensor_dir / data_name, lambda fh: np.save(fh, arr, allow_pickle=False))
         self._saved_tensors = True
 
+    def _header(self) -> dict[str, Any]:
+        meta = meta_to_json(self.meta)
+        if self._saved_tensors or self.tensor_dir.is_dir():
+            meta["dump_data_dir"] = str(self.tensor_dir.resolve())
+        return meta
+
+    def write_debug(self, variables: Mapping[str, Node]) -> None:
+        """Write ``debug.json`` (the debug level's ``save()``): the header, then ``data`` mapping each
+        ``<name>.<n>`` to the saved variable itself (a leaf, a nested list/dict, or null), atomically."""
+        doc = self._header()
+        doc["data"] = {name: node_to_json(node) for name, node in variables.items()}
+        write_bytes_atomic(self.rank_dir / DEBUG_JSON, _json_bytes(doc), durable=True)
+
     def flush(self) -> None:
         """Write dump.json, stack.json and construct.json (each atomically) with everything put so far."""
-        meta = meta_to_json(self.meta)
-        if self._saved_tensors:
-            meta["dump_data_dir"] = str(self.tensor_dir.resolve())
-        doc = dict(meta)
+        doc = self._header()
         doc["data"] = {name: entry_to_json(e) for name, e in self._entries.items()}
         # stack.json and construct.json first: dump.json, written last, marks the step complete.
         write_bytes_atomic(self.rank_dir / STACK_JSON, _json_bytes(self._stack), durable=True)

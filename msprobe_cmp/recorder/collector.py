@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 
 from msprobe_cmp.dump.naming import tensor_file_name
-from msprobe_cmp.dump.schema import Entry, Map, Node, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import NONFINITE_COUNT_KEYS, Entry, Map, Node, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.dump.writer import DumpWriter
 
 #: Containers nested deeper than this are written as null (msprobe stops at the same depth).
@@ -137,8 +137,8 @@ def compute_stats(array: np.ndarray) -> tuple[float | None, float | None, float 
         )
 
 
-#: Names of the non-finite counts each tensor leaf carries (extra leaf fields; msprobe ignores them).
-NONFINITE_KEYS = ("nan_count", "pos_inf_count", "neg_inf_count")
+#: Names of the non-finite counts each tensor leaf carries (the dump contract's NONFINITE_COUNT_KEYS).
+NONFINITE_KEYS = NONFINITE_COUNT_KEYS
 
 
 def compute_nonfinite_counts(array: np.ndarray) -> tuple[int, int, int]:

@@ -35,7 +35,6 @@ backward entry re-put by a late gradient) are swapped again at the next flush.
 from __future__ import annotations
 
 import dataclasses
-import json
 import linecache
 import logging
 import os
@@ -47,9 +46,8 @@ from types import CodeType, FrameType
 from typing import Any, TypeVar
 
 from msprobe_cmp.dump.naming import api_name, cell_name, parameters_grad_name, parse_name
-from msprobe_cmp.dump.schema import DumpMeta, Entry, JsonObject, Map, Node, Seq, TensorLeaf, ValueLeaf
-from msprobe_cmp.dump.serde import meta_to_json, node_to_json
-from msprobe_cmp.dump.writer import DumpWriter, write_bytes_atomic
+from msprobe_cmp.dump.schema import NOT_CAPTURED_KEY, DumpMeta, Entry, JsonObject, Map, Node, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.writer import DumpWriter
 from msprobe_cmp.recorder.collector import Collector, DeviceFetcher, LeafConverter
 from msprobe_cmp.recorder.config import RecordConfig
 
@@ -61,10 +59,6 @@ T = TypeVar("T")
 _RECORDER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 #: At most this many frames per stack.json entry.
 MAX_STACK_FRAMES = 64
-#: The debug level's file in each ``step<N>/rank<R>/`` directory.
-DEBUG_JSON = "debug.json"
-#: dump.json header key listing what could not be captured: ``[{"what": ..., "reason": ...}]``.
-NOT_CAPTURED_KEY = "not_captured"
 #: The ``not_captured`` key used when deferred (async_dump) values could not be fetched at a flush.
 ASYNC_NOT_CAPTURED = "async_dump"
 
@@ -343,13 +337,7 @@ class RecorderService:
             target[what] = reason
 
     def _flush_debug(self, writer: DumpWriter) -> None:
-        meta = meta_to_json(writer.meta)
-        if writer.tensor_dir.is_dir():
-            meta["dump_data_dir"] = str(writer.tensor_dir.resolve())
-        doc = dict(meta)
-        doc["data"] = {name: node_to_json(node) for name, node in self._debug.items()}
-        data = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=True).encode("utf-8")
-        write_bytes_atomic(writer.rank_dir / DEBUG_JSON, data)
+        writer.write_debug(self._debug)
 
     def step_dir(self, step: int | None = None) -> Path:
         """``<dump_path>/step<N>/rank`` (or ``rank<R>`` when distributed)."""

@@ -895,6 +895,54 @@ def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
     return None
 
 
+def _input_notes(
+    units_a: tuple[RankDump, ...],
+    units_b: tuple[RankDump, ...],
+    paired_a: tuple[RankDump, ...],
+    paired_b: tuple[RankDump, ...],
+    mode: Mode,
+) -> tuple[list[str], str | None]:
+    """What the reader of a comparison must know about its inputs: what the recorder could not
+    capture, tasks or frameworks that differ, empty units; and, separately, a world-size mismatch
+    (said first)."""
+    notes: list[str] = []
+    for side, side_units in (("A", units_a), ("B", units_b)):
+        for rank_dump in side_units:
+            missing = rank_dump.meta.not_captured
+            if missing:
+                shown = "; ".join(missing[:5]) + (f"; and {len(missing) - 5} more" if len(missing) > 5 else "")
+                notes.append(
+                    f"{side} {rank_dump.label}: the recorder could not capture {len(missing)} thing(s): {shown}"
+                )
+    tasks_a = sorted({u.meta.task for u in paired_a})
+    tasks_b = sorted({u.meta.task for u in paired_b})
+    if tasks_a != tasks_b:
+        notes.append(
+            f"A was recorded with task {'/'.join(tasks_a) or '-'}, B with {'/'.join(tasks_b) or '-'}: "
+            f"compared in {mode} mode, on what both sides have"
+        )
+    for side, side_units in (("A", units_a), ("B", units_b)):
+        empty = [u.label for u in side_units if not u.entries]
+        if empty:
+            notes.append(f"warning: {side} has {len(empty)} empty unit(s) (no entries): {', '.join(empty)}")
+    frameworks_a = sorted({u.meta.framework for u in paired_a})
+    frameworks_b = sorted({u.meta.framework for u in paired_b})
+    if frameworks_a != frameworks_b:
+        notes.append(
+            f"A was recorded with {'/'.join(frameworks_a) or '-'}, B with {'/'.join(frameworks_b) or '-'}: "
+            "entries are matched by exact name only (no Cell/Module or API name mapping yet), so few will match"
+        )
+
+    def world_size(units: tuple[RankDump, ...]) -> int:
+        return max((sum(1 for u in units if u.step == step) for step in {u.step for u in units}), default=0)
+
+    world_a, world_b = world_size(units_a), world_size(units_b)
+    world_note = None
+    if world_a and world_b and world_a != world_b:
+        world_note = f"world sizes differ: A has {world_a} rank(s) per step, B has {world_b}"
+    return notes, world_note
+
+
 def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | None = None) -> Comparison:
     """Compare dump ``a`` (target, msprobe's "NPU") against dump ``b`` (baseline, "Bench").
 
@@ -957,37 +1005,10 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             f"{unpaired_rows} row(s) have no partner (only_in_a {class_totals['only_in_a']}, only_in_b "
             f"{class_totals['only_in_b']}): the verdict covers the {class_totals['matched']} matched row(s) only"
         )
-    for side, side_units in (("A", units_a), ("B", units_b)):
-        for rank_dump in side_units:
-            missing = rank_dump.meta.not_captured
-            if missing:
-                shown = "; ".join(missing[:5]) + (f"; and {len(missing) - 5} more" if len(missing) > 5 else "")
-                notes.append(
-                    f"{side} {rank_dump.label}: the recorder could not capture {len(missing)} thing(s): {shown}"
-                )
-    tasks_a = sorted({u.meta.task for u in paired_a})
-    tasks_b = sorted({u.meta.task for u in paired_b})
-    if tasks_a != tasks_b:
-        notes.append(
-            f"A was recorded with task {'/'.join(tasks_a) or '-'}, B with {'/'.join(tasks_b) or '-'}: "
-            f"compared in {mode} mode, on what both sides have"
-        )
-    for side, side_units in (("A", units_a), ("B", units_b)):
-        empty = [u.label for u in side_units if not u.entries]
-        if empty:
-            notes.append(f"warning: {side} has {len(empty)} empty unit(s) (no entries): {', '.join(empty)}")
-    ranks_a = {s: len([u for u in units_a if u.step == s]) for s in {u.step for u in units_a}}
-    ranks_b = {s: len([u for u in units_b if u.step == s]) for s in {u.step for u in units_b}}
-    world_a, world_b = max(ranks_a.values(), default=0), max(ranks_b.values(), default=0)
-    if world_a and world_b and world_a != world_b:
-        notes.insert(0, f"world sizes differ: A has {world_a} rank(s) per step, B has {world_b}")
-    frameworks_a = sorted({u.meta.framework for u in paired_a})
-    frameworks_b = sorted({u.meta.framework for u in paired_b})
-    if frameworks_a != frameworks_b:
-        notes.append(
-            f"A was recorded with {'/'.join(frameworks_a) or '-'}, B with {'/'.join(frameworks_b) or '-'}: "
-            "entries are matched by exact name only (no Cell/Module or API name mapping yet), so few will match"
-        )
+    input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode)
+    notes.extend(input_notes)
+    if world_note:
+        notes.insert(0, world_note)
     if mode == "tensor":
         fell_back = sum(
             1 for u in units for r in u.rows if r.match_class == "matched" and r.compared_by == "statistics"

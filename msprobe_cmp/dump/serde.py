@@ -154,15 +154,44 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
     return ValueLeaf("str", str(obj))
 
 
+#: JSON types of an entry's known fields (msprobe 1.x-26.x always writes these shapes); null is allowed too.
+_FIELD_TYPES: dict[str, tuple[type, str]] = {
+    "input_args": (list, "a list"),
+    "input": (list, "a list"),
+    "output": (list, "a list"),
+    "input_kwargs": (dict, "an object"),
+    "parameters": (dict, "an object"),
+}
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (``"object"``, ``"array"``, ``"string"``, ``"number"``...)."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
+
+
 def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
     """Build an :class:`Entry` from ``data[name]`` of a dump.json.
 
     Raises:
-        DumpFormatError: when the entry is not a JSON object, or any of its leaves is malformed.
+        DumpFormatError: when the entry is not a JSON object, a known field has the wrong JSON type
+            (``input_args``/``input``/``output`` not a list, ``input_kwargs``/``parameters`` not an object),
+            or any of its leaves is malformed.
     """
     where = f"data[{name!r}]"
     if not isinstance(obj, dict):
         raise DumpFormatError(file, where, f"expected an object, got {type(obj).__name__}")
+    for key, value in obj.items():
+        expected = _FIELD_TYPES.get(key)
+        if expected is not None and value is not None and not isinstance(value, expected[0]):
+            raise DumpFormatError(file, f"{where}.{key}", f"expected {expected[1]}, got {_json_type(value)}")
     fields = tuple((str(k), node_from_json(v, file, f"{where}.{k}")) for k, v in obj.items())
     return Entry(name, fields)
 

@@ -9,8 +9,9 @@ block, ``head = Dense(16, 4)``: the attribute names equal the PyTorch model's, s
 [out, in] like ``torch.nn.Linear`` and computes ``x @ W.T + b`` (Primitives ``MatMul(transpose_b=True)`` and
 ``BiasAdd``).  Weights and data: the recipe of ``torch_api_mlp.py`` (``RandomState(1234)``, ``randn(*shape) /
 sqrt(shape[-1])`` per parameter in order; ``RandomState(0)`` for x [8, 16] then y [8, 4]), copied here so each
-example stands alone.  Loss ``nn.MSELoss()`` (mean), gradients from ``mindspore.value_and_grad``, ``nn.Adam``
-with lr 1e-2, betas 0.9/0.999 (PyTorch's defaults) and ``eps = 1e-8·√(1−β₂)`` (see below).
+example stands alone.  Loss ``mindspore.ops.mse_loss`` (mean; recorded as ``Functional.mse_loss`` like PyTorch's
+``torch.nn.functional.mse_loss``, so the loss rows match by name too), gradients from ``mindspore.value_and_grad``,
+``nn.Adam`` with lr 1e-2, betas 0.9/0.999 (PyTorch's defaults) and ``eps = 1e-8·√(1−β₂)`` (see below).
 
 Adam's ε: PyTorch adds ε to the bias-corrected ``√v̂ = √v / √(1−β₂ᵗ)`` (torch.optim.Adam's documented
 algorithm); MindSpore's ``nn.Adam`` folds the corrections into the learning rate and adds ε to the raw ``√v``
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn
+from mindspore import nn, ops
 
 BATCH, WIDTH, OUT = 8, 16, 4
 LEARNING_RATE = 1e-2
@@ -110,9 +111,8 @@ def run(steps: int = 2, dump: str | None = None, level: str = "mix", task: str =
     net = build_model()
     x_np, y_np = make_batch()
     x, y = ms.Tensor(x_np), ms.Tensor(y_np)
-    loss_fn = nn.MSELoss()
     optimizer = nn.Adam(net.trainable_params(), learning_rate=LEARNING_RATE, beta1=BETA1, beta2=BETA2, eps=ADAM_EPS)
-    grad_fn = ms.value_and_grad(lambda a, b: loss_fn(net(a), b), None, optimizer.parameters)
+    grad_fn = ms.value_and_grad(lambda a, b: ops.mse_loss(net(a), b), None, optimizer.parameters)
     debugger = None
     if dump is not None:
         from msprobe_cmp import PrecisionDebugger

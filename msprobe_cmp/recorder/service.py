@@ -61,6 +61,8 @@ _RECORDER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 MAX_STACK_FRAMES = 64
 #: The ``not_captured`` key used when deferred (async_dump) values could not be fetched at a flush.
 ASYNC_NOT_CAPTURED = "async_dump"
+#: The ``not_captured`` key of a step flushed at close while still being recorded (see :meth:`RecorderService.end`).
+INCOMPLETE_STEP_KEY = "step"
 
 
 def backward_name_of(forward_name: str | None) -> str | None:
@@ -218,6 +220,8 @@ class RecorderService:
         self._debug_counts: dict[str, int] = {}
         self._debug_grads: dict[str, object] = {}
         self.structure_only = config.task == "structure"
+        #: Set when writing the dump failed (:meth:`stop_for_write_error`); recording is then off for good.
+        self.write_error: str | None = None
         self._stack_cache: dict[tuple[tuple[CodeType, int], ...], tuple[str, ...]] = {}
 
     # ----------------------------------------------------------------- switches and steps
@@ -246,14 +250,26 @@ class RecorderService:
         return self.config.past_last_step(self.current_step)
 
     def begin(self) -> bool:
-        """Switch recording on for the current step if it is selected; returns whether it is on."""
-        self._on = self.step_selected() and not self.finished()
+        """Switch recording on for the current step if it is selected; returns whether it is on
+        (never after a write error stopped recording)."""
+        self._on = self.step_selected() and not self.finished() and self.write_error is None
         if self._on:
             self.writer()
         return self._on
 
-    def end(self) -> None:
-        """Switch recording off and flush what the step holds so far (the step stays open)."""
+    def end(self, *, closing: bool = False) -> None:
+        """Switch recording off and flush what the step holds so far (the step stays open).
+
+        With ``closing`` (the debugger is being closed, or the process exits) while recording is still on,
+        i.e. ``stop()`` never came for this step (an exception or ``KeyboardInterrupt`` left the step
+        early), the step is flushed as it is and its header's ``not_captured`` says it is incomplete.
+        """
+        if closing and self._on:
+            self.note_not_captured(
+                INCOMPLETE_STEP_KEY,
+                "incomplete: the debugger was closed (or the process exited) while this step was being "
+                "recorded, before stop(); the entries after that point are missing",
+            )
         self._on = False
         self.flush()
 
@@ -294,7 +310,29 @@ class RecorderService:
             else:
                 writer.flush()
         except OSError as exc:
-            logger.error("msprobe-cmp: could not write %s: %s", self._writer.rank_dir, exc, exc_info=exc)
+            self.stop_for_write_error(writer.rank_dir, exc)
+
+    def stop_for_write_error(self, where: Path, exc: OSError) -> None:
+        """The dump cannot be written (no space left, permissions, a read-only file system): log one
+        error and stop recording for the rest of the run; training goes on.
+
+        The step being written keeps whatever reached the disk before (dump.json, written last by an
+        atomic rename, is either the previous complete flush or absent); empty directories it created
+        are removed.
+        """
+        if self.write_error is None:
+            self.write_error = f"{where}: {exc.strerror or exc}"
+            logger.error(
+                "msprobe-cmp: could not write %s: %s; recording stopped (training continues)",
+                where, exc.strerror or exc,
+            )
+        self._on = False
+        self._writer = None
+        for d in (where / "dump_tensor_data", where, where.parent):
+            try:
+                d.rmdir()  # only when empty
+            except OSError:
+                pass
 
     def _resolve_deferred(self, writer: DumpWriter) -> None:
         """Fetch every pending device value and swap the placeholders in the entries put since the last flush.
@@ -390,7 +428,14 @@ class RecorderService:
         return key in self._disabled
 
     def hook_failed(self, key: str, exc: BaseException) -> None:
-        """Log a hook failure once and disable that hook's recording; training goes on."""
+        """Log a hook failure once and disable that hook's recording; training goes on.
+
+        A failure to write (an ``OSError`` from saving a tensor file) stops all recording instead
+        (:meth:`stop_for_write_error`): the next hooks would fail the same way.
+        """
+        if isinstance(exc, OSError) and self._writer is not None:
+            self.stop_for_write_error(self._writer.rank_dir, exc)
+            return
         if key not in self._disabled:
             self._disabled.add(key)
             self.note_not_captured(key, f"recording hook failed and was disabled: {exc!r}", persistent=True)

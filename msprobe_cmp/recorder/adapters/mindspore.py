@@ -364,7 +364,7 @@ class MindSporeAdapter:
         if self._closed:
             return
         self._closed = True
-        self.service.end()
+        self.service.end(closing=True)
         self._remove_model_hooks()
         for patch in reversed(self._patches):
             try:

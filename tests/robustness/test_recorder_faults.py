@@ -24,7 +24,7 @@ import pytest
 
 pytest.importorskip("mindspore")
 
-from msprobe_cmp.dump.reader import load_dump  # noqa: E402
+from msprobe_cmp.dump.reader import load_dump
 
 pytestmark = pytest.mark.mindspore
 

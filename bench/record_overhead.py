@@ -171,7 +171,7 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
                   task: {"summary_mode": spec["summary_mode"]}}
         cfg = dump.parent / f"{dump.name}.config.json"
         cfg.write_text(json.dumps(config))
-        debugger = PrecisionDebugger(cfg)
+        debugger = PrecisionDebugger(cfg, framework="mindspore")
     times = []
     for _ in range(spec["steps"]):
         t0 = time.perf_counter()

@@ -52,7 +52,9 @@ def main() -> None:
     optimizer = nn.Adam(net.trainable_params(), learning_rate=1e-2)
     grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, optimizer.parameters)
 
-    with PrecisionDebugger(dump_path=args.dump_path, level=args.level, task=args.task) as debugger:
+    with PrecisionDebugger(
+        dump_path=args.dump_path, level=args.level, task=args.task, framework="mindspore"
+    ) as debugger:
         for step in range(args.steps):
             debugger.start(net)  # hooks are installed once; recording is on for this step
             loss, grads = grad_fn(x, y)  # forward and backward are recorded

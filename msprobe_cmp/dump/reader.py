@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -28,6 +28,37 @@ DEBUG_JSON = "debug.json"
 STACK_JSON = "stack.json"
 CONSTRUCT_JSON = "construct.json"
 TENSOR_DIR = "dump_tensor_data"
+
+#: Reads one tensor file of a given suffix into a numpy array (raising DumpFormatError on a bad file).
+TensorLoader = Callable[[Path], np.ndarray]
+#: Loaders for tensor files other than ``.npy``, by suffix (``".pt"``); filled by :func:`register_tensor_loader`.
+_TENSOR_LOADERS: dict[str, TensorLoader] = {}
+
+
+def register_tensor_loader(suffix: str, loader: TensorLoader) -> None:
+    """Let :meth:`RankDump.load_tensor` read tensor files ending in ``suffix`` (e.g. ``".pt"``) with ``loader``.
+
+    ``.npy`` is always read by the reader itself and cannot be replaced.  Registering a suffix again
+    replaces its loader.  The loader's array goes through the same shape check and bfloat16 decoding as a
+    ``.npy`` file (bf16 as uint16/int16 bit patterns, or float32).
+
+    Raises:
+        ValueError: for ``.npy`` or a suffix that does not start with a dot.
+    """
+    if not suffix.startswith(".") or suffix == ".npy":
+        raise ValueError(f"cannot register a tensor loader for {suffix!r}")
+    _TENSOR_LOADERS[suffix] = loader
+
+
+def unregister_tensor_loader(suffix: str) -> None:
+    """Forget the loader of ``suffix`` (no-op when none is registered)."""
+    _TENSOR_LOADERS.pop(suffix, None)
+
+
+def tensor_loader_for(suffix: str) -> TensorLoader | None:
+    """The loader registered for ``suffix``, or None."""
+    return _TENSOR_LOADERS.get(suffix)
+
 
 _STEP_RE = re.compile(r"^step(\d+)$")
 _RANK_RE = re.compile(r"^(?:rank(\d*)|proc(\d+))$")
@@ -184,22 +215,30 @@ class RankDump:
 
         Raises:
             DumpFormatError: no ``data_name``, a missing/unreadable/corrupt file, an object array,
-                a ``.pt`` file (PyTorch tensors need torch; not supported in this version), or a
-                stored shape that disagrees with dump.json.
+                a file type other than ``.npy`` for which no loader is registered (``.pt`` needs
+                :func:`register_tensor_loader`), or a stored shape that disagrees with dump.json.
         """
         path = self.tensor_path(leaf)
         if path is None:
             raise DumpFormatError(self.directory / DUMP_JSON, "data_name", "the tensor was not saved")
-        if path.suffix != ".npy":
+        loader = None if path.suffix == ".npy" else _TENSOR_LOADERS.get(path.suffix)
+        if path.suffix != ".npy" and loader is None:
             raise DumpFormatError(path, None, f"unsupported tensor file type {path.suffix!r} (only .npy is read)")
         if path.exists() and not path.is_file():
             raise DumpFormatError(path, None, "not a regular file")
-        try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
-            raise DumpFormatError(path, None, "tensor file not found") from None
-        except (ValueError, OSError, EOFError) as exc:
-            raise DumpFormatError(path, None, f"not a readable npy file: {exc}") from None
+        if loader is not None:
+            if not path.exists():
+                raise DumpFormatError(path, None, "tensor file not found")
+            arr = loader(path)
+            if not isinstance(arr, np.ndarray):
+                raise DumpFormatError(path, None, "the tensor loader did not return an array")
+        else:
+            try:
+                arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            except FileNotFoundError:
+                raise DumpFormatError(path, None, "tensor file not found") from None
+            except (ValueError, OSError, EOFError) as exc:
+                raise DumpFormatError(path, None, f"not a readable npy file: {exc}") from None
         if not isinstance(arr, np.ndarray):
             raise DumpFormatError(path, None, "not a single npy array")
         # A single value may be stored 0-d or with shape [1]; any other shape difference is an error.

@@ -44,12 +44,14 @@ class HostTensor:
         array: the values as a numpy array of the tensor's shape.  Its numpy dtype can hold every value
             exactly (bfloat16 arrives as float32, since the adapter upcasts on device first).
         dtype: the framework's spelling of the tensor's own dtype (``"Float32"``, ``"BFloat16"``).
-        type: the leaf ``type`` string written to dump.json (``"mindspore.Tensor"``).
+        type: the leaf ``type`` string written to dump.json (``"mindspore.Tensor"``, ``"torch.Tensor"``).
+        requires_grad: the tensor's ``requires_grad`` flag (PyTorch leaves carry it), or None (not written).
     """
 
     array: np.ndarray
     dtype: str
     type: str = "mindspore.Tensor"
+    requires_grad: bool | None = None
 
 
 #: The values of a device statistics vector (:attr:`DeferredTensor.stats`), in order, all float64:
@@ -70,6 +72,7 @@ class DeferredTensor:
         copy: an opaque device copy of the values (tensor task), fetched and summarised like a
             :class:`HostTensor` at flush.
         type: the leaf ``type`` string.
+        requires_grad: as :attr:`HostTensor.requires_grad`.
     """
 
     dtype: str
@@ -77,6 +80,7 @@ class DeferredTensor:
     stats: object | None = None
     copy: object | None = None
     type: str = "mindspore.Tensor"
+    requires_grad: bool | None = None
 
 
 class DeviceFetcher(Protocol):
@@ -200,6 +204,7 @@ def leaf_from_stat_row(deferred: DeferredTensor, row: Sequence[float]) -> Tensor
         min=stats[1],
         mean=stats[2],
         norm=stats[3],
+        requires_grad=deferred.requires_grad,
         extra=tuple(zip(NONFINITE_KEYS, counts, strict=True)),
     )
 
@@ -258,11 +263,18 @@ class Collector:
                 type=deferred.type,
                 dtype=deferred.dtype,
                 shape=deferred.shape,
+                requires_grad=deferred.requires_grad,
                 extra=tuple((k, 0) for k in NONFINITE_KEYS),
             )
         token = self._next_token
         self._next_token += 1
-        leaf = PendingTensorLeaf(type=deferred.type, dtype=deferred.dtype, shape=deferred.shape, token=token)
+        leaf = PendingTensorLeaf(
+            type=deferred.type,
+            dtype=deferred.dtype,
+            shape=deferred.shape,
+            requires_grad=deferred.requires_grad,
+            token=token,
+        )
         self._pending.append(_Pending(leaf, deferred, writer, entry_name, arg_path))
         return leaf
 
@@ -296,7 +308,7 @@ class Collector:
             if item.deferred.copy is None:
                 continue
             array = self._fetcher.fetch_copy(item.deferred.copy)
-            host = HostTensor(array, item.deferred.dtype, item.deferred.type)
+            host = HostTensor(array, item.deferred.dtype, item.deferred.type, item.deferred.requires_grad)
             self._resolved[item.leaf.token] = self.tensor_leaf(
                 host, writer=item.writer, entry_name=item.entry_name, arg_path=item.arg_path
             )
@@ -309,7 +321,7 @@ class Collector:
             done = self._resolved.get(node.token)
             if done is not None:
                 return done
-            return TensorLeaf(type=node.type, dtype=node.dtype, shape=node.shape)
+            return TensorLeaf(type=node.type, dtype=node.dtype, shape=node.shape, requires_grad=node.requires_grad)
         if isinstance(node, Seq):
             return Seq(tuple(self.substitute(n) for n in node.items))
         if isinstance(node, Map):
@@ -359,6 +371,7 @@ class Collector:
             norm=norm,
             md5=compute_crc32(array) if self.checksum else None,
             data_name=data_name,
+            requires_grad=tensor.requires_grad,
             extra=tuple(zip(NONFINITE_KEYS, counts, strict=True)),
         )
 

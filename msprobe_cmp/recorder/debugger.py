@@ -22,7 +22,9 @@ keeps the original function and is not recorded.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import sys
 import weakref
 from pathlib import Path
 from types import TracebackType
@@ -31,7 +33,9 @@ from typing import Any, Protocol
 from msprobe_cmp.errors import ConfigError
 from msprobe_cmp.recorder.config import RecordConfig, load_config
 
-FRAMEWORKS = ("mindspore",)
+FRAMEWORKS = ("mindspore", "pytorch", "mindtorch")
+#: Accepted spellings of ``framework=`` → the adapter name.
+FRAMEWORK_ALIASES = {"mindspore": "mindspore", "pytorch": "pytorch", "torch": "pytorch", "mindtorch": "mindtorch"}
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +71,65 @@ def _warn_about_an_earlier_dump(dump_path: Path) -> None:
         )
 
 
+def _torch_is_mindtorch(torch_module: Any) -> bool:
+    """True when the imported ``torch`` is mindtorch: its ``Tensor`` class is (a subclass of) a class defined
+    in a ``mindspore`` module.  Reads the class's MRO only; imports nothing."""
+    tensor_cls = getattr(torch_module, "Tensor", None)
+    if not isinstance(tensor_cls, type):
+        return False
+    return any(str(getattr(c, "__module__", "")).split(".")[0] == "mindspore" for c in tensor_cls.__mro__)
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[name] is None or has no __spec__
+        return False
+
+
+def detect_framework(framework: str | None = None) -> str:
+    """The recorder adapter to use: ``"mindspore"``, ``"pytorch"`` or ``"mindtorch"``.
+
+    An explicit ``framework`` always wins (``"torch"`` is an alias of ``"pytorch"``).  Otherwise, from what
+    the process has already imported (``sys.modules``; nothing is imported to decide):
+
+    * ``torch`` is mindtorch (its ``Tensor`` is a MindSpore tensor class), or ``mindtorch`` is imported and
+      ``torch`` is not → ``"mindtorch"``;
+    * real ``torch`` imported, ``mindspore`` not → ``"pytorch"``; ``mindspore`` imported, ``torch`` not →
+      ``"mindspore"``;
+    * both real ``torch`` and ``mindspore`` imported → ConfigError asking for ``framework=``;
+    * neither imported → ``"mindspore"`` if it is installed, else ``"pytorch"`` if torch is installed, else
+      ``"mindspore"`` (whose adapter then raises MissingFrameworkError naming the package to install).
+
+    Raises:
+        ConfigError: for an unknown ``framework``, or when the choice is ambiguous.
+    """
+    if framework is not None:
+        if not isinstance(framework, str) or framework.lower() not in FRAMEWORK_ALIASES:
+            raise ConfigError(
+                f"arguments: framework: expected one of mindspore, pytorch (or torch), mindtorch, got {framework!r}"
+            )
+        return FRAMEWORK_ALIASES[framework.lower()]
+    torch_module = sys.modules.get("torch")
+    has_ms = sys.modules.get("mindspore") is not None
+    if torch_module is not None and _torch_is_mindtorch(torch_module):
+        return "mindtorch"
+    if torch_module is None and sys.modules.get("mindtorch") is not None:
+        return "mindtorch"
+    if torch_module is not None and has_ms:
+        raise ConfigError(
+            "arguments: framework: both torch and mindspore are imported; pass framework='pytorch' or "
+            "framework='mindspore' to PrecisionDebugger"
+        )
+    if torch_module is not None:
+        return "pytorch"
+    if has_ms:
+        return "mindspore"
+    if not _installed("mindspore") and _installed("torch"):
+        return "pytorch"
+    return "mindspore"
+
+
 class PrecisionDebugger:
     """Record a training run in msprobe's dump format.
 
@@ -75,12 +138,14 @@ class PrecisionDebugger:
         dump_path, task, level, step, rank: override the file's values (``step``/``rank``: a list of ints
             and ``"a-b"`` ranges; ``task``: ``"statistics"``/``"tensor"``/``"structure"``; ``level``:
             ``"L0"``/``"L1"``/``"mix"``/``"debug"``).
-        framework: ``"mindspore"`` (the only adapter in this version).
+        framework: ``"mindspore"``, ``"pytorch"`` (alias ``"torch"``) or ``"mindtorch"``; None (default)
+            detects it from the imported modules (see :func:`detect_framework`).
 
     Raises:
         ConfigError: on an invalid configuration (one line naming the file and field), or when another
             debugger's API wrappers are installed (close it first).
         MissingFrameworkError: when the framework is not installed.
+        ConfigError: when ``framework`` is None and both real torch and mindspore are imported.
 
     Unlike msprobe's, this class is not a singleton: each instance records independently, but two
     instances cannot wrap the same APIs at once (the second constructor at L1/mix raises ConfigError).
@@ -95,14 +160,13 @@ class PrecisionDebugger:
         level: str | None = None,
         step: Any = None,
         rank: Any = None,
-        framework: str = "mindspore",
+        framework: str | None = None,
     ) -> None:
-        if framework not in FRAMEWORKS:
-            raise ConfigError(f"arguments: framework: expected one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+        chosen = detect_framework(framework)
         self.config: RecordConfig = load_config(
             config_path, dump_path=dump_path, task=task, level=level, step=step, rank=rank
         )
-        self.framework = framework
+        self.framework = chosen
         self._adapter: _Adapter | None = None
         _warn_about_an_earlier_dump(Path(self.config.dump_path))
         self._get_adapter()
@@ -125,7 +189,8 @@ class PrecisionDebugger:
         return int(self._adapter.service.current_step)
 
     def start(self, model: Any = None) -> None:
-        """Install hooks on ``model`` (a Cell or a list of Cells; needed for L0/mix) and start recording.
+        """Install hooks on ``model`` (a Cell / ``torch.nn.Module`` or a list of them; needed for L0/mix) and
+        start recording.
 
         Hooks are installed once per model; calling ``start`` again with the same model only
         switches recording on.  Does nothing for steps the config does not select.

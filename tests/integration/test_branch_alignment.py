@@ -45,7 +45,7 @@ def _record(dump_path: Path, take_branch: bool) -> None:
         dense.weight.set_data(ms.Tensor(rs.randn(*dense.weight.shape).astype(np.float32) * 0.3))
         dense.bias.set_data(ms.Tensor(np.zeros(dense.bias.shape, np.float32)))
     x = ms.Tensor(np.random.RandomState(0).randn(4, 8).astype(np.float32))
-    debugger = PrecisionDebugger(dump_path=str(dump_path), task="tensor", level="mix")
+    debugger = PrecisionDebugger(dump_path=str(dump_path), task="tensor", level="mix", framework="mindspore")
     try:
         debugger.start(net)
         net(x, take_branch)

@@ -100,3 +100,70 @@ def train(ms: Any, fixture_data: tuple[np.ndarray, np.ndarray]) -> Callable[...,
         return out
 
     return run
+
+
+# ----------------------------------------------------------------------------- PyTorch twin of the fixture model
+
+
+@pytest.fixture(scope="session")
+def torch_mod() -> Any:
+    """The torch module (tests using it are skipped without torch)."""
+    return pytest.importorskip("torch")
+
+
+def build_torch_fixture_net(torch: Any) -> Any:
+    """The fixture model in PyTorch (``blocks=[Linear(16,16)]*2``, shared ``act=ReLU``, ``head=Linear(16,4)``),
+    weights drawn exactly as in :func:`_build` (RandomState(1234), blocks.0 weight, bias, blocks.1 ..., head)."""
+    nn = torch.nn
+
+    class FixtureNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(16, 16), nn.Linear(16, 16)])
+            self.act = nn.ReLU()
+            self.head = nn.Linear(16, 4)
+
+        def forward(self, x: Any) -> Any:
+            for block in self.blocks:
+                x = self.act(block(x))
+            return self.head(x)
+
+    net = FixtureNet()
+    rs = np.random.RandomState(1234)
+    with torch.no_grad():
+        for lin in (net.blocks[0], net.blocks[1], net.head):
+            out_dim, in_dim = lin.weight.shape
+            lin.weight.copy_(torch.from_numpy((rs.randn(out_dim, in_dim) / np.sqrt(in_dim)).astype(np.float32)))
+            lin.bias.copy_(torch.from_numpy((rs.randn(out_dim) / np.sqrt(out_dim)).astype(np.float32)))
+    return net
+
+
+@pytest.fixture
+def torch_train(torch_mod: Any, fixture_data: tuple[np.ndarray, np.ndarray]) -> Callable[..., Trained]:
+    """``torch_train(steps, debugger=None, net=None)``: the PyTorch fixture loop (msprobe's: start, zero_grad,
+    forward, MSE, backward, Adam step, stop, step), so the optimizer's Tensor calls are recorded too."""
+    torch = torch_mod
+
+    def run(steps: int, debugger: Any = None, net: Any = None) -> Trained:
+        net = net if net is not None else build_torch_fixture_net(torch)
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+        loss_fn = torch.nn.MSELoss()  # calls F.mse_loss(..., reduction="mean"), as msprobe's fixture run did
+        x, y = torch.from_numpy(fixture_data[0]), torch.from_numpy(fixture_data[1])
+        out = Trained(net=net)
+        for step in range(steps):
+            if debugger is not None:
+                debugger.start(net)
+            optimizer.zero_grad()
+            loss = loss_fn(net(x), y)
+            loss.backward()
+            if step == 0:
+                out.first_grads = {n: p.grad.detach().numpy().copy() for n, p in net.named_parameters()}
+            optimizer.step()
+            if debugger is not None:
+                debugger.stop()
+                debugger.step()
+            out.losses.append(loss.detach().numpy().copy())
+        out.weights = {n: p.detach().numpy().copy() for n, p in net.named_parameters()}
+        return out
+
+    return run

@@ -31,7 +31,7 @@ def _debugger(tmp_path: Path, name: str, *, async_dump: bool, task: str = "stati
     }
     path = tmp_path / f"{name}.config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
-    return PrecisionDebugger(path)
+    return PrecisionDebugger(path, framework="mindspore")
 
 
 def _data(root: Path, step: int = 0, file: str = "dump.json") -> dict[str, Any]:

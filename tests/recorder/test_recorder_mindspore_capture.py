@@ -30,7 +30,7 @@ def _stats(a: np.ndarray) -> list[float]:
 
 def test_tensor_leaves_count_nan_and_infinities(tmp_path: Path, ms: Any) -> None:
     x = np.array([[0.0, -1.0, 4.0], [1.0, -0.0, 2.0]], np.float32)
-    with PrecisionDebugger(dump_path=tmp_path, level="L1") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore") as dbg:
         dbg.start()
         out = ms.ops.log(ms.Tensor(x))  # log(0) = -inf, log(-1) = nan, log(-0) = -inf
         big = ms.Tensor(np.array([3e38, -3e38, 1.0], np.float32)) * 10  # ±inf by overflow
@@ -90,7 +90,7 @@ def test_not_captured_lists_failed_hooks_and_cells_without_backward(
     net = TwoHeads()
     x = ms.Tensor(np.ones((4, 3), np.float32))
     grad_fn = ms.value_and_grad(lambda x: net(x).sum(), None, net.trainable_params())
-    with PrecisionDebugger(dump_path=tmp_path, level="L0") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L0", framework="mindspore") as dbg:
         for _ in range(2):
             dbg.start(net)
             grad_fn(x)
@@ -131,7 +131,7 @@ def test_every_gradient_of_a_step_is_kept(tmp_path: Path, ms: Any) -> None:
         return out
 
     plain = grads_of(build())
-    with PrecisionDebugger(dump_path=tmp_path, level="L0", task="tensor") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L0", task="tensor", framework="mindspore") as dbg:
         recorded = grads_of(build(), dbg)
     for a, b in zip(plain, recorded, strict=True):
         for ga, gb in zip(a, b, strict=True):
@@ -157,7 +157,7 @@ def test_forward_only_data_mode_has_no_parameter_gradients(tmp_path: Path, train
     cfg.write_text(
         json.dumps({"dump_path": str(tmp_path / "d"), "level": "L0", "statistics": {"data_mode": ["forward"]}})
     )
-    with PrecisionDebugger(cfg) as dbg:
+    with PrecisionDebugger(cfg, framework="mindspore") as dbg:
         train(1, dbg)
     assert not [n for n in _dump(tmp_path / "d")["data"] if "parameters_grad" in n or "backward" in n]
 
@@ -165,7 +165,7 @@ def test_forward_only_data_mode_has_no_parameter_gradients(tmp_path: Path, train
 def test_apis_imported_after_construction_are_recorded(tmp_path: Path, ms: Any) -> None:
     early_relu = ms.ops.relu  # bound before the debugger exists: keeps the original function
     x = np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32)
-    with PrecisionDebugger(dump_path=tmp_path, level="L1") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore") as dbg:
         from mindspore.ops import relu  # bound after construction, before start()
 
         assert getattr(relu, WRAPPED_MARK, False) and not getattr(early_relu, WRAPPED_MARK, False)
@@ -185,7 +185,7 @@ def test_in_place_api_inputs_are_captured_before_the_call(tmp_path: Path, ms: An
     before = np.array([1.0, 2.0, 3.0], np.float32)
     delta = np.array([10.0, 20.0, 30.0], np.float32)
     param = ms.Parameter(ms.Tensor(before), name="p")
-    with PrecisionDebugger(dump_path=tmp_path, level="L1", task="tensor") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", task="tensor", framework="mindspore") as dbg:
         dbg.start()
         ms.ops.assign_add(param, ms.Tensor(delta))
         dbg.stop()
@@ -212,7 +212,7 @@ def test_jit_functions_are_recorded_as_one_region(tmp_path: Path, ms: Any) -> No
 
     grad_fn = ms.value_and_grad(loss, (0, 1))
     plain_loss, plain_grads = grad_fn(ms.Tensor(a_np), ms.Tensor(b_np))
-    with PrecisionDebugger(dump_path=tmp_path, level="L1", task="tensor") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", task="tensor", framework="mindspore") as dbg:
         dbg.start()
         rec_loss, rec_grads = grad_fn(ms.Tensor(a_np), ms.Tensor(b_np))
         dbg.stop()
@@ -259,7 +259,7 @@ def test_distributed_functions_are_wrapped_and_removed(tmp_path: Path, ms: Any) 
     # surfaces asynchronously and would break later tests.
     with pytest.raises(TypeError) as plain_error:
         original("not a tensor")
-    with PrecisionDebugger(dump_path=tmp_path, level="L1") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore") as dbg:
         wrapped = comm_func.all_reduce
         assert getattr(wrapped, WRAPPED_MARK, False) and wrapped.__wrapped__ is original
         assert getattr(comm_func.broadcast, WRAPPED_MARK, False)

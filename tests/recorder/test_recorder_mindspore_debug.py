@@ -41,7 +41,7 @@ def test_debug_save_writes_values_and_gradients_per_step(tmp_path: Path, ms: Any
 
     plain = ms.value_and_grad(make_forward(None), None, [w])
     want = [plain(ms.Tensor(x)) for x in xs]
-    with PrecisionDebugger(dump_path=tmp_path, level="debug", task="tensor") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="debug", task="tensor", framework="mindspore") as dbg:
         grad_fn = ms.value_and_grad(make_forward(dbg), None, [w])
         got = []
         for x in xs:
@@ -75,7 +75,7 @@ def test_debug_save_writes_values_and_gradients_per_step(tmp_path: Path, ms: Any
 
 
 def test_save_outside_debug_level_is_ignored(tmp_path: Path, ms: Any, caplog: Any) -> None:
-    with PrecisionDebugger(dump_path=tmp_path, level="L1") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore") as dbg:
         dbg.start()
         dbg.save(ms.Tensor([1.0]), "x")
         dbg.save(ms.Tensor([1.0]), "x")
@@ -85,9 +85,9 @@ def test_save_outside_debug_level_is_ignored(tmp_path: Path, ms: Any, caplog: An
 
 
 def test_structure_task_keeps_names_stack_and_construct_only(tmp_path: Path, train: Callable[..., Any]) -> None:
-    with PrecisionDebugger(dump_path=tmp_path / "stats", level="mix") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path / "stats", level="mix", framework="mindspore") as dbg:
         train(1, dbg)
-    with PrecisionDebugger(dump_path=tmp_path / "structure", level="mix", task="structure") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path / "structure", level="mix", task="structure", framework="mindspore") as dbg:
         train(1, dbg)
     rank = Path("step0") / "rank"
     doc = json.loads((tmp_path / "structure" / rank / "dump.json").read_text())
@@ -100,5 +100,5 @@ def test_structure_task_keeps_names_stack_and_construct_only(tmp_path: Path, tra
     assert construct["Primitive.matmul.MatMul.2.forward"] == "Cell.head.Dense.forward.0"
     assert construct["Cell.head.Dense.backward.0"] is None
     # msprobe's rule: the structure task records at mix unless L0/mix is asked.
-    with PrecisionDebugger(dump_path=tmp_path / "x", level="L1", task="structure") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path / "x", level="L1", task="structure", framework="mindspore") as dbg:
         assert dbg.config.level == "mix"

@@ -21,7 +21,7 @@ def _load(path: Path) -> Any:
 
 
 def test_construct_json_gives_parents_of_apis_and_cells(tmp_path: Path, train: Callable[..., Any]) -> None:
-    with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="mix", framework="mindspore") as dbg:
         train(1, dbg)
     construct = _load(tmp_path / "step0" / "rank" / "construct.json")
     expected = {
@@ -47,7 +47,7 @@ def test_construct_json_gives_parents_of_apis_and_cells(tmp_path: Path, train: C
 
 
 def test_stack_json_has_user_frames_and_no_recorder_frames(tmp_path: Path, train: Callable[..., Any]) -> None:
-    with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="mix", framework="mindspore") as dbg:
         train(1, dbg)
     stack = _load(tmp_path / "step0" / "rank" / "stack.json")
     data = _load(tmp_path / "step0" / "rank" / "dump.json")["data"]
@@ -67,7 +67,7 @@ def test_stack_json_has_user_frames_and_no_recorder_frames(tmp_path: Path, train
 
 
 def test_reader_reads_what_the_recorder_wrote(tmp_path: Path, train: Callable[..., Any]) -> None:
-    with PrecisionDebugger(dump_path=tmp_path, level="mix", task="tensor") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="mix", task="tensor", framework="mindspore") as dbg:
         train(2, dbg)
     dump = load_dump(tmp_path)
     assert [(u.step, u.rank) for u in dump.units] == [(0, None), (1, None)]

@@ -26,7 +26,7 @@ def _record(tmp_path: Path, train: Callable[..., Any], steps: int = 1, **task_ke
     cfg.write_text(
         json.dumps({"dump_path": str(tmp_path / "d"), "level": level, "task": "statistics", "statistics": task_keys})
     )
-    with PrecisionDebugger(cfg) as dbg:
+    with PrecisionDebugger(cfg, framework="mindspore") as dbg:
         train(steps, dbg)
     return _data(tmp_path / "d")
 
@@ -131,17 +131,17 @@ def test_data_mode(
 def test_rank_filter(tmp_path: Path, train: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
     # Not distributed: a rank list does not apply (one warning) and the directory is "rank".
     with caplog.at_level(logging.WARNING, logger="msprobe_cmp"):
-        with PrecisionDebugger(dump_path=tmp_path / "plain", level="L0", rank=[3]) as dbg:
+        with PrecisionDebugger(dump_path=tmp_path / "plain", level="L0", rank=[3], framework="mindspore") as dbg:
             train(1, dbg)
     assert (tmp_path / "plain" / "step0" / "rank" / "dump.json").is_file()
     assert any("not distributed" in r.getMessage() for r in caplog.records)
     # Distributed (the rank MindSpore reports once communication is initialised; faked here, since
     # init() needs a cluster): only listed ranks record, under rank<R>.
     monkeypatch.setattr(MindSporeAdapter, "_detect_rank", staticmethod(lambda: 1))
-    with PrecisionDebugger(dump_path=tmp_path / "other", level="L0", rank=[0, 2]) as dbg:
+    with PrecisionDebugger(dump_path=tmp_path / "other", level="L0", rank=[0, 2], framework="mindspore") as dbg:
         other = train(1, dbg)
     assert not (tmp_path / "other").exists()
-    with PrecisionDebugger(dump_path=tmp_path / "mine", level="L0", rank=["0-1"]) as dbg:
+    with PrecisionDebugger(dump_path=tmp_path / "mine", level="L0", rank=["0-1"], framework="mindspore") as dbg:
         mine = train(1, dbg)
     assert [p.name for p in (tmp_path / "mine" / "step0").iterdir()] == ["rank1"]
     assert "Cell.head.Dense.forward.0" in _data(tmp_path / "mine", rank="rank1")

@@ -48,7 +48,7 @@ def _names(root: Path, step: int = 0) -> list[str]:
 
 
 def test_l0_records_cells_params_and_cell_backward_only(tmp_path: Path, train: Callable[..., Any]) -> None:
-    with PrecisionDebugger(dump_path=tmp_path, level="L0") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L0", framework="mindspore") as dbg:
         train(1, dbg)
     names = _names(tmp_path)
     assert names == [
@@ -80,7 +80,7 @@ def test_l0_records_cells_params_and_cell_backward_only(tmp_path: Path, train: C
 
 
 def test_l1_records_apis_and_model_primitives(tmp_path: Path, train: Callable[..., Any]) -> None:
-    with PrecisionDebugger(dump_path=tmp_path, level="L1") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore") as dbg:
         train(1, dbg)
     names = _names(tmp_path)
     assert not [n for n in names if n.startswith("Cell.")]
@@ -91,7 +91,7 @@ def test_l1_records_apis_and_model_primitives(tmp_path: Path, train: Callable[..
 
 
 def test_l1_without_a_model_wraps_only_api_functions(tmp_path: Path, train: Callable[..., Any]) -> None:
-    dbg = PrecisionDebugger(dump_path=tmp_path, level="L1")
+    dbg = PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore")
 
     class NoModel:
         def start(self, net: Any) -> None:
@@ -109,7 +109,7 @@ def test_l1_without_a_model_wraps_only_api_functions(tmp_path: Path, train: Call
 def test_mix_names_equal_msprobe_fixture_names(
     tmp_path: Path, train: Callable[..., Any], msprobe_fixtures: Path
 ) -> None:
-    with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="mix", framework="mindspore") as dbg:
         train(2, dbg)
     for step in (0, 1):
         ours = _names(tmp_path, step)
@@ -127,7 +127,7 @@ def test_mix_names_equal_msprobe_fixture_names(
 
 def test_steps_directories_and_step_filter(tmp_path: Path, train: Callable[..., Any], ms: Any) -> None:
     original_square = ms.ops.square
-    with PrecisionDebugger(dump_path=tmp_path, level="mix", step=["1-2"]) as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="mix", step=["1-2"], framework="mindspore") as dbg:
         train(4, dbg)
         assert dbg.current_step == 4
         # Past the last selected step everything is removed already.
@@ -152,7 +152,7 @@ def test_config_file_drives_the_recording(tmp_path: Path, train: Callable[..., A
             }
         )
     )
-    with PrecisionDebugger(cfg) as dbg:
+    with PrecisionDebugger(cfg, framework="mindspore") as dbg:
         train(2, dbg)
     names = _names(tmp_path / "d")
     assert names == CELL_FORWARD  # forward only: no backward, no parameters_grad placeholders
@@ -180,7 +180,7 @@ def test_list_filter_keeps_names_stable(tmp_path: Path, train: Callable[..., Any
             }
         )
     )
-    with PrecisionDebugger(cfg) as dbg:
+    with PrecisionDebugger(cfg, framework="mindspore") as dbg:
         train(1, dbg)
     names = set(_names(tmp_path / "d"))
     # A cell name selects the APIs called inside it; counters are not affected by filtering.
@@ -202,7 +202,7 @@ def test_nested_cells_and_model_lists(tmp_path: Path, ms: Any) -> None:
     first = nn.SequentialCell([nn.Dense(3, 3), nn.ReLU()])
     second = nn.SequentialCell([nn.Dense(3, 2)])
     x = ms.Tensor([[1.0, -2.0, 3.0]], ms.float32)
-    with PrecisionDebugger(dump_path=tmp_path, level="L0") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L0", framework="mindspore") as dbg:
         dbg.start([first, second])
         second(first(x))
         dbg.stop()
@@ -216,7 +216,7 @@ def test_nested_cells_and_model_lists(tmp_path: Path, ms: Any) -> None:
         "Cell.1.0.Dense.forward.0",
         "Cell.1.0.Dense.parameters_grad",
     ]
-    with PrecisionDebugger(dump_path=tmp_path / "nested", level="L0") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path / "nested", level="L0", framework="mindspore") as dbg:
         outer = nn.SequentialCell([nn.SequentialCell([nn.Dense(3, 3)]), nn.ReLU()])
         holder = nn.SequentialCell([outer])
         dbg.start(holder)
@@ -232,7 +232,7 @@ def test_nested_cells_and_model_lists(tmp_path: Path, ms: Any) -> None:
 
 
 def test_l0_needs_a_model_and_rejects_non_cells(tmp_path: Path, ms: Any) -> None:
-    with PrecisionDebugger(dump_path=tmp_path, level="L0") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L0", framework="mindspore") as dbg:
         with pytest.raises(ConfigError, match="needs the model"):
             dbg.start()
         with pytest.raises(ConfigError, match="not a mindspore.nn.Cell"):

@@ -31,7 +31,7 @@ def test_training_is_bit_identical_with_and_without_recorder(
     tmp_path: Path, train: Callable[..., Any], level: str, task: str
 ) -> None:
     plain = train(3)
-    with PrecisionDebugger(dump_path=tmp_path, level=level, task=task) as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level=level, task=task, framework="mindspore") as dbg:
         recorded = train(3, dbg)
     _assert_same_training(plain, recorded)
     assert not np.array_equal(plain.weights["head.weight"], train(0).weights["head.weight"])  # it did train
@@ -51,7 +51,7 @@ def test_a_failing_cell_hook_is_disabled_and_training_goes_on(
     monkeypatch.setattr(RecorderService, "end_cell", broken_end_cell)
     plain = train(2)
     with caplog.at_level(logging.WARNING, logger="msprobe_cmp"):
-        with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+        with PrecisionDebugger(dump_path=tmp_path, level="mix", framework="mindspore") as dbg:
             recorded = train(2, dbg)
     _assert_same_training(plain, recorded)
     failures = [r for r in caplog.records if "boom in a hook" in r.getMessage()]
@@ -78,7 +78,7 @@ def test_a_failing_gradient_hook_is_disabled_and_training_goes_on(
     monkeypatch.setattr(RecorderService, "parameter_grad", broken)
     plain = train(2)
     with caplog.at_level(logging.WARNING, logger="msprobe_cmp"):
-        with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+        with PrecisionDebugger(dump_path=tmp_path, level="mix", framework="mindspore") as dbg:
             recorded = train(2, dbg)
     _assert_same_training(plain, recorded)
     assert any("gradient hook failure" in r.getMessage() for r in caplog.records)
@@ -92,7 +92,7 @@ def test_a_failing_gradient_hook_is_disabled_and_training_goes_on(
 def test_user_errors_inside_recorded_calls_propagate_unchanged(tmp_path: Path, ms: Any) -> None:
     a = ms.Tensor(np.ones((2, 3), np.float32))
     b = ms.Tensor(np.ones((4, 5), np.float32))
-    with PrecisionDebugger(dump_path=tmp_path, level="L1") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore") as dbg:
         dbg.start()
         with pytest.raises((ValueError, RuntimeError, TypeError)):
             ms.ops.matmul(a, b).asnumpy()
@@ -115,7 +115,7 @@ def test_close_removes_everything(tmp_path: Path, ms: Any, build_net: Callable[[
     float_method = vars(ms.Tensor)["float"]
     prim_types = {id(c.matmul): type(c.matmul) for c in (net.blocks[0], net.blocks[1], net.head)}
     x = ms.Tensor(np.ones((2, 16), np.float32))
-    dbg = PrecisionDebugger(dump_path=tmp_path, level="mix")
+    dbg = PrecisionDebugger(dump_path=tmp_path, level="mix", framework="mindspore")
     dbg.start(net)
     assert getattr(ms.ops.square, WRAPPED_MARK, False)
     assert getattr(type(net.head.matmul), WRAPPED_MARK, False)
@@ -140,7 +140,7 @@ def test_close_removes_everything(tmp_path: Path, ms: Any, build_net: Callable[[
     dbg.step()
     assert not (tmp_path / "step1").exists()
     # And the cells carry no hooks: a fresh recorder sees each call exactly once.
-    with PrecisionDebugger(dump_path=tmp_path / "again", level="L0") as again:
+    with PrecisionDebugger(dump_path=tmp_path / "again", level="L0", framework="mindspore") as again:
         again.start(net)
         net(x)
         again.stop()
@@ -149,10 +149,10 @@ def test_close_removes_everything(tmp_path: Path, ms: Any, build_net: Callable[[
 
 
 def test_two_active_recorders_are_refused(tmp_path: Path, ms: Any) -> None:
-    with PrecisionDebugger(dump_path=tmp_path / "a", level="L1") as first:
+    with PrecisionDebugger(dump_path=tmp_path / "a", level="L1", framework="mindspore") as first:
         first.start()
         with pytest.raises(ConfigError, match="already wrapped by another PrecisionDebugger"):
-            PrecisionDebugger(dump_path=tmp_path / "b", level="L1")
+            PrecisionDebugger(dump_path=tmp_path / "b", level="L1", framework="mindspore")
         # The first one still works.
         ms.ops.square(ms.Tensor([2.0], ms.float32))
         first.stop()
@@ -166,7 +166,7 @@ def test_recording_outside_a_grad_context_has_no_backward(
     tmp_path: Path, build_net: Callable[[], Any], ms: Any
 ) -> None:
     net = build_net()
-    with PrecisionDebugger(dump_path=tmp_path, level="mix") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="mix", framework="mindspore") as dbg:
         dbg.start(net)
         net(ms.Tensor(np.ones((2, 16), np.float32)))
         dbg.stop()
@@ -180,7 +180,7 @@ def test_recording_outside_a_grad_context_has_no_backward(
 def test_bfloat16_tensors_are_upcast_before_statistics(tmp_path: Path, ms: Any) -> None:
     values = np.array([[1.5, -2.25], [3.0, 0.125]], np.float32)  # exactly representable in bfloat16
     t = ms.Tensor(values).astype(ms.bfloat16)
-    with PrecisionDebugger(dump_path=tmp_path, level="L1", task="tensor") as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", task="tensor", framework="mindspore") as dbg:
         dbg.start()
         out = t * t
         dbg.stop()
@@ -200,9 +200,9 @@ def test_a_dump_path_with_an_earlier_run_is_warned_about(
     (tmp_path / "step0" / "rank").mkdir(parents=True)
     (tmp_path / "step7").mkdir()
     with caplog.at_level("WARNING"):
-        PrecisionDebugger(dump_path=str(tmp_path), level="L0").close()
+        PrecisionDebugger(dump_path=str(tmp_path), level="L0", framework="mindspore").close()
     assert "already holds 2 step directories from an earlier run (step0, step7)" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING"):
-        PrecisionDebugger(dump_path=str(tmp_path / "fresh"), level="L0").close()
+        PrecisionDebugger(dump_path=str(tmp_path / "fresh"), level="L0", framework="mindspore").close()
     assert "earlier run" not in caplog.text

@@ -16,7 +16,7 @@ from msprobe_cmp.recorder import PrecisionDebugger
 
 
 def _record(tmp_path: Path, train: Callable[..., Any], task: str, level: str = "mix", steps: int = 1) -> Any:
-    with PrecisionDebugger(dump_path=tmp_path, task=task, level=level) as dbg:
+    with PrecisionDebugger(dump_path=tmp_path, task=task, level=level, framework="mindspore") as dbg:
         trained = train(steps, dbg)
     return trained
 

@@ -31,7 +31,7 @@ def test_missing_mindspore_is_a_missing_framework_error(tmp_path: Path) -> None:
         "from msprobe_cmp import PrecisionDebugger\n"
         "from msprobe_cmp.errors import MissingFrameworkError\n"
         "try:\n"
-        f"    PrecisionDebugger(dump_path={str(tmp_path)!r})\n"
+        f"    PrecisionDebugger(dump_path={str(tmp_path)!r}, framework='mindspore')\n"
         "except MissingFrameworkError as e:\n"
         "    print('ERR', e)\n"
     )

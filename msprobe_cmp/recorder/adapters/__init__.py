@@ -12,7 +12,7 @@ from msprobe_cmp.recorder.config import RecordConfig
 
 
 def create_adapter(framework: str, config: RecordConfig) -> Any:
-    """Build the adapter of ``framework`` for ``config``.
+    """Build the adapter of ``framework`` (``"mindspore"``, ``"pytorch"`` or ``"mindtorch"``) for ``config``.
 
     Raises:
         ConfigError: for an unknown framework.
@@ -22,4 +22,8 @@ def create_adapter(framework: str, config: RecordConfig) -> Any:
         from msprobe_cmp.recorder.adapters.mindspore import MindSporeAdapter
 
         return MindSporeAdapter(config)
+    if framework in ("pytorch", "mindtorch"):
+        from msprobe_cmp.recorder.adapters.torch import TorchAdapter
+
+        return TorchAdapter(config, framework=framework)
     raise ConfigError(f"arguments: framework: no recorder adapter for {framework!r}")

@@ -152,7 +152,7 @@ def run_digits_training(
         with tempfile.TemporaryDirectory() as tmp:
             config_path = Path(tmp) / "config.json"
             config_path.write_text(json.dumps(config), encoding="utf-8")
-            debugger = PrecisionDebugger(config_path)
+            debugger = PrecisionDebugger(config_path, framework="mindspore")
 
     def forward(x: Any, y: Any) -> Any:
         logits = net(x)

@@ -1,0 +1,780 @@
+"""PyTorch and mindtorch adapter: the only module of msprobe-cmp that imports torch.
+
+One adapter serves both flavours of the torch API; ``framework="pytorch"`` is real torch,
+``framework="mindtorch"`` is mindtorch (mindnlp's PyTorch API on MindSpore, whose ``torch.Tensor`` *is*
+``mindspore.Tensor``).  What it installs (all removed by :meth:`TorchAdapter.close`):
+
+* **Modules** (L0, mix): on every submodule of the model (not the root, msprobe's convention), a forward
+  pre-hook (names the call ``Module.<path>.<Class>.forward.<n>``, pushes it on the construct stack) and a
+  forward hook with kwargs (records inputs, outputs and the module's own parameters).  Backward:
+
+  - PyTorch: ``register_full_backward_hook``; ``input`` = gradients w.r.t. the module's outputs,
+    ``output`` = w.r.t. its positional inputs (torch's ``grad_output`` / ``grad_input``).  Backward calls
+    are paired with forward calls last-in-first-out per module, so ``backward.<n>`` carries forward call
+    ``n``'s index.  Modules with ``inplace=True`` (``nn.ReLU(inplace=True)``) get no full backward hook
+    (torch refuses in-place writes to the hook's views; listed in ``not_captured``).
+  - mindtorch (no full backward hooks): a MindSpore tensor hook on each floating-point output gives the
+    gradients w.r.t. the outputs (``input``); gradients w.r.t. the module's inputs (``output``) are not
+    captured (``null``, listed in ``not_captured``).
+
+  Each direct trainable parameter gets a gradient hook (``Tensor.register_hook``; mindtorch: MindSpore's
+  ``TensorPy.register_hook``, since mindtorch's own ``register_hook`` is broken) that fills
+  ``Module.<path>.<Class>.parameters_grad``.
+* **APIs** (L1, mix): the functions listed in ``api_lists/torch_*.txt`` that the installed torch has:
+  ``torch`` → ``Torch.``, ``torch.Tensor`` methods (dunders included) → ``Tensor.``,
+  ``torch.nn.functional`` → ``Functional.``, ``torch.distributed`` → ``Distributed.``.  Only the
+  outermost wrapped call is recorded; calls made by torch's module backward-hook machinery
+  (``BackwardHook.setup_input_hook`` / ``setup_output_hook``, which msprobe records as ``Tensor.view_as``)
+  and by the recorder itself never are.
+
+API backward, when gradients are being recorded (PyTorch: grad mode on and the tensor requires grad;
+mindtorch: inside ``mindtorch.autograd.value_and_grad`` / ``mindspore.value_and_grad``): ``input`` = the
+gradients w.r.t. the call's floating-point outputs (tensor hooks), ``output`` = w.r.t. its positional
+inputs, positionally (PyTorch only: each floating-point positional input that requires grad is passed to
+the API as ``x.view_as(x)`` — same storage and values, so results are bit-identical — and the hook sits on
+that view; the same tensor at several positions gets one view, keeping ``q is k`` checks intact, and its
+gradient is written at its first position).  In-place, view and cast APIs get no views, so their
+``output`` stays ``null``.
+
+Statistics are reduced in float64 on the host from ``tensor.detach()`` (bf16 upcast to float32 first, as
+the MindSpore adapter does; the tensor task saves that float32 array as ``.npy``, with ``torch.bfloat16`` as
+the leaf dtype).  dtypes use torch's spelling (``torch.float32``; mindtorch's ``mindspore.float32`` is
+written ``torch.float32`` too); leaves carry ``requires_grad``.  ``async_dump`` (PyTorch): a float64
+statistics vector per tensor is computed on the tensor's device and fetched at ``stop()`` / ``step()``;
+under mindtorch it falls back to the synchronous path.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from msprobe_cmp.dump.schema import ValueLeaf
+from msprobe_cmp.errors import ConfigError, MissingFrameworkError
+from msprobe_cmp.recorder.adapters.mindspore import WRAPPED_MARK, _Patch
+from msprobe_cmp.recorder.api_lists import load_api_names
+from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
+from msprobe_cmp.recorder.config import RecordConfig
+from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService
+
+logger = logging.getLogger(__name__)
+
+#: (family prefix, target, api list file); target "Tensor" is the class, the others module paths.
+API_FAMILIES = (
+    ("Torch", "torch", "torch_torch.txt"),
+    ("Tensor", "Tensor", "torch_tensor.txt"),
+    ("Functional", "torch.nn.functional", "torch_functional.txt"),
+    ("Distributed", "torch.distributed", "torch_distributed.txt"),
+)
+
+#: APIs whose inputs are never replaced by views: they return views or cast, or write in place.
+#: Names ending in "_" (in-place) and "__i*__" are excluded as well.
+NO_VIEW_APIS = frozenset(
+    {
+        "__getitem__",
+        "__setitem__",
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "transpose",
+        "swapaxes",
+        "swapdims",
+        "moveaxis",
+        "movedim",
+        "permute",
+        "squeeze",
+        "unsqueeze",
+        "flatten",
+        "unflatten",
+        "ravel",
+        "narrow",
+        "select",
+        "split",
+        "tensor_split",
+        "chunk",
+        "unbind",
+        "t",
+        "diagonal",
+        "broadcast_to",
+        "broadcast_tensors",
+        "expand",
+        "expand_as",
+        "contiguous",
+        "to",
+        "type_as",
+        "float",
+        "half",
+        "double",
+        "view_as_real",
+        "view_as_complex",
+        "real",
+        "ones_like",
+        "zeros_like",
+        "empty_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+    }
+)
+_FLOAT_DTYPES = frozenset({"torch.float16", "torch.float32", "torch.float64", "torch.bfloat16"})
+_HOST_ONLY_DTYPES = frozenset({"torch.complex32", "torch.complex64", "torch.complex128"})
+#: At most this many statistics vectors are stacked into one device tensor before a host transfer.
+FETCH_CHUNK = 4096
+#: not_captured reasons of the mindtorch flavour.
+MINDTORCH_NO_INPUT_GRADS = (
+    "mindtorch has no full backward hooks: gradients w.r.t. module inputs (the backward entry's output) are "
+    "not captured"
+)
+MINDTORCH_API_INPUT_GRADS_KEY = "API backward output (mindtorch)"
+MINDTORCH_NO_API_INPUT_GRADS = (
+    "under mindtorch, gradients w.r.t. API inputs (API backward entries' output) are not captured: tensor hooks "
+    "on substitute inputs are not attempted there; only gradients w.r.t. API outputs are"
+)
+INPLACE_NO_BACKWARD = (
+    "module runs in place (inplace=True): torch refuses full backward hooks on it, so its backward entry is "
+    "not recorded"
+)
+
+
+def import_torch(framework: str = "pytorch") -> Any:
+    """Import and return the ``torch`` module (for ``"mindtorch"``, ``import mindtorch`` first, which makes
+    ``import torch`` resolve to mindtorch).
+
+    Raises:
+        MissingFrameworkError: when torch (or mindtorch) is not installed.
+    """
+    if framework == "mindtorch":
+        try:
+            importlib.import_module("mindtorch")
+        except ImportError:
+            raise MissingFrameworkError("mindtorch") from None
+    try:
+        import torch
+    except ImportError:
+        raise MissingFrameworkError("torch") from None
+    return torch
+
+
+def _no_views_for(api: str) -> bool:
+    dunder = api.startswith("__") and api.endswith("__")
+    inplace = (api.endswith("_") and not dunder) or (dunder and api.startswith("__i") and api != "__invert__")
+    return api in NO_VIEW_APIS or inplace
+
+
+def _as_models(model: Any, module_type: type) -> tuple[tuple[Any, ...], bool]:
+    if model is None:
+        return (), False
+    if isinstance(model, (list, tuple)):
+        for i, m in enumerate(model):
+            if not isinstance(m, module_type):
+                raise ConfigError(f"start(model): model[{i}] is a {type(m).__name__}, not a torch.nn.Module")
+        return tuple(model), True
+    if not isinstance(model, module_type):
+        raise ConfigError(f"start(model): expected a torch.nn.Module or a list of them, got {type(model).__name__}")
+    return (model,), False
+
+
+class _ModuleState:
+    """Per-module bookkeeping: open forward calls and forward calls awaiting their backward (PyTorch)."""
+
+    __slots__ = ("open_calls", "awaiting_backward")
+
+    def __init__(self) -> None:
+        self.open_calls: list[CellCall] = []
+        self.awaiting_backward: list[CellCall] = []
+
+
+class TorchAdapter:
+    """Installs torch (or mindtorch) hooks that feed a :class:`RecorderService`.
+
+    Args:
+        config: the recording configuration.
+        framework: ``"pytorch"`` or ``"mindtorch"`` (written to dump.json's ``framework``).
+
+    Raises:
+        MissingFrameworkError: when torch (mindtorch) is not installed.
+        ConfigError: when another recorder's wrappers are installed.
+    """
+
+    def __init__(self, config: RecordConfig, framework: str = "pytorch") -> None:
+        torch = import_torch(framework)
+        self._torch = torch
+        self._mindtorch = framework == "mindtorch"
+        self._tensor_type = torch.Tensor
+        self._module_type = torch.nn.Module
+        self._dtype_type = type(torch.float32)
+        # Originals captured before anything is wrapped: the recorder's own operations.
+        self._view_as = getattr(getattr(torch, "_C", None), "TensorBase", torch.Tensor).view_as
+        self._ms_hook: Callable[[Any, Callable[[Any], Any]], Any] | None = None
+        self._ms_requires_grad: Callable[[], bool] | None = None
+        if self._mindtorch:
+            self._setup_mindtorch()
+        self._async = config.async_dump and not self._mindtorch
+        self._save_tensors = config.saves_tensors
+        self.service = RecorderService(
+            config,
+            framework=framework,
+            rank=self._detect_rank(),
+            convert=self._convert,
+            cell_prefix="Module",
+            fetcher=self,
+        )
+        if config.async_dump and self._mindtorch:
+            logger.warning("msprobe-cmp: async_dump is not supported under mindtorch; statistics are synchronous")
+        self._patches: list[_Patch] = []
+        self._handles: list[Any] = []
+        self._states: list[_ModuleState] = []
+        self._models: tuple[Any, ...] = ()
+        self._apis_installed = False
+        self._closed = False
+        self._warned_save = False
+        if config.ranks and self.service.rank is None:
+            logger.warning(
+                "msprobe-cmp: %s: rank %s is set but this run is not distributed; recording as 'rank'",
+                config.source,
+                list(config.ranks),
+            )
+        if self.service.tracks_apis:
+            self._install_apis()
+
+    def _setup_mindtorch(self) -> None:
+        # mindtorch's tensors are MindSpore tensors; its Tensor.register_hook is broken (it forwards to a
+        # missing ``_data``), MindSpore's own C++ registration works inside a MindSpore gradient context.
+        from mindspore._c_expression import TensorPy
+
+        try:
+            from mindspore.common.hook_handle import _TensorHookHandle
+        except ImportError:  # pragma: no cover - older MindSpore
+            _TensorHookHandle = None
+
+        try:
+            from mindspore.graph import api as ms_api
+        except ImportError:
+            from mindspore.common import api as ms_api
+        executor = ms_api._pynative_executor
+
+        def hook(tensor: Any, fn: Callable[[Any], Any]) -> Any:
+            hook_id = TensorPy.register_hook(tensor, fn)
+            if _TensorHookHandle is None:
+                return None
+            handle = _TensorHookHandle(tensor)
+            handle.id = hook_id
+            return handle
+
+        self._ms_hook = hook
+        self._ms_requires_grad = lambda: bool(executor.requires_grad())
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (everything removed)."""
+        return self._closed
+
+    def start(self, model: Any = None) -> None:
+        """Install hooks (once per model) and switch recording on if the current step is selected.
+
+        Raises:
+            ConfigError: when ``model`` is not a ``torch.nn.Module`` (or a list of them), when L0/mix get
+                no model, or when another recorder's wrappers are installed.
+        """
+        if self._closed:
+            return
+        svc = self.service
+        if svc.finished():
+            self.close()
+            return
+        models, is_list = _as_models(model, self._module_type)
+        if svc.tracks_cells and not models:
+            raise ConfigError(f"start(model): level {svc.config.level} records modules and needs the model")
+        if not svc.step_selected():
+            return
+        if svc.tracks_apis and not self._apis_installed:
+            self._install_apis()
+        if models and (
+            len(models) != len(self._models) or any(a is not b for a, b in zip(models, self._models, strict=True))
+        ):
+            self._remove_model_hooks()
+            self._install_model(models, is_list)
+        svc.begin()
+
+    def stop(self) -> None:
+        """Switch recording off and flush the step's files so far."""
+        self.service.end()
+
+    def step(self) -> None:
+        """Flush and close the current step, advance to the next; remove everything after the last step."""
+        svc = self.service
+        for state in self._states:
+            for call in state.awaiting_backward:
+                if call.recorded and call.step == svc.current_step:
+                    svc.note_not_captured(
+                        call.forward_name.replace(".forward.", ".backward."),
+                        "the module ran with gradients enabled but its backward hook never fired "
+                        "(no gradient reached its outputs)",
+                    )
+        svc.advance_step()
+        for state in self._states:
+            state.open_calls.clear()
+            state.awaiting_backward.clear()
+        if svc.finished():
+            logger.info("msprobe-cmp: last selected step recorded; hooks removed")
+            self.close()
+
+    def close(self) -> None:
+        """Flush, then remove every hook and wrapper; calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self.service.end()
+        self._remove_model_hooks()
+        for patch in reversed(self._patches):
+            try:
+                patch.restore()
+            except Exception as exc:  # keep restoring the rest
+                logger.warning("msprobe-cmp: could not restore %s: %r", patch.name, exc)
+        self._patches.clear()
+        self._apis_installed = False
+
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        """Debug level: record ``variable`` as ``<name>.<n>`` and, when gradients flow, its gradients as
+        ``<name>_grad.<n>`` in ``step<N>/rank<R>/debug.json``.
+
+        Does nothing (one warning) at other levels, and nothing for steps the config does not select.
+        """
+        svc = self.service
+        if self._closed or svc.finished() or not svc.step_selected():
+            return
+        if svc.config.level != "debug":
+            if not self._warned_save:
+                self._warned_save = True
+                logger.warning("msprobe-cmp: save() records only at level debug (this run: %s)", svc.config.level)
+            return
+        if not isinstance(name, str) or not name:
+            logger.warning("msprobe-cmp: save(): name must be a non-empty string, got %r; not recorded", name)
+            return
+        key = f"save.{name}"
+        names = svc.run_guarded(key, lambda: svc.debug_save(name, variable))
+        if names is None or not save_backward or not self._grad_enabled():
+            return
+        grad_entry = names[1]
+
+        def hook_all() -> None:
+            hooked: list[tuple[tuple[Any, ...], Any]] = []
+            skeleton = self._grad_skeleton(variable, (), hooked, 0)
+            if not hooked:
+                return
+            svc.debug_expect_grad(grad_entry, skeleton)
+            with svc.collecting():
+                for position, tensor in hooked:
+                    self._hook_tensor(tensor, self._debug_grad_hook(f"{key}.backward", grad_entry, position))
+
+        svc.run_guarded(f"{key}.backward", hook_all)
+
+    def _grad_skeleton(self, value: Any, position: tuple[Any, ...], out: list[Any], depth: int) -> Any:
+        if self._wants_grad(value):
+            out.append((position, value))
+            return None
+        if depth >= 10:
+            return None
+        if isinstance(value, (list, tuple)):
+            return [self._grad_skeleton(v, (*position, i), out, depth + 1) for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            return {str(k): self._grad_skeleton(v, (*position, str(k)), out, depth + 1) for k, v in value.items()}
+        return None
+
+    def _debug_grad_hook(self, key: str, grad_entry: str, position: tuple[Any, ...]) -> Callable[[Any], None]:
+        svc = self.service
+
+        def hook(grad: Any) -> None:
+            svc.run_guarded(key, lambda: svc.debug_grad(grad_entry, position, grad))
+            return None
+
+        return hook
+
+    # ----------------------------------------------------------------- flavour differences
+
+    def _detect_rank(self) -> int | None:
+        try:
+            dist = self._torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank())
+        except Exception:  # no distributed support: not distributed
+            return None
+        return None
+
+    def _dtype_name(self, dtype: Any) -> str:
+        name = str(dtype)
+        if name.startswith("mindspore."):
+            return "torch." + name[len("mindspore.") :]
+        return name
+
+    def _is_float_tensor(self, value: object) -> bool:
+        return isinstance(value, self._tensor_type) and self._dtype_name(value.dtype) in _FLOAT_DTYPES
+
+    def _grad_enabled(self) -> bool:
+        if self._ms_requires_grad is not None:
+            return self._ms_requires_grad()
+        return bool(self._torch.is_grad_enabled())
+
+    def _wants_grad(self, value: object) -> bool:
+        """True when a gradient can arrive for ``value`` (a float tensor in a gradient context)."""
+        if not self._is_float_tensor(value):
+            return False
+        if self._mindtorch:
+            return self._grad_enabled()
+        return bool(value.requires_grad) and self._grad_enabled()  # type: ignore[attr-defined]
+
+    def _hook_tensor(self, tensor: Any, fn: Callable[[Any], None]) -> Any:
+        if self._ms_hook is not None:
+            return self._ms_hook(tensor, fn)
+        return tensor.register_hook(fn)
+
+    # ----------------------------------------------------------------- conversion
+
+    def _convert(self, value: object) -> HostTensor | DeferredTensor | ValueLeaf | None:
+        """Framework object → host value (called by the collector, inside the service's collecting guard)."""
+        torch = self._torch
+        if isinstance(value, self._tensor_type):
+            dtype = self._dtype_name(value.dtype)
+            requires_grad = bool(getattr(value, "requires_grad", False))
+            if self._async and dtype not in _HOST_ONLY_DTYPES:
+                return self._defer(value, dtype, requires_grad)
+            return HostTensor(self._host_array(value, dtype), dtype, "torch.Tensor", requires_grad)
+        if isinstance(value, self._dtype_type):
+            return ValueLeaf("torch.dtype", self._dtype_name(value))
+        if isinstance(value, getattr(torch, "device", ())):
+            return ValueLeaf("torch.device", str(value))
+        if isinstance(value, getattr(torch, "memory_format", ())):
+            return ValueLeaf("torch.memory_format", str(value))
+        if isinstance(value, getattr(torch, "layout", ())):
+            return ValueLeaf("torch.layout", str(value))
+        return None
+
+    def _host_array(self, value: Any, dtype: str) -> np.ndarray:
+        if self._mindtorch:
+            t = value.float() if dtype == "torch.bfloat16" else value
+            return np.asarray(t.asnumpy())
+        with self._torch.no_grad():
+            t = value.detach()
+            if dtype == "torch.bfloat16":
+                t = t.float()  # numpy has no bf16: upcast exactly, as the MindSpore adapter does
+            t = t.cpu().resolve_conj().resolve_neg()
+            return t.numpy()
+
+    def _defer(self, value: Any, dtype: str, requires_grad: bool) -> DeferredTensor:
+        """async_dump: the tensor's float64 statistics vector (or, tensor task, a copy), left on the device."""
+        torch = self._torch
+        shape = tuple(int(d) for d in value.shape)
+        if value.numel() == 0:
+            return DeferredTensor(dtype, shape, type="torch.Tensor", requires_grad=requires_grad)
+        with torch.no_grad():
+            t = value.detach()
+            if self._save_tensors:
+                copy = t.float() if dtype == "torch.bfloat16" else t.clone()
+                return DeferredTensor(dtype, shape, copy=copy, type="torch.Tensor", requires_grad=requires_grad)
+            flat = t.reshape(-1).to(torch.float64)
+            head = torch.stack([flat.max(), flat.min(), flat.sum(), torch.dot(flat, flat)])
+            if dtype in _FLOAT_DTYPES:
+                counts = torch.stack(
+                    [torch.isnan(flat).sum(), torch.isposinf(flat).sum(), torch.isneginf(flat).sum()]
+                ).to(torch.float64)
+            else:
+                counts = torch.zeros(3, dtype=torch.float64, device=flat.device)
+            stats = torch.cat([head, counts])
+        return DeferredTensor(dtype, shape, stats=stats, type="torch.Tensor", requires_grad=requires_grad)
+
+    def fetch_stats(self, vectors: Sequence[Any]) -> Any:
+        """Deferred statistics vectors → one float64 numpy array ``[len(vectors), 7]`` (one transfer per
+        :data:`FETCH_CHUNK` vectors: they are stacked on the device first)."""
+        torch = self._torch
+        if not vectors:
+            return np.zeros((0, len(DEVICE_STAT_FIELDS)), np.float64)
+        parts = []
+        with torch.no_grad():
+            for start in range(0, len(vectors), FETCH_CHUNK):
+                parts.append(torch.stack(list(vectors[start : start + FETCH_CHUNK])).cpu().numpy())
+        return np.concatenate(parts).astype(np.float64, copy=False)
+
+    def fetch_copy(self, copy: Any) -> Any:
+        """A deferred device copy (tensor task) → its numpy array."""
+        return copy.cpu().numpy()
+
+    # ----------------------------------------------------------------- APIs
+
+    def _install_apis(self) -> None:
+        for family, target, list_file in API_FAMILIES:
+            try:
+                owner = self._tensor_type if target == "Tensor" else importlib.import_module(target)
+            except ImportError as exc:  # e.g. a build without distributed support
+                logger.info("msprobe-cmp: %s not wrapped: %r", target, exc)
+                continue
+            for name in load_api_names(list_file):
+                try:
+                    original = getattr(owner, name, None)
+                except Exception:  # a lazy attribute that fails to load
+                    continue
+                if original is None or isinstance(original, type) or not callable(original):
+                    continue
+                if getattr(original, WRAPPED_MARK, False):
+                    self.close()
+                    raise ConfigError(
+                        f"PrecisionDebugger(): {target}.{name} is already wrapped by another PrecisionDebugger; "
+                        "close() it first"
+                    )
+                had_own = name in vars(owner)
+                wrapper = self._make_api_wrapper(family, name, original, not _no_views_for(name))
+                setattr(owner, name, wrapper)
+                self._patches.append(_Patch(owner, name, original, had_own, wrapper))
+        if not self._mindtorch:
+            self._guard_backward_hook_machinery()
+        self._apis_installed = True
+
+    def _guard_backward_hook_machinery(self) -> None:
+        """Run torch's module backward-hook setup (``BackwardHook.setup_input_hook`` / ``setup_output_hook``,
+        which call ``view_as`` through ``BackwardHookFunction``) under the collecting guard, so its tensor
+        calls are never recorded."""
+        try:
+            from torch.utils.hooks import BackwardHook
+        except ImportError:  # pragma: no cover - very old torch
+            return
+        svc = self.service
+        for name in ("setup_input_hook", "setup_output_hook"):
+            original = vars(BackwardHook).get(name)
+            if original is None or getattr(original, WRAPPED_MARK, False):
+                continue
+
+            def make(original: Callable[..., Any]) -> Callable[..., Any]:
+                @functools.wraps(original)
+                def guarded(hook: Any, args: Any) -> Any:
+                    with svc.collecting():
+                        return original(hook, args)
+
+                setattr(guarded, WRAPPED_MARK, True)
+                return guarded
+
+            wrapper = make(original)
+            setattr(BackwardHook, name, wrapper)
+            self._patches.append(_Patch(BackwardHook, name, original, True, wrapper))
+
+    def _make_api_wrapper(self, family: str, api: str, original: Callable[..., Any], view_inputs: bool) -> Any:
+        svc = self.service
+        key = f"{family}.{api}"
+        before = self._api_before
+        after = self._api_after
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not svc.api_active() or svc.is_disabled(key):
+                return original(*args, **kwargs)
+            prepared = svc.run_guarded(key, lambda: before(family, api, args, kwargs, view_inputs))
+            call_args = args if prepared is None else prepared[1]
+            with svc.inside_api():
+                out = original(*call_args, **kwargs)
+            if prepared is not None:
+                call = prepared[0]
+                svc.run_guarded(key, lambda: after(key, call, out))
+            return out
+
+        setattr(wrapper, WRAPPED_MARK, True)
+        return wrapper
+
+    def _api_before(
+        self, family: str, api: str, args: Sequence[Any], kwargs: dict[str, Any], view_inputs: bool
+    ) -> tuple[ApiCall, tuple[Any, ...]]:
+        svc = self.service
+        call = svc.begin_api(family, api, args, kwargs)
+        call_args = tuple(args)
+        if not (call.record_backward and self._grad_enabled()):
+            call.record_backward = False
+            return call, call_args
+        call.grad_outputs = [None] * len(args)
+        if self._mindtorch:
+            svc.note_not_captured(MINDTORCH_API_INPUT_GRADS_KEY, MINDTORCH_NO_API_INPUT_GRADS)
+        elif view_inputs:
+            replaced = list(args)
+            views: dict[int, Any] = {}
+            with svc.collecting():
+                for i, arg in enumerate(args):
+                    if not self._wants_grad(arg):
+                        continue
+                    view = views.get(id(arg))
+                    if view is None:
+                        view = self._view_as(arg, arg)
+                        view.register_hook(self._grad_hook(key_of(family, api), call, "output", i))
+                        views[id(arg)] = view
+                    replaced[i] = view
+            call_args = tuple(replaced)
+        return call, call_args
+
+    def _api_after(self, key: str, call: ApiCall, out: Any) -> None:
+        svc = self.service
+        svc.end_api(call, out)
+        if not call.record_backward:
+            return
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        call.grad_inputs = [None] * len(outputs)
+        with svc.collecting():
+            for i, value in enumerate(outputs):
+                if self._wants_grad(value):
+                    self._hook_tensor(value, self._grad_hook(key, call, "input", i))
+
+    def _grad_hook(self, key: str, call: ApiCall, field: str, position: int) -> Callable[[Any], None]:
+        svc = self.service
+        hook_key = f"{key}.backward"
+
+        def hook(grad: Any) -> None:
+            svc.run_guarded(hook_key, lambda: svc.api_grad(call, field, position, grad))
+            return None
+
+        return hook
+
+    # ----------------------------------------------------------------- model: modules and parameters
+
+    def _install_model(self, models: tuple[Any, ...], is_list: bool) -> None:
+        svc = self.service
+        self._models = models
+        if not svc.tracks_cells:
+            return
+        for model_index, model in enumerate(models):
+            mi = model_index if is_list else None
+            for path, module in model.named_modules():
+                if path == "":
+                    continue  # the root model is not hooked (msprobe's convention)
+                self._hook_module(module, path, type(module).__name__, mi)
+
+    def _remove_model_hooks(self) -> None:
+        for handle in self._handles:
+            try:
+                handle.remove()
+            except Exception as exc:  # keep removing the rest
+                logger.warning("msprobe-cmp: could not remove a hook: %r", exc)
+        self._handles.clear()
+        self._states.clear()
+        self._models = ()
+
+    def _hook_module(self, module: Any, path: str, cls: str, mi: int | None) -> None:
+        svc = self.service
+        state = _ModuleState()
+        self._states.append(state)
+        key = f"Module.{path}"
+        params = list(module.named_parameters(recurse=False))
+        grad_params = [name for name, p in params if p.requires_grad]
+        mindtorch = self._mindtorch
+        full_backward = not mindtorch and not getattr(module, "inplace", False)
+        wants_grad = self._wants_grad
+
+        def pre_hook(_module: Any, _args: Any, _kwargs: Any) -> None:
+            if svc.cell_active() and not svc.is_disabled(key):
+                call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi))
+                if call is not None:
+                    state.open_calls.append(call)
+            return None
+
+        def forward_hook(_module: Any, args: Any, kwargs: Any, output: Any) -> None:
+            if not state.open_calls:
+                return None
+            call = state.open_calls.pop()
+
+            def record() -> None:
+                svc.end_cell(call, args, kwargs, output, params, grad_params)
+                if not (call.recorded and svc.config.records_direction("backward")):
+                    return
+                outputs = output if isinstance(output, (tuple, list)) else (output,)
+                if not any(wants_grad(o) for o in outputs):
+                    return
+                if full_backward:
+                    state.awaiting_backward.append(call)
+                elif mindtorch:
+                    self._hook_module_outputs(key, call, outputs, len(args))
+                else:
+                    svc.note_not_captured(call.forward_name.replace(".forward.", ".backward."), INPLACE_NO_BACKWARD)
+
+            with svc.collecting():
+                svc.run_guarded(key, record)
+            return None
+
+        def backward_hook(_module: Any, grad_input: Any, grad_output: Any) -> None:
+            if not state.awaiting_backward:
+                return None
+            call = state.awaiting_backward.pop()
+            if call.step != svc.current_step:
+                return None
+            svc.run_guarded(
+                f"{key}.backward", lambda: svc.cell_backward(call, _as_tuple(grad_output), _as_tuple(grad_input))
+            )
+            return None
+
+        self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        try:
+            self._handles.append(module.register_forward_hook(forward_hook, with_kwargs=True, always_call=True))
+        except TypeError:  # mindtorch: no always_call
+            self._handles.append(module.register_forward_hook(forward_hook, with_kwargs=True))
+        if full_backward:
+            try:
+                self._handles.append(module.register_full_backward_hook(backward_hook))
+            except Exception as exc:
+                svc.note_not_captured(
+                    f"{key}.backward", f"could not register the module's backward hook: {exc!r}", persistent=True
+                )
+        for name, param in params:
+            if name in grad_params:
+                try:
+                    handle = self._hook_tensor(param, self._param_hook(path, cls, mi, name))
+                except Exception as exc:
+                    svc.note_not_captured(
+                        f"{key}.parameters_grad", f"could not hook parameter {name}: {exc!r}", persistent=True
+                    )
+                    continue
+                if handle is not None:
+                    self._handles.append(handle)
+
+    def _hook_module_outputs(self, key: str, call: CellCall, outputs: Sequence[Any], n_inputs: int) -> None:
+        """mindtorch: gradients w.r.t. the module's outputs from tensor hooks; each arrival re-puts the entry."""
+        svc = self.service
+        grads: list[Any] = [None] * len(outputs)
+        inputs_null: list[Any] = [None] * max(n_inputs, 1)
+        svc.note_not_captured(f"{key}.backward output", MINDTORCH_NO_INPUT_GRADS)
+        for i, value in enumerate(outputs):
+            if not self._wants_grad(value):
+                continue
+
+            def hook(grad: Any, i: int = i) -> None:
+                def record() -> None:
+                    grads[i] = grad
+                    svc.cell_backward(call, tuple(grads), tuple(inputs_null))
+
+                svc.run_guarded(f"{key}.backward", record)
+                return None
+
+            self._hook_tensor(value, hook)
+
+    def _param_hook(self, path: str, cls: str, mi: int | None, name: str) -> Callable[[Any], None]:
+        svc = self.service
+        key = f"Module.{path}.parameters_grad"
+
+        def hook(grad: Any) -> None:
+            svc.run_guarded(key, lambda: svc.parameter_grad(path, cls, mi, name, grad))
+            return None
+
+        return hook
+
+
+def key_of(family: str, api: str) -> str:
+    """The hook key (and ``not_captured`` name) of an API: ``"<Family>.<api>"``."""
+    return f"{family}.{api}"
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    if value is None:
+        return (None,)
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    return (value,)

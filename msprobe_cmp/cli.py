@@ -24,6 +24,7 @@ from pathlib import Path
 
 from msprobe_cmp import __version__
 from msprobe_cmp.comparator import CompareOptions, Comparison, compare
+from msprobe_cmp.comparator.mapping import NameMapping, load_api_mapping, load_cell_mapping
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
 from msprobe_cmp.dump.reader import load_dump
@@ -52,6 +53,7 @@ def _compare_parser() -> _Parser:
         prog="msprobe-cmp",
         usage="msprobe-cmp [-h] TARGET BASELINE [-o OUT] [--force] [--rules FILE] [--min-matched-share X] "
         "[--noise RERUN]\n"
+        "       [--cell-mapping FILE] [--api-mapping FILE]\n"
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
@@ -75,6 +77,12 @@ def _compare_parser() -> _Parser:
     p.add_argument("--noise", type=Path, metavar="RERUN",
                    help="a rerun of BASELINE (same code, same data): failures within the run-to-run noise it "
                    "shows (x noise_factor, default 2) become warnings")
+    p.add_argument("-cm", "--cell-mapping", type=Path, metavar="FILE",
+                   help="MindSpore cell -> PyTorch module names ('blocks.0.Dense: blocks.0.Linear', msprobe's "
+                   "format); used when the two dumps are different frameworks, before the built-in class table")
+    p.add_argument("-am", "--api-mapping", type=Path, metavar="FILE",
+                   help="MindSpore -> PyTorch API records (ms_api/pt_api, ms_args/pt_args, ms_output/pt_output; "
+                   "msprobe's format); used across frameworks before the built-in API table")
     p.add_argument("--version", action="version", version=f"msprobe-cmp {__version__}")
     return p
 
@@ -179,6 +187,17 @@ def _rules_from_args(args: argparse.Namespace) -> Rules:
     return rules
 
 
+def _mapping_from_args(args: argparse.Namespace) -> NameMapping:
+    cells = load_cell_mapping(args.cell_mapping) if args.cell_mapping is not None else {}
+    apis = load_api_mapping(args.api_mapping) if args.api_mapping is not None else ()
+    return NameMapping(
+        cells=cells,
+        apis=apis,
+        cell_source=args.cell_mapping.name if args.cell_mapping is not None else None,
+        api_source=args.api_mapping.name if args.api_mapping is not None else None,
+    )
+
+
 class _Stages:
     """Progress over the stages of a compare (loading, comparing, writing) on stderr, drawn by tqdm
     only when stderr is a terminal: silent in CI logs and pipes."""
@@ -211,6 +230,7 @@ def _run_compare(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(list(argv))
     _check_outputs(args.output, args.force)
     rules = _rules_from_args(args)  # validate options before reading dumps
+    mapping = _mapping_from_args(args)
     stages = _Stages(5 if args.noise is not None else 4)
     try:
         stages.start(f"loading {args.target}")
@@ -222,7 +242,8 @@ def _run_compare(argv: Sequence[str]) -> int:
             stages.start(f"loading {args.noise}")
             noise = load_dump(args.noise)
         stages.start(f"comparing {len(dump_a.units)} unit(s) with {len(dump_b.units)}")
-        comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise, progress=stages.unit))
+        comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise, progress=stages.unit,
+                                                                mapping=mapping))
         stages.start(f"writing reports into {args.output}")
         files = write_reports(comparison, args.output)
     finally:

@@ -29,7 +29,15 @@ from typing import Literal
 import numpy as np
 
 from msprobe_cmp.comparator.dtypes import compute_relative_floor, normalize_dtype
-from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass, RowPair, count_classes, match_entries
+from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_views, framework_namespace
+from msprobe_cmp.comparator.matching import (
+    MATCH_CLASSES,
+    MatchClass,
+    RowPair,
+    count_classes,
+    match_entries,
+    match_views,
+)
 from msprobe_cmp.comparator.metrics import (
     STAT_NAMES,
     TENSOR_METRIC_KEYS,
@@ -109,6 +117,9 @@ class CompareOptions:
             that noise is a warning, not a failure ("noise-floor mode").
         progress: called as ``progress(done, total, label)`` before each (step, rank) unit is compared
             and once at the end (``done == total``); the comparator itself never prints.
+        mapping: the user's cell / API mapping files; used, with the built-in tables, when the two
+            sides are different frameworks (MindSpore against PyTorch or mindtorch; see
+            :mod:`msprobe_cmp.comparator.mapping.canonical`).
 
     Raises:
         msprobe_cmp.errors.ConfigError: an unknown mode.
@@ -118,6 +129,7 @@ class CompareOptions:
     mode: ModeOption = "auto"
     noise: Dump | RankDump | None = None
     progress: Callable[[int, int, str], None] | None = field(default=None, compare=False)
+    mapping: NameMapping = field(default_factory=NameMapping)
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "tensor", "statistics", "md5"):
@@ -194,8 +206,13 @@ class ComparisonRow:
         parent_cell: the parent cell from construct.json (A's, else B's), or None.
         stack: the call stack of the entry from stack.json (A's, else B's); () when unknown.
         entry_name_b: B's entry name when the call alignment paired this row with a B entry of another
-            name (a shifted call index), else None (see :func:`msprobe_cmp.comparator.matching.align_entries`).
+            name (a shifted call index, or a MindSpore ↔ PyTorch mapping), else None (see
+            :func:`msprobe_cmp.comparator.matching.align_entries`).
         stack_b: B's own call stack of the entry from its stack.json; () when unknown.
+        arg_path_b: B's argument path when a mapping moved the argument (``input.2`` for BiasAdd's
+            ``input.1``), else None.
+        mapped_by: which mapping paired the two names across frameworks (built-in table or user
+            file, and the rule), else None.
     """
 
     index: int
@@ -214,6 +231,8 @@ class ComparisonRow:
     stack: tuple[str, ...] = ()
     entry_name_b: str | None = None
     stack_b: tuple[str, ...] = ()
+    arg_path_b: str | None = None
+    mapped_by: str | None = None
 
     @property
     def name(self) -> str:
@@ -222,8 +241,8 @@ class ComparisonRow:
 
     @property
     def name_b(self) -> str:
-        """B's row name: :attr:`name`, or B's own entry name when the alignment shifted the call index."""
-        return f"{self.entry_name_b or self.entry_name}.{self.arg_path}"
+        """B's row name: :attr:`name`, or B's own entry name / argument path where they differ."""
+        return f"{self.entry_name_b or self.entry_name}.{self.arg_path_b or self.arg_path}"
 
     def metric(self, key: str) -> float | None:
         """The metric ``key``, or None when absent or undefined."""
@@ -680,7 +699,10 @@ def _compare_tensors(
                 notes.append(f"tensor file unreadable ({loaded}): compared statistics instead")
             else:
                 notes.extend(_file_dtype_notes(loaded, (la, lb)))
-                return _tensor_outcome(loaded[0], loaded[1], floor, t, diffs, notes, (la, lb))
+                arr_a, arr_b = loaded
+                if pair.transpose_b and arr_b.ndim == 2:
+                    arr_b = arr_b.T
+                return _tensor_outcome(arr_a, arr_b, floor, t, diffs, notes, (la, lb))
     elif mode == "md5":
         if la.md5 is not None and lb.md5 is not None:
             rule = compute_md5_verdict(la.md5, lb.md5)
@@ -750,7 +772,8 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
     if cls in ("only_in_a", "only_in_b", "not_captured"):
         reason = {"only_in_a": "present in A only", "only_in_b": "present in B only"}.get(cls)
         reasons = (reason,) if reason else pair.notes
-        return _Outcome("none", (), RuleOutcome("skip", reasons), (), None)
+        # a one-sided row's notes say why it has no partner (a composite's intermediate, a mapping)
+        return _Outcome("none", (), RuleOutcome("skip", reasons), pair.notes if reason else (), None)
     if cls in ("shape_mismatch", "dtype_mismatch"):
         metrics: tuple[tuple[str, float | None], ...] = ()
         if isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf):
@@ -809,6 +832,22 @@ def _within_noise(metrics: tuple[tuple[str, float | None], ...], noise: tuple[fl
             f"(tolerance {factor:g}x)")
 
 
+def unit_namespaces(unit_a: RankDump, unit_b: RankDump) -> tuple[Namespace | None, Namespace | None]:
+    """The name spaces (``"mindspore"`` / ``"pytorch"``) of two units; mapping applies when they differ."""
+    return (framework_namespace(unit_a.meta.framework, unit_a.entries),
+            framework_namespace(unit_b.meta.framework, unit_b.entries))
+
+
+def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None) -> tuple[RowPair, ...]:
+    ns_a, ns_b = unit_namespaces(unit_a, unit_b)
+    if ns_a is None or ns_b is None or ns_a == ns_b:
+        return match_entries(unit_a.entries, unit_b.entries)
+    user = mapping or NameMapping()
+    views_a = build_views(unit_a.entries, ns_a, user, ours="msprobe_cmp_format" in dict(unit_a.meta.extra))
+    views_b = build_views(unit_b.entries, ns_b, user, ours="msprobe_cmp_format" in dict(unit_b.meta.extra))
+    return match_views(views_a, views_b)
+
+
 def compare_units(
     unit_a: RankDump,
     unit_b: RankDump,
@@ -816,14 +855,18 @@ def compare_units(
     rules: Rules,
     notes: tuple[str, ...] = (),
     noise: NoiseMap | None = None,
+    mapping: NameMapping | None = None,
 ) -> UnitComparison:
     """Compare one unit of A (target) with one unit of B (baseline) in the given mode.
 
     Args:
         noise: per row name, the run-to-run noise measured between a rerun of B and B; a row that
             fails the rules but stays within ``rules.noise_factor`` times that noise becomes a warning.
+        mapping: the user's mapping files; when the units are different frameworks (MindSpore against
+            PyTorch / mindtorch) their entries are paired through the built-in tables and these files
+            (:mod:`msprobe_cmp.comparator.mapping`), otherwise by name.
     """
-    pairs = match_entries(unit_a.entries, unit_b.entries)
+    pairs = _match_unit(unit_a, unit_b, mapping)
     rows: list[ComparisonRow] = []
     for i, pair in enumerate(pairs):
         out = _compare_pair(pair, unit_a, unit_b, mode, rules)
@@ -861,6 +904,8 @@ def compare_units(
                 stack=tuple(stack),
                 entry_name_b=pair.entry_name_b,
                 stack_b=stack_b,
+                arg_path_b=pair.arg_path_b,
+                mapped_by=pair.mapped_by,
             )
         )
     frozen_rows = tuple(rows)
@@ -901,6 +946,7 @@ def _input_notes(
     paired_a: tuple[RankDump, ...],
     paired_b: tuple[RankDump, ...],
     mode: Mode,
+    mapping_sources: str = "built-in tables",
 ) -> tuple[list[str], str | None]:
     """What the reader of a comparison must know about its inputs: what the recorder could not
     capture, tasks or frameworks that differ, empty units; and, separately, a world-size mismatch
@@ -927,10 +973,17 @@ def _input_notes(
             notes.append(f"warning: {side} has {len(empty)} empty unit(s) (no entries): {', '.join(empty)}")
     frameworks_a = sorted({u.meta.framework for u in paired_a})
     frameworks_b = sorted({u.meta.framework for u in paired_b})
-    if frameworks_a != frameworks_b:
+    namespaces = [unit_namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True)]
+    crossed = any(None not in ns and ns[0] != ns[1] for ns in namespaces)
+    if crossed:
+        notes.append(
+            f"A was recorded with {'/'.join(frameworks_a) or '-'}, B with {'/'.join(frameworks_b) or '-'}: entries "
+            f"were paired through the MindSpore → PyTorch name mapping ({mapping_sources})"
+        )
+    elif frameworks_a != frameworks_b:
         notes.append(
             f"A was recorded with {'/'.join(frameworks_a) or '-'}, B with {'/'.join(frameworks_b) or '-'}: "
-            "entries are matched by exact name only (no Cell/Module or API name mapping yet), so few will match"
+            "the same name space, entries matched by name"
         )
 
     def world_size(units: tuple[RankDump, ...]) -> int:
@@ -941,6 +994,21 @@ def _input_notes(
     if world_a and world_b and world_a != world_b:
         world_note = f"world sizes differ: A has {world_a} rank(s) per step, B has {world_b}"
     return notes, world_note
+
+
+def _unmapped_notes(units: tuple[UnitComparison, ...], input_notes: list[str]) -> list[str]:
+    """Across frameworks with nothing matched: the entry names each side kept unpaired (10 each)."""
+    if not any("name mapping" in n for n in input_notes):
+        return []
+    if any(cls == "matched" and n for u in units for cls, n in u.counts):
+        return []
+    out = []
+    for side, cls in (("A", "only_in_a"), ("B", "only_in_b")):
+        names = list(dict.fromkeys(r.entry_name for u in units for r in u.rows if r.match_class == cls))
+        if names:
+            more = f" and {len(names) - 10} more (all in the report)" if len(names) > 10 else ""
+            out.append(f"nothing paired across frameworks; entries only in {side}: {', '.join(names[:10])}{more}")
+    return out
 
 
 def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | None = None) -> Comparison:
@@ -984,7 +1052,7 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
         if opts.progress is not None:
             opts.progress(k, len(pairs), ua.label)
         noise_map = noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None
-        done.append(compare_units(ua, ub, mode, opts.rules, noise=noise_map))
+        done.append(compare_units(ua, ub, mode, opts.rules, noise=noise_map, mapping=opts.mapping))
     if opts.progress is not None:
         opts.progress(len(pairs), len(pairs), "")
     units = tuple(done)
@@ -1005,8 +1073,11 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             f"{unpaired_rows} row(s) have no partner (only_in_a {class_totals['only_in_a']}, only_in_b "
             f"{class_totals['only_in_b']}): the verdict covers the {class_totals['matched']} matched row(s) only"
         )
-    input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode)
+    sources = ", ".join(["built-in tables"] + [f"user {what} mapping {src}" for what, src in (
+        ("cell", opts.mapping.cell_source), ("API", opts.mapping.api_source)) if src])
+    input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode, sources)
     notes.extend(input_notes)
+    notes.extend(_unmapped_notes(units, input_notes))
     if world_note:
         notes.insert(0, world_note)
     if mode == "tensor":
@@ -1073,4 +1144,5 @@ __all__ = [
     "compare_units",
     "detect_mode",
     "pair_units",
+    "unit_namespaces",
 ]

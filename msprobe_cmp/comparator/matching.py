@@ -39,11 +39,12 @@ divergent row" is the first difference that happened:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from msprobe_cmp.comparator.dtypes import are_compatible_dtypes, normalize_dtype
+from msprobe_cmp.comparator.mapping.canonical import INTERMEDIATE, UNMAPPED, EntryView, ViewItem
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.schema import Entry, Leaf, TensorLeaf, ValueLeaf
 
@@ -75,7 +76,15 @@ class RowPair:
         in_a, in_b: whether the key exists on that side (tells an absent row from a null leaf).
         notes: why the row got its class, or what to keep in mind when comparing it.
         entry_name_b: B's entry name when the call alignment paired ``entry_name`` with a B entry of
-            another name (a shifted call index); None when B's name is the same (or B has no entry).
+            another name (a shifted call index, or a MindSpore ↔ PyTorch mapping); None when B's name
+            is the same (or B has no entry).
+        arg_path_b: B's argument path when it differs from ``arg_path`` (a mapping moved the argument:
+            BiasAdd ``input.1`` ↔ linear ``input.2``), else None.
+        mapped_by: which mapping paired the two sides' names across frameworks (``"built-in cell table:
+            Dense → Linear"``, ``"user cell mapping map.yaml: ..."``), else None.
+        transpose_b: B's tensor is the transpose of A's (msprobe's PyTorch ``Functional.linear``
+            backward records the gradient of ``weight.T``): shapes are compared reversed and, in tensor
+            mode, B's array is transposed before the metrics.
     """
 
     entry_name: str
@@ -87,11 +96,19 @@ class RowPair:
     in_b: bool
     notes: tuple[str, ...] = ()
     entry_name_b: str | None = None
+    arg_path_b: str | None = None
+    mapped_by: str | None = None
+    transpose_b: bool = False
 
     @property
     def name(self) -> str:
         """The row name ``<entry name>.<arg path>`` (msprobe's row naming)."""
         return f"{self.entry_name}.{self.arg_path}"
+
+    @property
+    def name_b(self) -> str:
+        """B's row name (``entry_name_b`` / ``arg_path_b`` where they differ from A's)."""
+        return f"{self.entry_name_b or self.entry_name}.{self.arg_path_b or self.arg_path}"
 
 
 def _is_uncaptured(leaf: TensorLeaf) -> bool:
@@ -107,8 +124,10 @@ def _describe(leaf: Leaf) -> str:
     return f"{leaf.type} value"
 
 
-def classify_pair(leaf_a: Leaf, leaf_b: Leaf) -> tuple[MatchClass, tuple[str, ...]]:
-    """Class and notes of two leaves found under the same key (both sides present)."""
+def classify_pair(leaf_a: Leaf, leaf_b: Leaf, transpose_b: bool = False) -> tuple[MatchClass, tuple[str, ...]]:
+    """Class and notes of two leaves found under the same key (both sides present).
+
+    ``transpose_b``: B's tensor is the transpose of A's, so B's shape is compared reversed."""
     if leaf_a is None and leaf_b is None:
         return "matched", ("null on both sides: nothing recorded",)
     if leaf_a is None or leaf_b is None:
@@ -118,7 +137,8 @@ def classify_pair(leaf_a: Leaf, leaf_b: Leaf) -> tuple[MatchClass, tuple[str, ..
     if not (isinstance(leaf_a, TensorLeaf) and isinstance(leaf_b, TensorLeaf)):
         return "dtype_mismatch", (f"A is a {_describe(leaf_a)}, B is a {_describe(leaf_b)}",)
     da, db = normalize_dtype(leaf_a.dtype), normalize_dtype(leaf_b.dtype)
-    if tuple(leaf_a.shape) != tuple(leaf_b.shape):
+    shape_b = tuple(reversed(leaf_b.shape)) if transpose_b else tuple(leaf_b.shape)
+    if tuple(leaf_a.shape) != shape_b:
         notes = [f"shape differs: A {list(leaf_a.shape)}, B {list(leaf_b.shape)}"]
         if da != db:
             notes.append(f"dtype differs too: A {leaf_a.dtype}, B {leaf_b.dtype}")
@@ -134,7 +154,29 @@ def classify_pair(leaf_a: Leaf, leaf_b: Leaf) -> tuple[MatchClass, tuple[str, ..
     return "matched", tuple(notes)
 
 
-def execution_order(entries: Sequence[Entry]) -> list[Entry]:
+class EntryLike(Protocol):
+    """What the alignment needs of an entry: an :class:`~msprobe_cmp.dump.schema.Entry` or an
+    :class:`~msprobe_cmp.comparator.mapping.EntryView`."""
+
+    @property
+    def name(self) -> str:
+        """The entry name."""
+        ...
+
+    def leaves(self) -> Iterator[tuple[str, Leaf]]:
+        """``(argument path, leaf)`` pairs."""
+        ...
+
+    @property
+    def is_parameters_grad(self) -> bool:
+        """True for a parameters_grad entry."""
+        ...
+
+
+E = TypeVar("E", bound=EntryLike)
+
+
+def execution_order(entries: Sequence[E]) -> list[E]:
     """``entries`` with each ``parameters_grad`` entry moved to where its gradients were computed.
 
     Args:
@@ -149,7 +191,7 @@ def execution_order(entries: Sequence[Entry]) -> list[Entry]:
         parsed = parse_name(entry.name)
         if parsed.kind == "cell" and parsed.direction == "backward":
             backward_at.setdefault(parsed.stem, i)
-    keyed: list[tuple[float, int, Entry]] = []
+    keyed: list[tuple[float, int, E]] = []
     for i, entry in enumerate(entries):
         rank: float = i
         parsed = parse_name(entry.name)
@@ -160,7 +202,7 @@ def execution_order(entries: Sequence[Entry]) -> list[Entry]:
     return [e for _, _, e in keyed]
 
 
-def _causal_leaves(entry: Entry) -> list[tuple[str, Leaf]]:
+def _causal_leaves(entry: EntryLike) -> list[tuple[str, Leaf]]:
     """An entry's leaves with outputs last (inputs, kwargs and parameters first), else in file order."""
     leaves = list(entry.leaves())
     if entry.is_parameters_grad:
@@ -168,10 +210,12 @@ def _causal_leaves(entry: Entry) -> list[tuple[str, Leaf]]:
     return [x for x in leaves if not x[0].startswith("output")] + [x for x in leaves if x[0].startswith("output")]
 
 
-def _shape_signature(entry: Entry) -> tuple[object, ...]:
+def _shape_signature(entry: EntryLike) -> tuple[object, ...]:
     """The entry's leaves as ``(path, shape or value type)``: what tells two calls of one API apart."""
     sig: list[object] = []
     for path, leaf in entry.leaves():
+        if path.startswith((INTERMEDIATE, UNMAPPED)):
+            continue  # a mapping's leftovers: what the other framework never has
         if isinstance(leaf, TensorLeaf):
             sig.append((path, leaf.shape))
         elif isinstance(leaf, ValueLeaf):
@@ -181,7 +225,7 @@ def _shape_signature(entry: Entry) -> tuple[object, ...]:
     return tuple(sig)
 
 
-def _loose_key(entry: Entry) -> tuple[str, str, str | None]:
+def _loose_key(entry: EntryLike) -> tuple[str, str, str | None]:
     """What must be equal for two entries to be the same call up to its index: kind, stem, direction."""
     parsed = parse_name(entry.name)
     if parsed.kind == "other":
@@ -190,6 +234,7 @@ def _loose_key(entry: Entry) -> tuple[str, str, str | None]:
 
 
 EntryPair = tuple[Entry | None, Entry | None]
+_Pair = tuple[E | None, E | None]
 
 
 #: Above this many (A × B) entry pairs in a stretch that differs, the stretch is aligned by
@@ -247,8 +292,8 @@ def _resync_opcodes(keys_a: Sequence[object], keys_b: Sequence[object]) -> list[
     return ops
 
 
-def _align_block(a: Sequence[Entry], b: Sequence[Entry], strict: bool) -> list[EntryPair]:
-    def key(e: Entry) -> object:
+def _align_block(a: Sequence[E], b: Sequence[E], strict: bool) -> list[_Pair[E]]:
+    def key(e: E) -> object:
         return (_loose_key(e), _shape_signature(e)) if strict else _loose_key(e)
 
     keys_a, keys_b = [key(e) for e in a], [key(e) for e in b]
@@ -259,7 +304,7 @@ def _align_block(a: Sequence[Entry], b: Sequence[Entry], strict: bool) -> list[E
     hi_a, hi_b = len(a), len(b)
     while hi_a > lo and hi_b > lo and keys_a[hi_a - 1] == keys_b[hi_b - 1]:
         hi_a, hi_b = hi_a - 1, hi_b - 1
-    out: list[EntryPair] = list(zip(a[:lo], b[:lo], strict=True))
+    out: list[_Pair[E]] = list(zip(a[:lo], b[:lo], strict=True))
     mid_a, mid_b = a[lo:hi_a], b[lo:hi_b]
     mid_keys_a, mid_keys_b = keys_a[lo:hi_a], keys_b[lo:hi_b]
     opcodes: list[Opcode]
@@ -281,7 +326,7 @@ def _align_block(a: Sequence[Entry], b: Sequence[Entry], strict: bool) -> list[E
     return out
 
 
-def align_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> list[EntryPair]:
+def align_entries(entries_a: Sequence[E], entries_b: Sequence[E]) -> list[_Pair[E]]:
     """Pair the entries of two dumps as calls, in execution order (:func:`execution_order`).
 
     When both sides hold the same entry names in the same order (the usual case) entries pair by
@@ -294,6 +339,9 @@ def align_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> lis
     agree gives their longest common subsequence.  The common prefix and suffix are paired first; a
     differing stretch larger than :data:`MAX_ALIGN_CELLS` (A entries × B entries) is aligned in linear
     time by :func:`_resync_opcodes`.
+
+    Entries may be :class:`~msprobe_cmp.comparator.mapping.EntryView` objects (two frameworks' entries
+    in one canonical namespace): the same alignment then runs on the canonical names.
 
     Returns:
         ``(entry of A or None, entry of B or None)`` pairs; every entry of each side appears once.
@@ -337,6 +385,92 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
         for key, leaf_b in _keyed_leaves(eb):
             if key not in seen:
                 out.append(RowPair(name, key[0], "only_in_b", None, leaf_b, False, True, aligned, name_b))
+    return tuple(out)
+
+
+def _keyed_items(view: EntryView | None) -> list[tuple[tuple[str, int], ViewItem]]:
+    """A view's items keyed by (canonical path, occurrence), outputs last (see :func:`_keyed_leaves`)."""
+    if view is None:
+        return []
+    items = [it for it in view.items if not it.path.startswith("output")]
+    items += [it for it in view.items if it.path.startswith("output")]
+    if view.is_parameters_grad:
+        items = list(view.items)
+    seen: dict[str, int] = {}
+    out = []
+    for it in items:
+        n = seen.get(it.path, 0)
+        seen[it.path] = n + 1
+        out.append(((it.path, n), it))
+    return out
+
+
+def _one_sided(item: ViewItem, side: Literal["a", "b"], mapped: tuple[str, ...]) -> RowPair:
+    notes = (*mapped, item.note) if item.note else mapped
+    if side == "a":
+        return RowPair(item.entry, item.orig_path, "only_in_a", item.leaf, None, True, False, notes)
+    return RowPair(item.entry, item.orig_path, "only_in_b", None, item.leaf, False, True, notes)
+
+
+def _pair_leftovers_by_name(pairs: list[_Pair[EntryView]]) -> list[_Pair[EntryView]]:
+    """Pair views the alignment left alone on both sides when their canonical names are equal and unique
+    among the leftovers.  Two frameworks order some calls differently (PyTorch writes ``Functional.linear``'s
+    backward after its module's backward, MindSpore the Primitives' before the cell's), which an
+    order-preserving alignment cannot cross; the pair takes A's position."""
+    lone_a: dict[str, list[int]] = {}
+    lone_b: dict[str, list[int]] = {}
+    for k, (va, vb) in enumerate(pairs):
+        if va is not None and vb is None:
+            lone_a.setdefault(va.name, []).append(k)
+        elif va is None and vb is not None:
+            lone_b.setdefault(vb.name, []).append(k)
+    moves = {lone_a[n][0]: lone_b[n][0] for n in lone_a if len(lone_a[n]) == 1 and len(lone_b.get(n, ())) == 1}
+    if not moves:
+        return pairs
+    taken = set(moves.values())
+    return [(va, pairs[moves[k]][1]) if k in moves else (va, vb)
+            for k, (va, vb) in enumerate(pairs) if k not in taken]
+
+
+def match_views(views_a: Sequence[EntryView], views_b: Sequence[EntryView]) -> tuple[RowPair, ...]:
+    """Pair and classify the rows of two frameworks' entries, mapped into one namespace.
+
+    Like :func:`match_entries`, on :class:`~msprobe_cmp.comparator.mapping.EntryView` objects
+    (:func:`msprobe_cmp.comparator.mapping.build_views`): views are aligned as calls by their canonical
+    names, leaves pair by canonical argument path, and every row is reported under its *original*
+    names: ``entry_name`` / ``arg_path`` are A's, ``entry_name_b`` / ``arg_path_b`` B's where they differ,
+    ``mapped_by`` says which mapping paired them (also in the notes).  A row present on one side only
+    is named by that side's own entry and path; a composite's intermediate says so in its notes.
+
+    Returns:
+        One :class:`RowPair` per leaf of either side, in execution order.
+    """
+    out: list[RowPair] = []
+    for va, vb in _pair_leftovers_by_name(align_entries(views_a, views_b)):
+        labels = [m for m in dict.fromkeys((va.mapped_by if va else None, vb.mapped_by if vb else None)) if m]
+        mapped_by = "; ".join(labels) or None
+        mapped = (f"names mapped across frameworks by {mapped_by}",) if mapped_by and va and vb else ()
+        items_b = dict(_keyed_items(vb))
+        seen: set[tuple[str, int]] = set()
+        for key, ia in _keyed_items(va):
+            seen.add(key)
+            ib = items_b.get(key)
+            if ib is None:
+                out.append(_one_sided(ia, "a", mapped))
+                continue
+            transpose = ia.transposed != ib.transposed
+            cls, notes = classify_pair(ia.leaf, ib.leaf, transpose)
+            extra = (f"B's tensor is the transpose of A's ({'A' if ia.transposed else 'B'} recorded the gradient "
+                     "of weight.T): compared transposed",) if transpose else ()
+            out.append(RowPair(
+                ia.entry, ia.orig_path, cls, ia.leaf, ib.leaf, True, True, mapped + extra + notes,
+                ib.entry if ib.entry != ia.entry else None,
+                ib.orig_path if ib.orig_path != ia.orig_path else None,
+                mapped_by, transpose,
+            ))
+        for key, ib in _keyed_items(vb):
+            if key not in seen:
+                out.append(_one_sided(ib, "b", mapped))
     return tuple(out)
 
 

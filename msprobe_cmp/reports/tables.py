@@ -144,6 +144,8 @@ def _json_row(row: ComparisonRow) -> dict[str, Any]:
         "entry": row.entry_name,
         "entry_b": row.entry_name_b or row.entry_name,
         "arg_path": row.arg_path,
+        "arg_path_b": row.arg_path_b or row.arg_path,
+        "mapped_by": row.mapped_by,
         "match_class": row.match_class,
         "compared_by": row.compared_by,
         "a": _json_side(row.a),

@@ -384,8 +384,8 @@ class Collector:
             return self.tensor_leaf(value, writer=writer, entry_name=entry, arg_path=path)
         if isinstance(value, DeferredTensor):
             return self.deferred_leaf(value, writer=writer, entry_name=entry, arg_path=path)
-        if isinstance(value, ValueLeaf):
-            return value
+        if isinstance(value, (ValueLeaf, TensorLeaf, Seq, Map)):
+            return value  # already collected (an adapter may collect gradients as they arrive)
         if isinstance(value, np.ndarray):
             host = HostTensor(value, str(value.dtype), "numpy.ndarray")
             return self.tensor_leaf(host, writer=writer, entry_name=entry, arg_path=path)

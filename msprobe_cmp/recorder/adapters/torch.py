@@ -6,16 +6,19 @@ One adapter serves both flavours of the torch API; ``framework="pytorch"`` is re
 
 * **Modules** (L0, mix): on every submodule of the model (not the root, msprobe's convention), a forward
   pre-hook (names the call ``Module.<path>.<Class>.forward.<n>``, pushes it on the construct stack) and a
-  forward hook with kwargs (records inputs, outputs and the module's own parameters).  Backward:
+  forward hook with kwargs (records inputs, outputs and the module's own parameters).  Backward, per call
+  (so ``backward.<n>`` is forward call ``n``'s, whatever order the backward runs in):
 
-  - PyTorch: ``register_full_backward_hook``; ``input`` = gradients w.r.t. the module's outputs,
-    ``output`` = w.r.t. its positional inputs (torch's ``grad_output`` / ``grad_input``).  Backward calls
-    are paired with forward calls last-in-first-out per module, so ``backward.<n>`` carries forward call
-    ``n``'s index.  Modules with ``inplace=True`` (``nn.ReLU(inplace=True)``) get no full backward hook
-    (torch refuses in-place writes to the hook's views; listed in ``not_captured``).
-  - mindtorch (no full backward hooks): a MindSpore tensor hook on each floating-point output gives the
-    gradients w.r.t. the outputs (``input``); gradients w.r.t. the module's inputs (``output``) are not
-    captured (``null``, listed in ``not_captured``).
+  - ``input`` = gradients w.r.t. the call's floating-point outputs, from a tensor hook on each output;
+  - ``output`` = gradients w.r.t. its positional inputs (PyTorch only): the forward pre-hook passes each
+    input that requires grad to the module as ``x.view_as(x)`` (same storage and values) with a hook on
+    that view; inputs that need no gradient stay ``null``.
+
+  This gives what ``register_full_backward_hook`` gives, without its cost: torch's full backward hooks wrap
+  inputs and outputs in a custom autograd Function whose outputs may not be modified in place, so an
+  ``nn.ReLU(inplace=True)`` (or ``x += 1``) after a hooked module would raise — changing the training.
+  Under mindtorch (no full backward hooks, no usable views) ``output`` is not captured (``null``, listed in
+  ``not_captured``).
 
   Each direct trainable parameter gets a gradient hook (``Tensor.register_hook``; mindtorch: MindSpore's
   ``TensorPy.register_hook``, since mindtorch's own ``register_hook`` is broken) that fills
@@ -137,10 +140,6 @@ MINDTORCH_NO_API_INPUT_GRADS = (
     "under mindtorch, gradients w.r.t. API inputs (API backward entries' output) are not captured: tensor hooks "
     "on substitute inputs are not attempted there; only gradients w.r.t. API outputs are"
 )
-INPLACE_NO_BACKWARD = (
-    "module runs in place (inplace=True): torch refuses full backward hooks on it, so its backward entry is "
-    "not recorded"
-)
 
 
 def import_torch(framework: str = "pytorch") -> Any:
@@ -181,14 +180,33 @@ def _as_models(model: Any, module_type: type) -> tuple[tuple[Any, ...], bool]:
     return (model,), False
 
 
+class _ModuleBackward:
+    """One module call's backward bookkeeping: the gradient leaves collected so far.
+
+    Attributes:
+        call: the forward call (its index names the backward entry).
+        grad_outputs: leaves of the gradients w.r.t. the call's outputs (the entry's ``input``).
+        grad_inputs: leaves of the gradients w.r.t. its positional inputs (the entry's ``output``).
+        fired: whether any gradient arrived.
+    """
+
+    __slots__ = ("call", "grad_outputs", "grad_inputs", "fired")
+
+    def __init__(self, call: CellCall, n_inputs: int) -> None:
+        self.call = call
+        self.grad_outputs: list[Any] = []
+        self.grad_inputs: list[Any] = [None] * max(n_inputs, 1)
+        self.fired = False
+
+
 class _ModuleState:
-    """Per-module bookkeeping: open forward calls and forward calls awaiting their backward (PyTorch)."""
+    """Per-module bookkeeping: open forward calls and calls whose backward is expected in this step."""
 
     __slots__ = ("open_calls", "awaiting_backward")
 
     def __init__(self) -> None:
-        self.open_calls: list[CellCall] = []
-        self.awaiting_backward: list[CellCall] = []
+        self.open_calls: list[tuple[CellCall, _ModuleBackward | None]] = []
+        self.awaiting_backward: list[_ModuleBackward] = []
 
 
 class TorchAdapter:
@@ -313,12 +331,12 @@ class TorchAdapter:
         """Flush and close the current step, advance to the next; remove everything after the last step."""
         svc = self.service
         for state in self._states:
-            for call in state.awaiting_backward:
-                if call.recorded and call.step == svc.current_step:
+            for backward in state.awaiting_backward:
+                call = backward.call
+                if not backward.fired and call.step == svc.current_step:
                     svc.note_not_captured(
                         call.forward_name.replace(".forward.", ".backward."),
-                        "the module ran with gradients enabled but its backward hook never fired "
-                        "(no gradient reached its outputs)",
+                        "the module ran with gradients enabled but no gradient reached its outputs in this step",
                     )
         svc.advance_step()
         for state in self._states:
@@ -667,49 +685,38 @@ class TorchAdapter:
         key = f"Module.{path}"
         params = list(module.named_parameters(recurse=False))
         grad_params = [name for name, p in params if p.requires_grad]
-        mindtorch = self._mindtorch
-        full_backward = not mindtorch and not getattr(module, "inplace", False)
-        wants_grad = self._wants_grad
 
-        def pre_hook(_module: Any, _args: Any, _kwargs: Any) -> None:
-            if svc.cell_active() and not svc.is_disabled(key):
-                call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi))
-                if call is not None:
-                    state.open_calls.append(call)
-            return None
+        def pre_hook(_module: Any, args: Any, kwargs: Any) -> Any:
+            if not svc.cell_active() or svc.is_disabled(key):
+                return None
+            call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi))
+            if call is None:
+                return None
+            backward = None
+            if call.recorded and svc.config.records_direction("backward") and self._grad_enabled():
+                backward = _ModuleBackward(call, len(args))
+            state.open_calls.append((call, backward))
+            if backward is None or self._mindtorch:
+                return None
+            with svc.collecting():
+                new_args = svc.run_guarded(key, lambda: self._view_module_inputs(key, backward, args))
+            return None if new_args is None else (new_args, kwargs)
 
         def forward_hook(_module: Any, args: Any, kwargs: Any, output: Any) -> None:
             if not state.open_calls:
                 return None
-            call = state.open_calls.pop()
+            call, backward = state.open_calls.pop()
+            params_with_grads = grad_params if self._grad_enabled() else []
 
             def record() -> None:
-                svc.end_cell(call, args, kwargs, output, params, grad_params)
-                if not (call.recorded and svc.config.records_direction("backward")):
-                    return
-                outputs = output if isinstance(output, (tuple, list)) else (output,)
-                if not any(wants_grad(o) for o in outputs):
-                    return
-                if full_backward:
-                    state.awaiting_backward.append(call)
-                elif mindtorch:
-                    self._hook_module_outputs(key, call, outputs, len(args))
-                else:
-                    svc.note_not_captured(call.forward_name.replace(".forward.", ".backward."), INPLACE_NO_BACKWARD)
+                svc.end_cell(call, args, kwargs, output, params, params_with_grads)
+                if backward is not None:
+                    outputs = output if isinstance(output, (tuple, list)) else (output,)
+                    if self._hook_module_outputs(key, backward, outputs):
+                        state.awaiting_backward.append(backward)
 
             with svc.collecting():
                 svc.run_guarded(key, record)
-            return None
-
-        def backward_hook(_module: Any, grad_input: Any, grad_output: Any) -> None:
-            if not state.awaiting_backward:
-                return None
-            call = state.awaiting_backward.pop()
-            if call.step != svc.current_step:
-                return None
-            svc.run_guarded(
-                f"{key}.backward", lambda: svc.cell_backward(call, _as_tuple(grad_output), _as_tuple(grad_input))
-            )
             return None
 
         self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
@@ -717,13 +724,6 @@ class TorchAdapter:
             self._handles.append(module.register_forward_hook(forward_hook, with_kwargs=True, always_call=True))
         except TypeError:  # mindtorch: no always_call
             self._handles.append(module.register_forward_hook(forward_hook, with_kwargs=True))
-        if full_backward:
-            try:
-                self._handles.append(module.register_full_backward_hook(backward_hook))
-            except Exception as exc:
-                svc.note_not_captured(
-                    f"{key}.backward", f"could not register the module's backward hook: {exc!r}", persistent=True
-                )
         for name, param in params:
             if name in grad_params:
                 try:
@@ -736,25 +736,58 @@ class TorchAdapter:
                 if handle is not None:
                     self._handles.append(handle)
 
-    def _hook_module_outputs(self, key: str, call: CellCall, outputs: Sequence[Any], n_inputs: int) -> None:
-        """mindtorch: gradients w.r.t. the module's outputs from tensor hooks; each arrival re-puts the entry."""
-        svc = self.service
-        grads: list[Any] = [None] * len(outputs)
-        inputs_null: list[Any] = [None] * max(n_inputs, 1)
-        svc.note_not_captured(f"{key}.backward output", MINDTORCH_NO_INPUT_GRADS)
-        for i, value in enumerate(outputs):
-            if not self._wants_grad(value):
+    def _view_module_inputs(self, key: str, backward: _ModuleBackward, args: Sequence[Any]) -> tuple[Any, ...]:
+        """PyTorch: each positional input that needs a gradient → a ``view_as`` view carrying a hook (the
+        gradient w.r.t. that input of this call); the same tensor at several positions gets one view."""
+        replaced = list(args)
+        views: dict[int, Any] = {}
+        for i, arg in enumerate(args):
+            if not self._wants_grad(arg):
                 continue
+            view = views.get(id(arg))
+            if view is None:
+                view = self._view_as(arg, arg)
+                view.register_hook(self._module_grad_hook(key, backward, "output", i))
+                views[id(arg)] = view
+            replaced[i] = view
+        return tuple(replaced)
 
-            def hook(grad: Any, i: int = i) -> None:
-                def record() -> None:
-                    grads[i] = grad
-                    svc.cell_backward(call, tuple(grads), tuple(inputs_null))
+    def _hook_module_outputs(self, key: str, backward: _ModuleBackward, outputs: Sequence[Any]) -> bool:
+        """Hook each floating-point output that will get a gradient (the backward entry's ``input``);
+        returns whether any was hooked (a backward is then expected)."""
+        backward.grad_outputs = [None] * len(outputs)
+        hooked = False
+        for i, value in enumerate(outputs):
+            if self._wants_grad(value):
+                self._hook_tensor(value, self._module_grad_hook(key, backward, "input", i))
+                hooked = True
+        if hooked and self._mindtorch:
+            self.service.note_not_captured(
+                backward.call.forward_name.replace(".forward.", ".backward.") + ".output", MINDTORCH_NO_INPUT_GRADS
+            )
+        return hooked
 
-                svc.run_guarded(f"{key}.backward", record)
-                return None
+    def _module_grad_hook(
+        self, key: str, backward: _ModuleBackward, field: str, position: int
+    ) -> Callable[[Any], None]:
+        svc = self.service
+        hook_key = f"{key}.backward"
 
-            self._hook_tensor(value, hook)
+        def hook(grad: Any) -> None:
+            def record() -> None:
+                call = backward.call
+                backward.fired = True
+                if call.step != svc.current_step or not svc.config.records_io(field):
+                    return
+                bwd = call.forward_name.replace(".forward.", ".backward.")
+                slots = backward.grad_outputs if field == "input" else backward.grad_inputs
+                slots[position] = svc.collect(grad, bwd, f"{field}.{position}")
+                svc.cell_backward(call, tuple(backward.grad_outputs), tuple(backward.grad_inputs))
+
+            svc.run_guarded(hook_key, record)
+            return None
+
+        return hook
 
     def _param_hook(self, path: str, cls: str, mi: int | None, name: str) -> Callable[[Any], None]:
         svc = self.service
@@ -770,11 +803,3 @@ class TorchAdapter:
 def key_of(family: str, api: str) -> str:
     """The hook key (and ``not_captured`` name) of an API: ``"<Family>.<api>"``."""
     return f"{family}.{api}"
-
-
-def _as_tuple(value: Any) -> tuple[Any, ...]:
-    if value is None:
-        return (None,)
-    if isinstance(value, (tuple, list)):
-        return tuple(value)
-    return (value,)

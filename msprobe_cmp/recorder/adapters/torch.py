@@ -527,30 +527,49 @@ class TorchAdapter:
 
     # ----------------------------------------------------------------- APIs
 
-    def _install_apis(self) -> None:
-        for family, target, list_file in API_FAMILIES:
+    def _owners(self, target: str) -> list[Any]:
+        """The objects whose attributes are replaced for ``target``.  Under mindtorch, ``torch.X`` is a proxy
+        module distinct from ``mindtorch.X`` (which mindtorch's own modules call), so both are wrapped."""
+        if target == "Tensor":
+            return [self._tensor_type]
+        names = [target]
+        if self._mindtorch:
+            names.insert(0, "mindtorch" + target[len("torch") :])
+        owners: list[Any] = []
+        for module_name in names:
             try:
-                owner = self._tensor_type if target == "Tensor" else importlib.import_module(target)
+                owner = importlib.import_module(module_name)
             except ImportError as exc:  # e.g. a build without distributed support
-                logger.info("msprobe-cmp: %s not wrapped: %r", target, exc)
+                logger.info("msprobe-cmp: %s not wrapped: %r", module_name, exc)
                 continue
-            for name in load_api_names(list_file):
-                try:
-                    original = getattr(owner, name, None)
-                except Exception:  # a lazy attribute that fails to load
-                    continue
-                if original is None or isinstance(original, type) or not callable(original):
-                    continue
-                if getattr(original, WRAPPED_MARK, False):
-                    self.close()
-                    raise ConfigError(
-                        f"PrecisionDebugger(): {target}.{name} is already wrapped by another PrecisionDebugger; "
-                        "close() it first"
-                    )
-                had_own = name in vars(owner)
-                wrapper = self._make_api_wrapper(family, name, original, not _no_views_for(name))
-                setattr(owner, name, wrapper)
-                self._patches.append(_Patch(owner, name, original, had_own, wrapper))
+            if all(owner is not o for o in owners):
+                owners.append(owner)
+        return owners
+
+    def _install_apis(self) -> None:
+        ours: set[int] = set()
+        for family, target, list_file in API_FAMILIES:
+            for owner in self._owners(target):
+                for name in load_api_names(list_file):
+                    try:
+                        original = getattr(owner, name, None)
+                    except Exception:  # a lazy attribute that fails to load
+                        continue
+                    if original is None or isinstance(original, type) or not callable(original):
+                        continue
+                    if id(original) in ours:
+                        continue  # the same function reached through a second owner (mindtorch's proxy)
+                    if getattr(original, WRAPPED_MARK, False):
+                        self.close()
+                        raise ConfigError(
+                            f"PrecisionDebugger(): {target}.{name} is already wrapped by another "
+                            "PrecisionDebugger; close() it first"
+                        )
+                    had_own = name in vars(owner)
+                    wrapper = self._make_api_wrapper(family, name, original, not _no_views_for(name))
+                    setattr(owner, name, wrapper)
+                    ours.add(id(wrapper))
+                    self._patches.append(_Patch(owner, name, original, had_own, wrapper))
         if not self._mindtorch:
             self._guard_backward_hook_machinery()
         self._apis_installed = True

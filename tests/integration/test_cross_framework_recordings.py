@@ -228,12 +228,8 @@ def test_tensor_task_twin_matches_pytorch_to_1e_5(recorded):
 
 # What the mindtorch recording lacks on CPU (mindnlp 0.5.1's mindtorch with MindSpore 2.7.0): ``Tensor.backward()`` is
 # a no-op, so no backward entry, no parameter gradient, and no ``Torch.ones_like`` (PyTorch's backward() makes the
-# initial gradient with it); and the functional calls inside mindtorch's nn.Linear / nn.ReLU are not recorded.
-MINDTORCH_MISSING_FORWARD = {
-    "Functional.linear.0.forward", "Functional.linear.1.forward", "Functional.linear.2.forward",
-    "Functional.relu.0.forward", "Functional.relu.1.forward",
-    "Torch.ones_like.0.forward",
-}
+# initial gradient with it).  Every forward call of the model is captured.
+MINDTORCH_MISSING_FORWARD = {"Torch.ones_like.0.forward"}
 
 
 def _is_backward_side(name: str) -> bool:
@@ -252,7 +248,7 @@ def mindtorch_dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.mindtorch
 @pytest.mark.torch
-def test_mindtorch_recording_matches_pytorch_by_name(recorded, mindtorch_dump):
+def test_mindtorch_recording_matches_pytorch_by_name(recorded, mindtorch_dump, tmp_path):
     raw_mt, raw_pt = _raw(mindtorch_dump, 0), _raw(recorded["torch"], 0)
 
     # forward entries carry PyTorch's own names: every one mindtorch recorded exists in the PyTorch dump
@@ -278,45 +274,36 @@ def test_mindtorch_recording_matches_pytorch_by_name(recorded, mindtorch_dump):
                 assert abs(r.metric(diff_name)) < TOL, (r.name, diff_name)
             assert r.verdict == "pass", (r.name, r.reasons)
             compared += 1
-    # 3 Linear forwards (input, output, weight, bias), 2 ReLU forwards (input, output), mse_loss (2 inputs, output)
-    assert compared == 3 * 4 + 2 * 2 + 3
+    # tensors of 3 Linear modules and 3 Functional.linear calls (input, weight, bias, output), 2 ReLU modules and
+    # 2 Functional.relu calls (input, output), mse_loss (2 inputs, output)
+    assert compared == 2 * 3 * 4 + 2 * 2 * 2 + 3
 
     # every row of the forward calls mindtorch missed is PyTorch's only
     missed = [r for r in rows if r.entry_name in MINDTORCH_MISSING_FORWARD]
     assert missed and {r.match_class for r in missed} == {"only_in_b"}
-    # every backward entry and parameter gradient PyTorch recorded shows as missing on the mindtorch side
+    # mindtorch recorded no backward entry and no parameter gradient (not even a placeholder): every one PyTorch
+    # recorded is a row of PyTorch's only
+    assert not [n for n in raw_mt if _is_backward_side(n)]
     backward_rows = [r for r in rows if _is_backward_side(r.entry_name)]
     expected_missing = {
         f"{name}.{path}" for name in raw_pt if _is_backward_side(name) for path in _raw_leaves(raw_pt[name])
     }
     assert expected_missing, "PyTorch recorded no backward"
     assert {r.name for r in backward_rows} == expected_missing
-    assert all(r.b is not None or r.a is None or r.a.kind == "null" for r in backward_rows)
-    assert all(r.verdict != "fail" for r in backward_rows)
-    # so nothing fails, but most rows (the whole backward) have no partner: no pass verdict on so little
+    assert {r.match_class for r in backward_rows} == {"only_in_b"}
+    # nothing fails, but the matched rows (the forward) are under half of all rows: no verdict on so little
+    matched = sum(1 for r in rows if r.match_class == "matched")
+    assert matched / len(rows) < 0.5
     assert c.first_failing is None
     assert c.verdict == "too_few_matched"
-
-
-@pytest.mark.mindtorch
-@pytest.mark.torch
-@pytest.mark.xfail(strict=True, reason="comparator: a parameters_grad placeholder of a cell without a backward entry "
-                   "does not pair with B's gradient of the same name (shows as only_in_a + only_in_b)")
-def test_mindtorch_gradient_placeholders_pair_as_not_captured(recorded, mindtorch_dump):
-    """mindtorch writes a ``[null]`` placeholder per parameter gradient that never arrives: each should pair with
-    PyTorch's gradient as ``not_captured``, and PyTorch's backward entries should be ``only_in_b``."""
-    raw_mt = _raw(mindtorch_dump, 0)
-    placeholders = {
-        f"{name}.{path}" for name in raw_mt if name.endswith(".parameters_grad") for path in _raw_leaves(raw_mt[name])
-    }
-    assert placeholders == {f"Module.{layer}.Linear.parameters_grad.{p}" for layer in DENSE_LAYERS
-                            for p in ("weight", "bias")}
-    rows = compare(load_dump(mindtorch_dump), load_dump(recorded["torch"] / "step0")).units[0].rows
-    grads = [r for r in rows if r.entry_name.endswith(".parameters_grad")]
-    assert sorted(r.name for r in grads) == sorted(placeholders)
-    assert {r.name: r.match_class for r in grads} == dict.fromkeys(placeholders, "not_captured")
-    others = [r for r in rows if ".backward" in r.entry_name]
-    assert others and {r.match_class for r in others} == {"only_in_b"}
+    # a forward-only comparison passes once the floor says so
+    res = subprocess.run(
+        [sys.executable, "-m", "msprobe_cmp.cli", str(mindtorch_dump), str(recorded["torch"] / "step0"),
+         "-o", str(tmp_path / "report"), "--min-matched-share", "0.4"],
+        capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads((tmp_path / "report" / "comparison.json").read_text())["verdict"] == "pass"
 
 
 # ---------------------------------------------------------------------------------------------- c

@@ -489,7 +489,9 @@ class Comparison:
             units in order (lowest step, then rank), or None.
         verdict: ``"fail"`` if any unit fails; else ``"nothing_compared"`` when no matched row was
             compared anywhere (a run with nothing compared never passes); else ``"too_few_matched"``
-            when matched rows are a smaller share of all rows than ``rules.min_matched_share``; else
+            when matched rows are a smaller share of all rows than ``rules.min_matched_share`` (when the
+            two dumps come from different frameworks: of A's rows, since the baseline framework makes
+            calls the target's never does, such as PyTorch's optimizer Tensor methods); else
             ``"pass"``.
         notes: remarks about the whole comparison (pairing, mode).
     """
@@ -1093,8 +1095,20 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     first_failing = _first_ref(units, "first_failing")
     compared = sum(u.compared_count for u in units)
     # Rows of units found on one side only count too: a verdict on step 0 says nothing about steps 1-9.
-    unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
-    total_rows = sum(class_totals.values()) + unpaired_leaf_rows
+    cross_framework = any(
+        ns_a is not None and ns_b is not None and ns_a != ns_b
+        for ns_a, ns_b in (unit_namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True))
+    )
+    if cross_framework:
+        # Across frameworks the baseline holds calls the target's framework never makes (PyTorch's optimizer
+        # Tensor methods, autograd helpers): the share is over the target's rows.
+        unpaired_leaf_rows = sum(1 for u in left_a for e in u.entries for _ in e.leaves())
+        total_rows = sum(class_totals.values()) - class_totals["only_in_b"] + unpaired_leaf_rows
+        share_of = "of A's rows"
+    else:
+        unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
+        total_rows = sum(class_totals.values()) + unpaired_leaf_rows
+        share_of = "of the rows"
     matched_share = class_totals["matched"] / total_rows if total_rows else 0.0
     verdict: OverallVerdict
     if first_failing is not None:
@@ -1104,7 +1118,7 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     elif matched_share < opts.rules.min_matched_share:
         verdict = "too_few_matched"
         notes.append(
-            f"only {matched_share:.1%} of the rows were matched, below the floor of "
+            f"only {matched_share:.1%} {share_of} were matched, below the floor of "
             f"{opts.rules.min_matched_share:.1%} (min_matched_share): no verdict on the rest"
         )
     else:

@@ -43,6 +43,10 @@ NONFINITE_COUNT_KEYS = ("nan_count", "pos_inf_count", "neg_inf_count")
 #: ``{"what": ..., "reason": ...}`` objects.
 NOT_CAPTURED_KEY = "not_captured"
 
+#: Entry fields that describe the call, not its data: msprobe's PyTorch dumps mark each entry
+#: ``"is_recompute": false/true`` (activation recomputation).  They are not rows of a comparison.
+ENTRY_FLAG_FIELDS = frozenset({"is_recompute"})
+
 
 @dataclass(frozen=True)
 class TensorLeaf:
@@ -244,7 +248,8 @@ class Entry:
         Paths: ``input.<i>`` (positional inputs, and a backward entry's ``input``), ``kwargs.<key>``,
         ``output.<i>``, ``parameters.<name>``; nested containers append ``.<index>`` or ``.<key>``.
         In a parameters_grad entry a parameter with one gradient leaf has path ``<name>``, with several
-        ``<name>.<k>``.
+        ``<name>.<k>``.  Flags about the call rather than its data (:data:`ENTRY_FLAG_FIELDS`, e.g.
+        msprobe's ``is_recompute``) are kept in :attr:`fields` but are not leaves.
         """
         if self.is_parameters_grad:
             for key, node in self.fields:
@@ -254,7 +259,8 @@ class Entry:
                     yield from iter_leaves(node, key)
             return
         for key, node in self.fields:
-            yield from iter_leaves(node, _FIELD_PATH.get(key, key))
+            if key not in ENTRY_FLAG_FIELDS:
+                yield from iter_leaves(node, _FIELD_PATH.get(key, key))
 
 
 @dataclass(frozen=True)

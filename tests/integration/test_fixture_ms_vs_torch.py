@@ -222,11 +222,21 @@ def test_cli_with_the_short_flag_writes_both_names_and_the_mapping(tmp_path):
     assert "Cell.blocks.0.Dense.forward.0.input.0,Module.blocks.0.Linear.forward.0.input.0" in csv_text
 
 
-def test_cli_without_a_lowered_floor_says_too_few_matched(tmp_path, capsys):
-    # PyTorch's dump also holds the optimizer's Tensor calls: most of its rows have no MindSpore twin.
+def test_across_frameworks_the_matched_share_is_over_the_targets_rows(tmp_path, capsys):
+    # PyTorch's dump also holds the optimizer's Tensor calls: most of its rows have no MindSpore twin, so the
+    # floor (0.5) applies to A's rows. Of all rows only ~20% are matched; of A's rows over half are.
     code = main([str(MS), str(PT), "-o", str(tmp_path / "r")])
-    assert code == 3
     assert "name mapping" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "r" / "comparison.json").read_text())
+    rows = [r for u in doc["units"] for r in u["rows"]]
+    matched = sum(r["match_class"] == "matched" for r in rows)
+    a_rows = sum(r["match_class"] != "only_in_b" for r in rows)
+    assert matched / len(rows) < 0.5 <= matched / a_rows
+    assert code == 0 and doc["verdict"] == "pass"
+    # with a floor above A's share there is no verdict
+    code = main([str(MS), str(PT), "-o", str(tmp_path / "r2"), "--min-matched-share", f"{matched / a_rows + 0.01}"])
+    assert code == 3
+    assert "of A's rows were matched" in capsys.readouterr().out
 
 
 def test_cross_framework_with_nothing_mappable_exits_3_and_names_the_unpaired(tmp_path):

@@ -58,156 +58,28 @@ from typing import Any
 import numpy as np
 
 from msprobe_cmp.dump.schema import ValueLeaf
-from msprobe_cmp.errors import ConfigError, MissingFrameworkError
+from msprobe_cmp.errors import ConfigError
 from msprobe_cmp.recorder.adapters.mindspore import WRAPPED_MARK, _Patch
+from msprobe_cmp.recorder.adapters.torch_support import (
+    _FLOAT_DTYPES,
+    _HOST_ONLY_DTYPES,
+    API_FAMILIES,
+    FETCH_CHUNK,
+    MINDTORCH_API_INPUT_GRADS_KEY,
+    MINDTORCH_NO_API_INPUT_GRADS,
+    MINDTORCH_NO_INPUT_GRADS,
+    _as_models,
+    _ModuleBackward,
+    _ModuleState,
+    _no_views_for,
+    import_torch,
+)
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService
+from msprobe_cmp.recorder.service import ApiCall, RecorderService
 
 logger = logging.getLogger(__name__)
-
-#: (family prefix, target, api list file); target "Tensor" is the class, the others module paths.
-API_FAMILIES = (
-    ("Torch", "torch", "torch_torch.txt"),
-    ("Tensor", "Tensor", "torch_tensor.txt"),
-    ("Functional", "torch.nn.functional", "torch_functional.txt"),
-    ("Distributed", "torch.distributed", "torch_distributed.txt"),
-)
-
-#: APIs whose inputs are never replaced by views: they return views or cast, or write in place.
-#: Names ending in "_" (in-place) and "__i*__" are excluded as well.
-NO_VIEW_APIS = frozenset(
-    {
-        "__getitem__",
-        "__setitem__",
-        "view",
-        "view_as",
-        "reshape",
-        "reshape_as",
-        "transpose",
-        "swapaxes",
-        "swapdims",
-        "moveaxis",
-        "movedim",
-        "permute",
-        "squeeze",
-        "unsqueeze",
-        "flatten",
-        "unflatten",
-        "ravel",
-        "narrow",
-        "select",
-        "split",
-        "tensor_split",
-        "chunk",
-        "unbind",
-        "t",
-        "diagonal",
-        "broadcast_to",
-        "broadcast_tensors",
-        "expand",
-        "expand_as",
-        "contiguous",
-        "to",
-        "type_as",
-        "float",
-        "half",
-        "double",
-        "view_as_real",
-        "view_as_complex",
-        "real",
-        "ones_like",
-        "zeros_like",
-        "empty_like",
-        "full_like",
-        "rand_like",
-        "randn_like",
-        "randint_like",
-    }
-)
-_FLOAT_DTYPES = frozenset({"torch.float16", "torch.float32", "torch.float64", "torch.bfloat16"})
-_HOST_ONLY_DTYPES = frozenset({"torch.complex32", "torch.complex64", "torch.complex128"})
-#: At most this many statistics vectors are stacked into one device tensor before a host transfer.
-FETCH_CHUNK = 4096
-#: not_captured reasons of the mindtorch flavour.
-MINDTORCH_NO_INPUT_GRADS = (
-    "mindtorch has no full backward hooks: gradients w.r.t. module inputs (the backward entry's output) are "
-    "not captured"
-)
-MINDTORCH_API_INPUT_GRADS_KEY = "API backward output (mindtorch)"
-MINDTORCH_NO_API_INPUT_GRADS = (
-    "under mindtorch, gradients w.r.t. API inputs (API backward entries' output) are not captured: tensor hooks "
-    "on substitute inputs are not attempted there; only gradients w.r.t. API outputs are"
-)
-
-
-def import_torch(framework: str = "pytorch") -> Any:
-    """Import and return the ``torch`` module (for ``"mindtorch"``, ``import mindtorch`` first, which makes
-    ``import torch`` resolve to mindtorch).
-
-    Raises:
-        MissingFrameworkError: when torch (or mindtorch) is not installed.
-    """
-    if framework == "mindtorch":
-        try:
-            importlib.import_module("mindtorch")
-        except ImportError:
-            raise MissingFrameworkError("mindtorch") from None
-    try:
-        import torch
-    except ImportError:
-        raise MissingFrameworkError("torch") from None
-    return torch
-
-
-def _no_views_for(api: str) -> bool:
-    dunder = api.startswith("__") and api.endswith("__")
-    inplace = (api.endswith("_") and not dunder) or (dunder and api.startswith("__i") and api != "__invert__")
-    return api in NO_VIEW_APIS or inplace
-
-
-def _as_models(model: Any, module_type: type) -> tuple[tuple[Any, ...], bool]:
-    if model is None:
-        return (), False
-    if isinstance(model, (list, tuple)):
-        for i, m in enumerate(model):
-            if not isinstance(m, module_type):
-                raise ConfigError(f"start(model): model[{i}] is a {type(m).__name__}, not a torch.nn.Module")
-        return tuple(model), True
-    if not isinstance(model, module_type):
-        raise ConfigError(f"start(model): expected a torch.nn.Module or a list of them, got {type(model).__name__}")
-    return (model,), False
-
-
-class _ModuleBackward:
-    """One module call's backward bookkeeping: the gradient leaves collected so far.
-
-    Attributes:
-        call: the forward call (its index names the backward entry).
-        grad_outputs: leaves of the gradients w.r.t. the call's outputs (the entry's ``input``).
-        grad_inputs: leaves of the gradients w.r.t. its positional inputs (the entry's ``output``).
-        fired: whether any gradient arrived.
-    """
-
-    __slots__ = ("call", "grad_outputs", "grad_inputs", "fired")
-
-    def __init__(self, call: CellCall, n_inputs: int) -> None:
-        self.call = call
-        self.grad_outputs: list[Any] = []
-        self.grad_inputs: list[Any] = [None] * max(n_inputs, 1)
-        self.fired = False
-
-
-class _ModuleState:
-    """Per-module bookkeeping: open forward calls and calls whose backward is expected in this step."""
-
-    __slots__ = ("open_calls", "awaiting_backward")
-
-    def __init__(self) -> None:
-        self.open_calls: list[tuple[CellCall, _ModuleBackward | None]] = []
-        self.awaiting_backward: list[_ModuleBackward] = []
-
 
 class TorchAdapter:
     """Installs torch (or mindtorch) hooks that feed a :class:`RecorderService`.

@@ -30,7 +30,7 @@ from msprobe_cmp.comparator.rules_file import load_rules
 from msprobe_cmp.dump.reader import load_dump
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, MsprobeCmpError
-from msprobe_cmp.reports import render_csv, render_html, render_json, render_junit, render_markdown
+from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_json, render_junit, render_markdown
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -53,7 +53,7 @@ def _compare_parser() -> _Parser:
         prog="msprobe-cmp",
         usage="msprobe-cmp [-h] TARGET BASELINE [-o OUT] [--force] [--rules FILE] [--min-matched-share X] "
         "[--noise RERUN]\n"
-        "       [--cell-mapping FILE] [--api-mapping FILE]\n"
+        "       [--cell-mapping FILE] [--api-mapping FILE] [--absolute-paths]\n"
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
@@ -83,6 +83,9 @@ def _compare_parser() -> _Parser:
     p.add_argument("-am", "--api-mapping", type=Path, metavar="FILE",
                    help="MindSpore -> PyTorch API records (ms_api/pt_api, ms_args/pt_args, ms_output/pt_output; "
                    "msprobe's format); used across frameworks before the built-in API table")
+    p.add_argument("--absolute-paths", action="store_true",
+                   help="keep this machine's absolute paths in the reports (by default a dump given as an "
+                   "absolute path is shown by its last component, a relative one as typed)")
     p.add_argument("--version", action="version", version=f"msprobe-cmp {__version__}")
     return p
 
@@ -244,6 +247,8 @@ def _run_compare(argv: Sequence[str]) -> int:
         stages.start(f"comparing {len(dump_a.units)} unit(s) with {len(dump_b.units)}")
         comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise, progress=stages.unit,
                                                                 mapping=mapping))
+        if not args.absolute_paths:
+            comparison = relative_paths(comparison, [p for p in (args.target, args.baseline, args.noise) if p])
         stages.start(f"writing reports into {args.output}")
         files = write_reports(comparison, args.output)
     finally:

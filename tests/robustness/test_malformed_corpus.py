@@ -22,55 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from small_dump import ARRAYS, ENTRIES, RELU_OUT, Y
+from small_dump import write_dump as _write_dump
 
 from msprobe_cmp.cli import REPORT_FILES, main
-
-# ---------------------------------------------------------------------------------------------- the base pair
-
-X = np.arange(12, dtype=np.float32).reshape(3, 4) / 7.0
-W = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(4, 4)
-Y = X @ W
-ARRAYS = {
-    "Functional.matmul.0.forward.input.0": X,
-    "Functional.matmul.0.forward.input.1": W,
-    "Functional.matmul.0.forward.output.0": Y,
-    "Functional.relu.0.forward.input.0": Y,
-    "Functional.relu.0.forward.output.0": np.maximum(Y, 0),
-    "Functional.add.0.forward.input.0": X,
-    "Functional.add.0.forward.output.0": X + 1,
-}
-ENTRIES = ("Functional.matmul.0.forward", "Functional.relu.0.forward", "Functional.add.0.forward")
-
-
-def _leaf(name: str) -> dict:
-    a = ARRAYS[name].astype(np.float64)
-    return {
-        "type": "mindspore.Tensor", "dtype": "Float32", "shape": list(a.shape),
-        "Max": float(a.max()), "Min": float(a.min()), "Mean": float(a.mean()), "Norm": float(np.linalg.norm(a)),
-        "data_name": f"{name}.npy",
-    }
-
-
-def _dump_json() -> dict:
-    data = {}
-    for entry in ENTRIES:
-        inputs = sorted(k for k in ARRAYS if k.startswith(entry + ".input."))
-        outputs = sorted(k for k in ARRAYS if k.startswith(entry + ".output."))
-        data[entry] = {"input_args": [_leaf(k) for k in inputs], "input_kwargs": {},
-                       "output": [_leaf(k) for k in outputs]}
-    return {"task": "tensor", "level": "L1", "framework": "mindspore", "dump_data_dir": None, "data": data}
-
-
-def _write_dump(root: Path) -> Path:
-    rank = root / "step0" / "rank"
-    (rank / "dump_tensor_data").mkdir(parents=True)
-    (rank / "dump.json").write_text(json.dumps(_dump_json(), indent=1))
-    (rank / "stack.json").write_text(json.dumps({e: ["File train.py, line 1, in <module>, x = f()"] for e in ENTRIES}))
-    (rank / "construct.json").write_text(json.dumps({e: None for e in ENTRIES}))
-    for name, arr in ARRAYS.items():
-        np.save(rank / "dump_tensor_data" / f"{name}.npy", arr)
-    return rank
-
 
 # ------------------------------------------------------------------------------------------------ outcomes
 
@@ -156,9 +111,6 @@ def _npy(rel_name: str, fn: Callable[[Path], None]) -> Mutation:
     def mutate(rank: Path) -> None:
         fn(rank / "dump_tensor_data" / rel_name)
     return mutate
-
-
-RELU_OUT = "Functional.relu.0.forward.output.0.npy"
 
 
 def _truncate(path: Path) -> None:

@@ -1,0 +1,59 @@
+"""Issue 8: reports hold no absolute path of the comparing machine unless --absolute-paths asks for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from small_dump import RELU_OUT
+from small_dump import write_dump as _write_dump
+
+from msprobe_cmp.cli import REPORT_FILES, main
+from msprobe_cmp.reports.paths import display_names
+
+
+def _pair_with_a_missing_tensor_file(base: Path) -> None:
+    rank = _write_dump(base / "runs" / "fp16")
+    _write_dump(base / "runs" / "fp32")
+    (rank / "dump_tensor_data" / RELU_OUT).unlink()  # its note names the file
+
+
+def _report_texts(out: Path) -> dict[str, str]:
+    return {name: (out / name).read_text(encoding="utf-8") for name in REPORT_FILES}
+
+
+def test_absolute_roots_are_shown_by_their_last_component(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _pair_with_a_missing_tensor_file(tmp_path)
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "runs" / "fp16"), str(tmp_path / "runs" / "fp32"), "-o", str(out)]) == 0
+    texts = _report_texts(out)
+    for name, text in texts.items():
+        assert str(tmp_path) not in text, name
+    assert "fp16/step0/rank/dump_tensor_data/" + RELU_OUT in texts["comparison.json"]
+
+
+def test_absolute_paths_option_keeps_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _pair_with_a_missing_tensor_file(tmp_path)
+    out = tmp_path / "out"
+    args = [str(tmp_path / "runs" / "fp16"), str(tmp_path / "runs" / "fp32"), "-o", str(out), "--absolute-paths"]
+    assert main(args) == 0
+    missing = str(tmp_path / "runs" / "fp16" / "step0" / "rank" / "dump_tensor_data" / RELU_OUT)
+    assert missing in _report_texts(out)["comparison.json"]
+
+
+def test_relative_roots_are_shown_as_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    _pair_with_a_missing_tensor_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs/fp16", "runs/fp32", "-o", "out"]) == 0
+    texts = _report_texts(tmp_path / "out")
+    assert all(str(tmp_path) not in t for t in texts.values())
+    assert "runs/fp16/step0/rank/dump_tensor_data/" + RELU_OUT in texts["comparison.json"]
+
+
+def test_display_names_prefer_the_longest_root_and_never_rewrite_the_file_system_root(tmp_path: Path) -> None:
+    names = display_names([tmp_path / "a", tmp_path / "a" / "inner", Path("/")])
+    keys = list(names)
+    assert keys.index(str(tmp_path / "a" / "inner")) < keys.index(str(tmp_path / "a"))
+    assert names[str(tmp_path / "a" / "inner")] == "inner"
+    assert "/" not in names

@@ -22,14 +22,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from msprobe_cmp import __version__
 from msprobe_cmp.comparator import CompareOptions, Comparison, compare
 from msprobe_cmp.comparator.mapping import NameMapping, load_api_mapping, load_cell_mapping
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
-from msprobe_cmp.dump.reader import load_dump
+from msprobe_cmp.dump.reader import load_dump, register_tensor_loader, tensor_loader_for
 from msprobe_cmp.dump.writer import write_bytes_atomic
-from msprobe_cmp.errors import ConfigError, MsprobeCmpError
+from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
 from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_json, render_junit, render_markdown
 
 EXIT_OK = 0
@@ -229,8 +231,25 @@ class _Stages:
         self._bar.close()
 
 
+def _load_pt_tensor(path: Path) -> np.ndarray:
+    """Read one ``.pt`` tensor file of msprobe's PyTorch tensor-mode dumps (torch is imported on first use).
+
+    Raises:
+        DumpFormatError: the file cannot be read, or torch is not installed (the row then falls back to
+            its statistics, with a note saying why).
+    """
+    from msprobe_cmp.recorder.adapters.torch_files import load_pt_tensor
+
+    try:
+        return load_pt_tensor(path)
+    except MissingFrameworkError as exc:
+        raise DumpFormatError(path, None, f"reading .pt tensor files needs torch: {exc}") from None
+
+
 def _run_compare(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(list(argv))
+    if tensor_loader_for(".pt") is None:
+        register_tensor_loader(".pt", _load_pt_tensor)
     _check_outputs(args.output, args.force)
     rules = _rules_from_args(args)  # validate options before reading dumps
     mapping = _mapping_from_args(args)

@@ -5,4 +5,6 @@ from msprobe_cmp.reports.html import render_html
 from msprobe_cmp.reports.paths import relative_paths
 from msprobe_cmp.reports.tables import load_json_schema, render_csv, render_json, render_junit, render_markdown
 
-__all__ = ["load_json_schema", "relative_paths", "render_csv", "render_html", "render_json", "render_junit", "render_markdown"]
+__all__ = [
+    "load_json_schema", "relative_paths", "render_csv", "render_html", "render_json", "render_junit", "render_markdown",
+]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from small_dump import ARRAYS, dump_json, write_dump
 
 from msprobe_cmp.cli import main
-from small_dump import ARRAYS, dump_json, write_dump
 
 
 def _write_pt_dump(root: Path, scale: float) -> None:

@@ -284,6 +284,11 @@ def test_mindtorch_recording_matches_pytorch_by_name(recorded, mindtorch_dump, t
     # mindtorch recorded no backward entry and no parameter gradient (not even a placeholder): every one PyTorch
     # recorded is a row of PyTorch's only
     assert not [n for n in raw_mt if _is_backward_side(n)]
+    # ... and its header says so, and why
+    header = json.loads((mindtorch_dump / "step0" / "rank" / "dump.json").read_text())
+    reasons = {item["what"]: item["reason"] for item in header["not_captured"]}
+    assert "Tensor.backward()" in reasons.get("backward (mindtorch)", ""), reasons
+    assert any("backward (mindtorch)" in n for n in c.notes), c.notes
     backward_rows = [r for r in rows if _is_backward_side(r.entry_name)]
     expected_missing = {
         f"{name}.{path}" for name in raw_pt if _is_backward_side(name) for path in _raw_leaves(raw_pt[name])

@@ -66,7 +66,9 @@ from msprobe_cmp.recorder.adapters.torch_support import (
     API_FAMILIES,
     FETCH_CHUNK,
     MINDTORCH_API_INPUT_GRADS_KEY,
+    MINDTORCH_BACKWARD_KEY,
     MINDTORCH_NO_API_INPUT_GRADS,
+    MINDTORCH_NO_BACKWARD,
     MINDTORCH_NO_INPUT_GRADS,
     _as_models,
     _ModuleBackward,
@@ -97,6 +99,8 @@ class TorchAdapter:
         torch = import_torch(framework)
         self._torch = torch
         self._mindtorch = framework == "mindtorch"
+        # mindtorch: whether a gradient context was seen while recording this step (see stop()).
+        self._mindtorch_grad_seen = False
         self._tensor_type = torch.Tensor
         self._module_type = torch.nn.Module
         self._dtype_type = type(torch.float32)
@@ -197,6 +201,9 @@ class TorchAdapter:
 
     def stop(self) -> None:
         """Switch recording off and flush the step's files so far."""
+        if self._mindtorch and self.service.is_on and not self._mindtorch_grad_seen:
+            # Say why a mindtorch step has no backward at all, instead of leaving it silently absent.
+            self.service.note_not_captured(MINDTORCH_BACKWARD_KEY, MINDTORCH_NO_BACKWARD)
         self.service.end()
 
     def step(self) -> None:
@@ -211,6 +218,7 @@ class TorchAdapter:
                         "the module ran with gradients enabled but no gradient reached its outputs in this step",
                     )
         svc.advance_step()
+        self._mindtorch_grad_seen = False
         for state in self._states:
             state.open_calls.clear()
             state.awaiting_backward.clear()
@@ -223,7 +231,7 @@ class TorchAdapter:
         if self._closed:
             return
         self._closed = True
-        self.service.end()
+        self.service.end(closing=True)
         self._remove_model_hooks()
         for patch in reversed(self._patches):
             try:
@@ -311,7 +319,10 @@ class TorchAdapter:
 
     def _grad_enabled(self) -> bool:
         if self._ms_requires_grad is not None:
-            return self._ms_requires_grad()
+            enabled = bool(self._ms_requires_grad())
+            if enabled and self.service.is_on:
+                self._mindtorch_grad_seen = True
+            return enabled
         return bool(self._torch.is_grad_enabled())
 
     def _wants_grad(self, value: object) -> bool:

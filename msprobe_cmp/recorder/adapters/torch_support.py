@@ -78,6 +78,12 @@ MINDTORCH_NO_INPUT_GRADS = (
     "mindtorch has no full backward hooks: gradients w.r.t. module inputs (the backward entry's output) are "
     "not captured"
 )
+MINDTORCH_BACKWARD_KEY = "backward (mindtorch)"
+MINDTORCH_NO_BACKWARD = (
+    "no gradient was computed inside a gradient context during this step: mindtorch's Tensor.backward() computes "
+    "no gradients on CPU (mindnlp 0.5.1 on MindSpore 2.7), so backward and parameters_grad entries are recorded "
+    "only when the step runs inside mindtorch.autograd.value_and_grad"
+)
 MINDTORCH_API_INPUT_GRADS_KEY = "API backward output (mindtorch)"
 MINDTORCH_NO_API_INPUT_GRADS = (
     "under mindtorch, gradients w.r.t. API inputs (API backward entries' output) are not captured: tensor hooks "

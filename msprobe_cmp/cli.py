@@ -29,7 +29,7 @@ from msprobe_cmp.comparator import CompareOptions, Comparison, compare
 from msprobe_cmp.comparator.mapping import NameMapping, load_api_mapping, load_cell_mapping
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
-from msprobe_cmp.dump.reader import load_dump, register_tensor_loader, tensor_loader_for
+from msprobe_cmp.dump.reader import load_dump, register_tensor_loader, tensor_loader_for, unregister_tensor_loader
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
 from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_json, render_junit, render_markdown
@@ -247,9 +247,18 @@ def _load_pt_tensor(path: Path) -> np.ndarray:
 
 
 def _run_compare(argv: Sequence[str]) -> int:
+    # .pt tensor files (msprobe's PyTorch dumps) are readable during this command only: main() leaves no state.
+    if tensor_loader_for(".pt") is not None:
+        return _compare(argv)
+    register_tensor_loader(".pt", _load_pt_tensor)
+    try:
+        return _compare(argv)
+    finally:
+        unregister_tensor_loader(".pt")
+
+
+def _compare(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(list(argv))
-    if tensor_loader_for(".pt") is None:
-        register_tensor_loader(".pt", _load_pt_tensor)
     _check_outputs(args.output, args.force)
     rules = _rules_from_args(args)  # validate options before reading dumps
     mapping = _mapping_from_args(args)

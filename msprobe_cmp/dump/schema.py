@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Union
 
 #: Format version our writer stamps into dump.json as ``msprobe_cmp_format`` (msprobe ignores the key).
@@ -84,7 +85,7 @@ class TensorLeaf:
             n *= d
         return n
 
-    @property
+    @cached_property
     def nonfinite_counts(self) -> tuple[int, int, int] | None:
         """``(NaN, +Inf, -Inf)`` counts when the recorder wrote them (:data:`NONFINITE_COUNT_KEYS`), else None.
 

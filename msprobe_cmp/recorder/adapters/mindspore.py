@@ -48,16 +48,15 @@ from typing import Any
 import numpy as np
 
 from msprobe_cmp.dump.schema import ValueLeaf
-from msprobe_cmp.errors import ConfigError, MissingFrameworkError
+from msprobe_cmp.errors import MissingFrameworkError
+from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_stacked, writes_in_place
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService
+from msprobe_cmp.recorder.service import ApiCall, CellCall
 
 logger = logging.getLogger(__name__)
 
-#: Marks our wrappers (functions and Primitive subclasses) so a second recorder refuses to stack.
-WRAPPED_MARK = "__msprobe_cmp_wrapped__"
 
 #: (family prefix, target, api list file); target "Tensor" is the class, the others module paths.
 API_FAMILIES = (
@@ -141,8 +140,6 @@ NO_COPY_PRIMITIVES = frozenset(
 _FLOAT_DTYPES = frozenset({"Float16", "Float32", "Float64", "BFloat16"})
 #: Dtypes whose statistics are always fetched synchronously (abs() of complex values stays on the host).
 _HOST_ONLY_DTYPES = frozenset({"Complex64", "Complex128"})
-#: At most this many statistics vectors are stacked into one device tensor before a host transfer.
-FETCH_CHUNK = 4096
 
 
 class _DeviceStats:
@@ -196,45 +193,7 @@ def import_mindspore() -> Any:
 
 
 def _copies_inputs(api: str) -> bool:
-    dunder = api.startswith("__") and api.endswith("__")
-    inplace = (api.endswith("_") and not dunder) or (dunder and api.startswith("__i") and api != "__invert__")
-    return not (api in NO_COPY_APIS or inplace)
-
-
-def _as_models(model: Any, cell_type: type) -> tuple[tuple[Any, ...], bool]:
-    if model is None:
-        return (), False
-    if isinstance(model, (list, tuple)):
-        for i, m in enumerate(model):
-            if not isinstance(m, cell_type):
-                raise ConfigError(f"start(model): model[{i}] is a {type(m).__name__}, not a mindspore.nn.Cell")
-        return tuple(model), True
-    if not isinstance(model, cell_type):
-        raise ConfigError(f"start(model): expected a mindspore.nn.Cell or a list of them, got {type(model).__name__}")
-    return (model,), False
-
-
-class _Patch:
-    """One replaced attribute (a module function or a Tensor method) and how to put it back."""
-
-    __slots__ = ("owner", "name", "original", "had_own", "wrapper")
-
-    def __init__(self, owner: Any, name: str, original: Any, had_own: bool, wrapper: Any) -> None:
-        self.owner = owner
-        self.name = name
-        self.original = original
-        self.had_own = had_own
-        self.wrapper = wrapper
-
-    def restore(self) -> None:
-        current = getattr(self.owner, self.name, None)
-        if current is not self.wrapper:
-            logger.warning("msprobe-cmp: %s.%s was replaced by someone else; leaving it", self.owner, self.name)
-            return
-        if self.had_own:
-            setattr(self.owner, self.name, self.original)
-        else:
-            delattr(self.owner, self.name)
+    return not (api in NO_COPY_APIS or writes_in_place(api))
 
 
 class _CellState:
@@ -247,7 +206,7 @@ class _CellState:
         self.awaiting_backward: list[CellCall] = []
 
 
-class MindSporeAdapter:
+class MindSporeAdapter(AdapterBase):
     """Installs MindSpore hooks that feed a :class:`RecorderService`.
 
     Args:
@@ -256,6 +215,14 @@ class MindSporeAdapter:
     Raises:
         MissingFrameworkError: when mindspore is not installed.
     """
+
+    _logger = logger
+    _MODEL_KIND = "mindspore.nn.Cell"
+    _PARTS = "cells"
+    _UNFIRED_BACKWARD = (
+        "the cell ran with gradients enabled but its backward hook never fired "
+        "(no gradient reached its outputs, or MindSpore did not call the hook)"
+    )
 
     def __init__(self, config: RecordConfig) -> None:
         ms = import_mindspore()
@@ -270,6 +237,7 @@ class MindSporeAdapter:
         self._no_grad = _no_grad
         self._executor = _pynative_executor
         self._tensor_type = ms.Tensor
+        self._model_type = ms.nn.Cell
         self._dtype_type = ms.dtype.Type
         self._bfloat16 = ms.bfloat16
         self._float32 = ms.float32
@@ -280,154 +248,14 @@ class MindSporeAdapter:
         self._async = config.async_dump
         self._device_stats = _DeviceStats(ms) if config.async_dump else None
         self._save_tensors = config.saves_tensors
-        self.service = RecorderService(
-            config, framework="mindspore", rank=self._detect_rank(), convert=self._convert, fetcher=self
-        )
-        self._patches: list[_Patch] = []
         self._prims: list[tuple[Any, type]] = []
-        self._handles: list[Any] = []
-        self._cell_states: list[_CellState] = []
-        self._models: tuple[Any, ...] = ()
-        self._apis_installed = False
-        self._closed = False
-        self._warned_save = False
-        if config.ranks and self.service.rank is None:
-            logger.warning(
-                "msprobe-cmp: %s: rank %s is set but this run is not distributed; recording as 'rank'",
-                config.source,
-                list(config.ranks),
-            )
-        # API wrappers go in now, so names bound after the debugger is built (``from mindspore.ops
-        # import relu``) are wrapped too; the switch (start/stop) decides what is recorded.
-        if self.service.tracks_apis:
-            self._install_apis()
+        super().__init__(config, framework="mindspore", cell_prefix="Cell")
 
-    # ----------------------------------------------------------------- lifecycle
+    # ----------------------------------------------------------------- lifecycle hooks
 
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran (everything removed)."""
-        return self._closed
-
-    def start(self, model: Any = None) -> None:
-        """Install hooks (once per model) and switch recording on if the current step is selected.
-
-        Raises:
-            ConfigError: when ``model`` is not a Cell (or list of Cells), when L0/mix get no model, or when
-                another recorder's wrappers are installed.
-        """
-        if self._closed:
-            return
-        svc = self.service
-        if svc.finished():
-            self.close()
-            return
-        models, is_list = _as_models(model, self._ms.nn.Cell)
-        if svc.tracks_cells and not models:
-            raise ConfigError(f"start(model): level {svc.config.level} records cells and needs the model")
-        if not svc.step_selected():
-            return
-        if svc.tracks_apis and not self._apis_installed:
-            self._install_apis()
-        if models and (
-            len(models) != len(self._models) or any(a is not b for a, b in zip(models, self._models, strict=True))
-        ):
-            self._remove_model_hooks()
-            self._install_model(models, is_list)
-        svc.begin()
-
-    def stop(self) -> None:
-        """Switch recording off and flush the step's files so far."""
-        self.service.end()
-
-    def step(self) -> None:
-        """Flush and close the current step, advance to the next; remove everything after the last step."""
-        svc = self.service
-        for state in self._cell_states:
-            for call in state.awaiting_backward:
-                if call.recorded and call.step == svc.current_step:
-                    svc.note_not_captured(
-                        call.forward_name.replace(".forward.", ".backward."),
-                        "the cell ran with gradients enabled but its backward hook never fired "
-                        "(no gradient reached its outputs, or MindSpore did not call the hook)",
-                    )
-        svc.advance_step()
-        for state in self._cell_states:
-            state.open_calls.clear()
-            state.awaiting_backward.clear()
-        if self.service.finished():
-            logger.info("msprobe-cmp: last selected step recorded; hooks removed")
-            self.close()
-
-    def close(self) -> None:
-        """Flush, then remove every hook, wrapper and class swap; calling it again does nothing."""
-        if self._closed:
-            return
-        self._closed = True
-        self.service.end(closing=True)
-        self._remove_model_hooks()
-        for patch in reversed(self._patches):
-            try:
-                patch.restore()
-            except Exception as exc:  # keep restoring the rest
-                logger.warning("msprobe-cmp: could not restore %s: %r", patch.name, exc)
-        self._patches.clear()
-        self._apis_installed = False
-
-    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
-        """Debug level: record ``variable`` as ``<name>.<n>`` and, in a gradient context, its gradients as
-        ``<name>_grad.<n>`` in ``step<N>/rank<R>/debug.json``.
-
-        Does nothing (one warning) at other levels, and nothing for steps the config does not select.
-        """
-        svc = self.service
-        if self._closed or svc.finished() or not svc.step_selected():
-            return
-        if svc.config.level != "debug":
-            if not self._warned_save:
-                self._warned_save = True
-                logger.warning("msprobe-cmp: save() records only at level debug (this run: %s)", svc.config.level)
-            return
-        if not isinstance(name, str) or not name:
-            logger.warning("msprobe-cmp: save(): name must be a non-empty string, got %r; not recorded", name)
-            return
-        key = f"save.{name}"
-        names = svc.run_guarded(key, lambda: svc.debug_save(name, variable))
-        if names is None or not save_backward or not self._grad_enabled():
-            return
-        grad_entry = names[1]
-
-        def hook_all() -> None:
-            hooked: list[tuple[tuple[Any, ...], Any]] = []
-            skeleton = self._grad_skeleton(variable, (), hooked, 0)
-            if not hooked:
-                return
-            svc.debug_expect_grad(grad_entry, skeleton)
-            for position, tensor in hooked:
-                tensor.register_hook(self._debug_grad_hook(f"{key}.backward", grad_entry, position))
-
-        svc.run_guarded(f"{key}.backward", hook_all)
-
-    def _grad_skeleton(self, value: Any, position: tuple[Any, ...], out: list[Any], depth: int) -> Any:
-        if self._is_float_tensor(value):
-            out.append((position, value))
-            return None
-        if depth >= 10:
-            return None
-        if isinstance(value, (list, tuple)):
-            return [self._grad_skeleton(v, (*position, i), out, depth + 1) for i, v in enumerate(value)]
-        if isinstance(value, dict):
-            return {str(k): self._grad_skeleton(v, (*position, str(k)), out, depth + 1) for k, v in value.items()}
-        return None
-
-    def _debug_grad_hook(self, key: str, grad_entry: str, position: tuple[Any, ...]) -> Callable[[Any], None]:
-        svc = self.service
-
-        def hook(grad: Any) -> None:
-            svc.run_guarded(key, lambda: svc.debug_grad(grad_entry, position, grad))
-            return None
-
-        return hook
+    def _unfired_call(self, pending: CellCall) -> CellCall | None:
+        # a cell's backward hook pops its call, so what is still awaiting never got one
+        return pending if pending.recorded else None
 
     # ----------------------------------------------------------------- conversion
 
@@ -444,6 +272,9 @@ class MindSporeAdapter:
 
     def _is_float_tensor(self, value: object) -> bool:
         return isinstance(value, self._tensor_type) and str(value.dtype) in _FLOAT_DTYPES
+
+    def _wants_grad(self, value: object) -> bool:
+        return self._is_float_tensor(value)
 
     def _convert(self, value: object) -> HostTensor | DeferredTensor | ValueLeaf | None:
         """Framework object → host value (called by the collector, inside the service's collecting guard)."""
@@ -478,15 +309,11 @@ class MindSporeAdapter:
 
     def fetch_stats(self, vectors: Sequence[Any]) -> Any:
         """Deferred statistics vectors → one float64 numpy array ``[len(vectors), 7]`` (one transfer per
-        :data:`FETCH_CHUNK` vectors: they are stacked on the device first)."""
+        :data:`~msprobe_cmp.recorder.adapters.base.FETCH_CHUNK` vectors: they are stacked on the device first)."""
         stats = self._device_stats
-        if stats is None or not vectors:
+        if stats is None:  # nothing is deferred without async_dump
             return np.zeros((0, len(DEVICE_STAT_FIELDS)), np.float64)
-        parts = []
-        with self._no_grad():
-            for start in range(0, len(vectors), FETCH_CHUNK):
-                parts.append(stats.stack(list(vectors[start : start + FETCH_CHUNK])).asnumpy())
-        return np.concatenate(parts).astype(np.float64, copy=False)
+        return fetch_stacked(vectors, lambda chunk: stats.stack(chunk).asnumpy(), self._no_grad)
 
     def fetch_copy(self, copy: Any) -> Any:
         """A deferred device copy (tensor task) → its numpy array."""
@@ -511,16 +338,7 @@ class MindSporeAdapter:
                 original = getattr(owner, name, None)
                 if original is None or isinstance(original, type) or not callable(original):
                     continue
-                if getattr(original, WRAPPED_MARK, False):
-                    self.close()
-                    raise ConfigError(
-                        f"PrecisionDebugger(): {target}.{name} is already wrapped by another PrecisionDebugger; "
-                        "close() it first"
-                    )
-                had_own = name in vars(owner)
-                wrapper = self._make_api_wrapper(family, name, original, _copies_inputs(name))
-                setattr(owner, name, wrapper)
-                self._patches.append(_Patch(owner, name, original, had_own, wrapper))
+                self._wrap_api(owner, target, family, name, original, _copies_inputs(name))
         self._install_jit()
         self._apis_installed = True
 
@@ -532,15 +350,8 @@ class MindSporeAdapter:
         original = vars(executor).get("__call__")
         if original is None:
             return
-        if getattr(original, WRAPPED_MARK, False):
-            self.close()
-            raise ConfigError(
-                "PrecisionDebugger(): the jit executor is already wrapped by another PrecisionDebugger; "
-                "close() it first"
-            )
-        wrapper = self._make_jit_call(original)
-        executor.__call__ = wrapper
-        self._patches.append(_Patch(executor, "__call__", original, True, wrapper))
+        self._refuse_if_wrapped(original, "the jit executor")
+        self._replace(executor, "__call__", original, self._make_jit_call(original))
 
     def _make_jit_call(self, original: Callable[..., Any]) -> Any:
         svc = self.service
@@ -573,69 +384,25 @@ class MindSporeAdapter:
         setattr(__call__, WRAPPED_MARK, True)
         return __call__
 
-    def _make_api_wrapper(self, family: str, api: str, original: Callable[..., Any], copy_inputs: bool) -> Any:
+    def _substitute_inputs(
+        self, family: str, api: str, call: ApiCall, args: Sequence[Any], copy_inputs: bool
+    ) -> tuple[Any, ...]:
+        if not copy_inputs:
+            return tuple(args)
         svc = self.service
-        key = f"{family}.{api}"
-        before = self._api_before
-        after = self._api_after
+        replaced = list(args)
+        for i, arg in enumerate(args):
+            if self._is_float_tensor(arg):
+                with svc.collecting():
+                    copy = self._identity(arg)
+                copy.register_hook(self._grad_hook(f"{family}.{api}", call, "output", i))
+                replaced[i] = copy
+        return tuple(replaced)
 
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not svc.api_active() or svc.is_disabled(key):
-                return original(*args, **kwargs)
-            prepared = svc.run_guarded(key, lambda: before(family, api, args, kwargs, copy_inputs))
-            call_args = args if prepared is None else prepared[1]
-            with svc.inside_api():
-                out = original(*call_args, **kwargs)
-            if prepared is not None:
-                call = prepared[0]
-                svc.run_guarded(key, lambda: after(key, call, out))
-            return out
-
-        setattr(wrapper, WRAPPED_MARK, True)
-        return wrapper
-
-    def _api_before(
-        self, family: str, api: str, args: Sequence[Any], kwargs: dict[str, Any], copy_inputs: bool
-    ) -> tuple[ApiCall, tuple[Any, ...]]:
-        svc = self.service
-        call = svc.begin_api(family, api, args, kwargs)
-        call_args = tuple(args)
-        if call.record_backward and self._grad_enabled():
-            call.grad_outputs = [None] * len(args)
-            if copy_inputs:
-                replaced = list(args)
-                for i, arg in enumerate(args):
-                    if self._is_float_tensor(arg):
-                        with svc.collecting():
-                            copy = self._identity(arg)
-                        copy.register_hook(self._grad_hook(f"{family}.{api}", call, "output", i))
-                        replaced[i] = copy
-                call_args = tuple(replaced)
-        else:
-            call.record_backward = False
-        return call, call_args
-
-    def _api_after(self, key: str, call: ApiCall, out: Any) -> None:
-        svc = self.service
-        svc.end_api(call, out)
-        if not call.record_backward:
-            return
-        outputs = out if isinstance(out, (tuple, list)) else (out,)
-        call.grad_inputs = [None] * len(outputs)
+    def _hook_api_outputs(self, key: str, call: ApiCall, outputs: Sequence[Any]) -> None:
         for i, value in enumerate(outputs):
             if self._is_float_tensor(value):
                 value.register_hook(self._grad_hook(key, call, "input", i))
-
-    def _grad_hook(self, key: str, call: ApiCall, field: str, position: int) -> Callable[[Any], None]:
-        svc = self.service
-        hook_key = f"{key}.backward"
-
-        def hook(grad: Any) -> None:
-            svc.run_guarded(hook_key, lambda: svc.api_grad(call, field, position, grad))
-            return None
-
-        return hook
 
     # ----------------------------------------------------------------- model: cells, parameters, primitives
 
@@ -652,22 +419,15 @@ class MindSporeAdapter:
                 self._hook_cell(cell, path, type(cell).__name__, mi)
 
     def _remove_model_hooks(self) -> None:
-        for handle in self._handles:
-            try:
-                handle.remove()
-            except Exception as exc:  # keep removing the rest
-                logger.warning("msprobe-cmp: could not remove a hook: %r", exc)
-        self._handles.clear()
+        super()._remove_model_hooks()
         for prim, original_cls in self._prims:
             prim.__class__ = original_cls
         self._prims.clear()
-        self._cell_states.clear()
-        self._models = ()
 
     def _hook_cell(self, cell: Any, path: str, cls: str, mi: int | None) -> None:
         svc = self.service
         state = _CellState()
-        self._cell_states.append(state)
+        self._states.append(state)
         key = f"Cell.{path}"
         params = [(name, p) for name, p in cell.parameters_and_names(expand=False)]
         grad_params = [name for name, p in params if p.requires_grad]
@@ -715,16 +475,6 @@ class MindSporeAdapter:
         for name, param in params:
             if name in grad_params:
                 self._handles.append(param.register_hook(self._param_hook(path, cls, mi, name)))
-
-    def _param_hook(self, path: str, cls: str, mi: int | None, name: str) -> Callable[[Any], None]:
-        svc = self.service
-        key = f"Cell.{path}.parameters_grad"
-
-        def hook(grad: Any) -> None:
-            svc.run_guarded(key, lambda: svc.parameter_grad(path, cls, mi, name, grad))
-            return None
-
-        return hook
 
     def _swap_primitives(self, cell: Any) -> None:
         primitive_type = self._ms.ops.Primitive

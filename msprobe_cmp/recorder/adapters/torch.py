@@ -58,32 +58,30 @@ from typing import Any
 import numpy as np
 
 from msprobe_cmp.dump.schema import ValueLeaf
-from msprobe_cmp.errors import ConfigError
-from msprobe_cmp.recorder.adapters.mindspore import WRAPPED_MARK, _Patch
+from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_stacked
 from msprobe_cmp.recorder.adapters.torch_support import (
     _FLOAT_DTYPES,
     _HOST_ONLY_DTYPES,
     API_FAMILIES,
-    FETCH_CHUNK,
     MINDTORCH_API_INPUT_GRADS_KEY,
     MINDTORCH_BACKWARD_KEY,
     MINDTORCH_NO_API_INPUT_GRADS,
     MINDTORCH_NO_BACKWARD,
     MINDTORCH_NO_INPUT_GRADS,
-    _as_models,
     _ModuleBackward,
     _ModuleState,
     _no_views_for,
     import_torch,
 )
 from msprobe_cmp.recorder.api_lists import load_api_names
-from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
+from msprobe_cmp.recorder.collector import DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, RecorderService
+from msprobe_cmp.recorder.service import ApiCall, CellCall
 
 logger = logging.getLogger(__name__)
 
-class TorchAdapter:
+
+class TorchAdapter(AdapterBase):
     """Installs torch (or mindtorch) hooks that feed a :class:`RecorderService`.
 
     Args:
@@ -95,6 +93,11 @@ class TorchAdapter:
         ConfigError: when another recorder's wrappers are installed.
     """
 
+    _logger = logger
+    _MODEL_KIND = "torch.nn.Module"
+    _PARTS = "modules"
+    _UNFIRED_BACKWARD = "the module ran with gradients enabled but no gradient reached its outputs in this step"
+
     def __init__(self, config: RecordConfig, framework: str = "pytorch") -> None:
         torch = import_torch(framework)
         self._torch = torch
@@ -102,7 +105,7 @@ class TorchAdapter:
         # mindtorch: whether a gradient context was seen while recording this step (see stop()).
         self._mindtorch_grad_seen = False
         self._tensor_type = torch.Tensor
-        self._module_type = torch.nn.Module
+        self._model_type = torch.nn.Module
         self._dtype_type = type(torch.float32)
         # Originals captured before anything is wrapped: the recorder's own operations.
         self._view_as = getattr(getattr(torch, "_C", None), "TensorBase", torch.Tensor).view_as
@@ -112,31 +115,12 @@ class TorchAdapter:
             self._setup_mindtorch()
         self._async = config.async_dump and not self._mindtorch
         self._save_tensors = config.saves_tensors
-        self.service = RecorderService(
-            config,
-            framework=framework,
-            rank=self._detect_rank(),
-            convert=self._convert,
-            cell_prefix="Module",
-            fetcher=self,
-        )
+        super().__init__(config, framework=framework, cell_prefix="Module")
+
+    def _warn_config(self, config: RecordConfig) -> None:
         if config.async_dump and self._mindtorch:
             logger.warning("msprobe-cmp: async_dump is not supported under mindtorch; statistics are synchronous")
-        self._patches: list[_Patch] = []
-        self._handles: list[Any] = []
-        self._states: list[_ModuleState] = []
-        self._models: tuple[Any, ...] = ()
-        self._apis_installed = False
-        self._closed = False
-        self._warned_save = False
-        if config.ranks and self.service.rank is None:
-            logger.warning(
-                "msprobe-cmp: %s: rank %s is set but this run is not distributed; recording as 'rank'",
-                config.source,
-                list(config.ranks),
-            )
-        if self.service.tracks_apis:
-            self._install_apis()
+        super()._warn_config(config)
 
     def _setup_mindtorch(self) -> None:
         # mindtorch's tensors are MindSpore tensors; its Tensor.register_hook is broken (it forwards to a
@@ -167,135 +151,19 @@ class TorchAdapter:
 
     # ----------------------------------------------------------------- lifecycle
 
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran (everything removed)."""
-        return self._closed
-
-    def start(self, model: Any = None) -> None:
-        """Install hooks (once per model) and switch recording on if the current step is selected.
-
-        Raises:
-            ConfigError: when ``model`` is not a ``torch.nn.Module`` (or a list of them), when L0/mix get
-                no model, or when another recorder's wrappers are installed.
-        """
-        if self._closed:
-            return
-        svc = self.service
-        if svc.finished():
-            self.close()
-            return
-        models, is_list = _as_models(model, self._module_type)
-        if svc.tracks_cells and not models:
-            raise ConfigError(f"start(model): level {svc.config.level} records modules and needs the model")
-        if not svc.step_selected():
-            return
-        if svc.tracks_apis and not self._apis_installed:
-            self._install_apis()
-        if models and (
-            len(models) != len(self._models) or any(a is not b for a, b in zip(models, self._models, strict=True))
-        ):
-            self._remove_model_hooks()
-            self._install_model(models, is_list)
-        svc.begin()
-
     def stop(self) -> None:
         """Switch recording off and flush the step's files so far."""
         if self._mindtorch and self.service.is_on and not self._mindtorch_grad_seen:
             # Say why a mindtorch step has no backward at all, instead of leaving it silently absent.
             self.service.note_not_captured(MINDTORCH_BACKWARD_KEY, MINDTORCH_NO_BACKWARD)
-        self.service.end()
+        super().stop()
 
-    def step(self) -> None:
-        """Flush and close the current step, advance to the next; remove everything after the last step."""
-        svc = self.service
-        for state in self._states:
-            for backward in state.awaiting_backward:
-                call = backward.call
-                if not backward.fired and call.step == svc.current_step:
-                    svc.note_not_captured(
-                        call.forward_name.replace(".forward.", ".backward."),
-                        "the module ran with gradients enabled but no gradient reached its outputs in this step",
-                    )
-        svc.advance_step()
+    def _unfired_call(self, pending: _ModuleBackward) -> CellCall | None:
+        return None if pending.fired else pending.call
+
+    def _reset_step(self) -> None:
         self._mindtorch_grad_seen = False
-        for state in self._states:
-            state.open_calls.clear()
-            state.awaiting_backward.clear()
-        if svc.finished():
-            logger.info("msprobe-cmp: last selected step recorded; hooks removed")
-            self.close()
-
-    def close(self) -> None:
-        """Flush, then remove every hook and wrapper; calling it again does nothing."""
-        if self._closed:
-            return
-        self._closed = True
-        self.service.end(closing=True)
-        self._remove_model_hooks()
-        for patch in reversed(self._patches):
-            try:
-                patch.restore()
-            except Exception as exc:  # keep restoring the rest
-                logger.warning("msprobe-cmp: could not restore %s: %r", patch.name, exc)
-        self._patches.clear()
-        self._apis_installed = False
-
-    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
-        """Debug level: record ``variable`` as ``<name>.<n>`` and, when gradients flow, its gradients as
-        ``<name>_grad.<n>`` in ``step<N>/rank<R>/debug.json``.
-
-        Does nothing (one warning) at other levels, and nothing for steps the config does not select.
-        """
-        svc = self.service
-        if self._closed or svc.finished() or not svc.step_selected():
-            return
-        if svc.config.level != "debug":
-            if not self._warned_save:
-                self._warned_save = True
-                logger.warning("msprobe-cmp: save() records only at level debug (this run: %s)", svc.config.level)
-            return
-        if not isinstance(name, str) or not name:
-            logger.warning("msprobe-cmp: save(): name must be a non-empty string, got %r; not recorded", name)
-            return
-        key = f"save.{name}"
-        names = svc.run_guarded(key, lambda: svc.debug_save(name, variable))
-        if names is None or not save_backward or not self._grad_enabled():
-            return
-        grad_entry = names[1]
-
-        def hook_all() -> None:
-            hooked: list[tuple[tuple[Any, ...], Any]] = []
-            skeleton = self._grad_skeleton(variable, (), hooked, 0)
-            if not hooked:
-                return
-            svc.debug_expect_grad(grad_entry, skeleton)
-            with svc.collecting():
-                for position, tensor in hooked:
-                    self._hook_tensor(tensor, self._debug_grad_hook(f"{key}.backward", grad_entry, position))
-
-        svc.run_guarded(f"{key}.backward", hook_all)
-
-    def _grad_skeleton(self, value: Any, position: tuple[Any, ...], out: list[Any], depth: int) -> Any:
-        if self._wants_grad(value):
-            out.append((position, value))
-            return None
-        if depth >= 10:
-            return None
-        if isinstance(value, (list, tuple)):
-            return [self._grad_skeleton(v, (*position, i), out, depth + 1) for i, v in enumerate(value)]
-        if isinstance(value, dict):
-            return {str(k): self._grad_skeleton(v, (*position, str(k)), out, depth + 1) for k, v in value.items()}
-        return None
-
-    def _debug_grad_hook(self, key: str, grad_entry: str, position: tuple[Any, ...]) -> Callable[[Any], None]:
-        svc = self.service
-
-        def hook(grad: Any) -> None:
-            svc.run_guarded(key, lambda: svc.debug_grad(grad_entry, position, grad))
-            return None
-
-        return hook
+        super()._reset_step()
 
     # ----------------------------------------------------------------- flavour differences
 
@@ -394,15 +262,9 @@ class TorchAdapter:
 
     def fetch_stats(self, vectors: Sequence[Any]) -> Any:
         """Deferred statistics vectors → one float64 numpy array ``[len(vectors), 7]`` (one transfer per
-        :data:`FETCH_CHUNK` vectors: they are stacked on the device first)."""
+        :data:`~msprobe_cmp.recorder.adapters.base.FETCH_CHUNK` vectors: they are stacked on the device first)."""
         torch = self._torch
-        if not vectors:
-            return np.zeros((0, len(DEVICE_STAT_FIELDS)), np.float64)
-        parts = []
-        with torch.no_grad():
-            for start in range(0, len(vectors), FETCH_CHUNK):
-                parts.append(torch.stack(list(vectors[start : start + FETCH_CHUNK])).cpu().numpy())
-        return np.concatenate(parts).astype(np.float64, copy=False)
+        return fetch_stacked(vectors, lambda chunk: torch.stack(chunk).cpu().numpy(), torch.no_grad)
 
     def fetch_copy(self, copy: Any) -> Any:
         """A deferred device copy (tensor task) → its numpy array."""
@@ -442,17 +304,8 @@ class TorchAdapter:
                         continue
                     if id(original) in ours:
                         continue  # the same function reached through a second owner (mindtorch's proxy)
-                    if getattr(original, WRAPPED_MARK, False):
-                        self.close()
-                        raise ConfigError(
-                            f"PrecisionDebugger(): {target}.{name} is already wrapped by another "
-                            "PrecisionDebugger; close() it first"
-                        )
-                    had_own = name in vars(owner)
-                    wrapper = self._make_api_wrapper(family, name, original, not _no_views_for(name))
-                    setattr(owner, name, wrapper)
+                    wrapper = self._wrap_api(owner, target, family, name, original, not _no_views_for(name))
                     ours.add(id(wrapper))
-                    self._patches.append(_Patch(owner, name, original, had_own, wrapper))
         if not self._mindtorch:
             self._guard_backward_hook_machinery()
         self._apis_installed = True
@@ -480,81 +333,26 @@ class TorchAdapter:
                 setattr(guarded, WRAPPED_MARK, True)
                 return guarded
 
-            wrapper = make(original)
-            setattr(BackwardHook, name, wrapper)
-            self._patches.append(_Patch(BackwardHook, name, original, True, wrapper))
+            self._replace(BackwardHook, name, original, make(original))
 
-    def _make_api_wrapper(self, family: str, api: str, original: Callable[..., Any], view_inputs: bool) -> Any:
+    def _substitute_inputs(
+        self, family: str, api: str, call: ApiCall, args: Sequence[Any], view_inputs: bool
+    ) -> tuple[Any, ...]:
         svc = self.service
-        key = f"{family}.{api}"
-        before = self._api_before
-        after = self._api_after
-
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not svc.api_active() or svc.is_disabled(key):
-                return original(*args, **kwargs)
-            prepared = svc.run_guarded(key, lambda: before(family, api, args, kwargs, view_inputs))
-            call_args = args if prepared is None else prepared[1]
-            with svc.inside_api():
-                out = original(*call_args, **kwargs)
-            if prepared is not None:
-                call = prepared[0]
-                svc.run_guarded(key, lambda: after(key, call, out))
-            return out
-
-        setattr(wrapper, WRAPPED_MARK, True)
-        return wrapper
-
-    def _api_before(
-        self, family: str, api: str, args: Sequence[Any], kwargs: dict[str, Any], view_inputs: bool
-    ) -> tuple[ApiCall, tuple[Any, ...]]:
-        svc = self.service
-        call = svc.begin_api(family, api, args, kwargs)
-        call_args = tuple(args)
-        if not (call.record_backward and self._grad_enabled()):
-            call.record_backward = False
-            return call, call_args
-        call.grad_outputs = [None] * len(args)
         if self._mindtorch:
             svc.note_not_captured(MINDTORCH_API_INPUT_GRADS_KEY, MINDTORCH_NO_API_INPUT_GRADS)
-        elif view_inputs:
-            replaced = list(args)
-            views: dict[int, Any] = {}
-            with svc.collecting():
-                for i, arg in enumerate(args):
-                    if not self._wants_grad(arg):
-                        continue
-                    view = views.get(id(arg))
-                    if view is None:
-                        view = self._view_as(arg, arg)
-                        view.register_hook(self._grad_hook(key_of(family, api), call, "output", i))
-                        views[id(arg)] = view
-                    replaced[i] = view
-            call_args = tuple(replaced)
-        return call, call_args
-
-    def _api_after(self, key: str, call: ApiCall, out: Any) -> None:
-        svc = self.service
-        svc.end_api(call, out)
-        if not call.record_backward:
-            return
-        outputs = out if isinstance(out, (tuple, list)) else (out,)
-        call.grad_inputs = [None] * len(outputs)
+            return tuple(args)
+        if not view_inputs:
+            return tuple(args)
+        key = key_of(family, api)
         with svc.collecting():
+            return self._view_inputs(args, lambda i: self._grad_hook(key, call, "output", i))
+
+    def _hook_api_outputs(self, key: str, call: ApiCall, outputs: Sequence[Any]) -> None:
+        with self.service.collecting():
             for i, value in enumerate(outputs):
                 if self._wants_grad(value):
                     self._hook_tensor(value, self._grad_hook(key, call, "input", i))
-
-    def _grad_hook(self, key: str, call: ApiCall, field: str, position: int) -> Callable[[Any], None]:
-        svc = self.service
-        hook_key = f"{key}.backward"
-
-        def hook(grad: Any) -> None:
-            svc.run_guarded(hook_key, lambda: svc.api_grad(call, field, position, grad))
-            return None
-
-        return hook
 
     # ----------------------------------------------------------------- model: modules and parameters
 
@@ -569,16 +367,6 @@ class TorchAdapter:
                 if path == "":
                     continue  # the root model is not hooked (msprobe's convention)
                 self._hook_module(module, path, type(module).__name__, mi)
-
-    def _remove_model_hooks(self) -> None:
-        for handle in self._handles:
-            try:
-                handle.remove()
-            except Exception as exc:  # keep removing the rest
-                logger.warning("msprobe-cmp: could not remove a hook: %r", exc)
-        self._handles.clear()
-        self._states.clear()
-        self._models = ()
 
     def _hook_module(self, module: Any, path: str, cls: str, mi: int | None) -> None:
         svc = self.service
@@ -601,7 +389,9 @@ class TorchAdapter:
             if backward is None or self._mindtorch:
                 return None
             with svc.collecting():
-                new_args = svc.run_guarded(key, lambda: self._view_module_inputs(key, backward, args))
+                new_args = svc.run_guarded(
+                    key, lambda: self._view_inputs(args, lambda i: self._module_grad_hook(key, backward, "output", i))
+                )
             return None if new_args is None else (new_args, kwargs)
 
         def forward_hook(_module: Any, args: Any, kwargs: Any, output: Any) -> None:
@@ -638,9 +428,10 @@ class TorchAdapter:
                 if handle is not None:
                     self._handles.append(handle)
 
-    def _view_module_inputs(self, key: str, backward: _ModuleBackward, args: Sequence[Any]) -> tuple[Any, ...]:
-        """PyTorch: each positional input that needs a gradient → a ``view_as`` view carrying a hook (the
-        gradient w.r.t. that input of this call); the same tensor at several positions gets one view."""
+    def _view_inputs(self, args: Sequence[Any], hook_at: Callable[[int], Callable[[Any], None]]) -> tuple[Any, ...]:
+        """PyTorch: each positional input that needs a gradient → a ``view_as`` view carrying the hook
+        ``hook_at(position)`` (the gradient w.r.t. that input); the same tensor at several positions gets one
+        view, hooked for its first position."""
         replaced = list(args)
         views: dict[int, Any] = {}
         for i, arg in enumerate(args):
@@ -649,7 +440,7 @@ class TorchAdapter:
             view = views.get(id(arg))
             if view is None:
                 view = self._view_as(arg, arg)
-                view.register_hook(self._module_grad_hook(key, backward, "output", i))
+                view.register_hook(hook_at(i))
                 views[id(arg)] = view
             replaced[i] = view
         return tuple(replaced)
@@ -687,16 +478,6 @@ class TorchAdapter:
                 svc.cell_backward(call, tuple(backward.grad_outputs), tuple(backward.grad_inputs))
 
             svc.run_guarded(hook_key, record)
-            return None
-
-        return hook
-
-    def _param_hook(self, path: str, cls: str, mi: int | None, name: str) -> Callable[[Any], None]:
-        svc = self.service
-        key = f"Module.{path}.parameters_grad"
-
-        def hook(grad: Any) -> None:
-            svc.run_guarded(key, lambda: svc.parameter_grad(path, cls, mi, name, grad))
             return None
 
         return hook

@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from msprobe_cmp.errors import ConfigError, MissingFrameworkError
+from msprobe_cmp.errors import MissingFrameworkError
+from msprobe_cmp.recorder.adapters.base import writes_in_place
 from msprobe_cmp.recorder.service import CellCall
 
 #: (family prefix, target, api list file); target "Tensor" is the class, the others module paths.
@@ -71,8 +72,6 @@ NO_VIEW_APIS = frozenset(
 )
 _FLOAT_DTYPES = frozenset({"torch.float16", "torch.float32", "torch.float64", "torch.bfloat16"})
 _HOST_ONLY_DTYPES = frozenset({"torch.complex32", "torch.complex64", "torch.complex128"})
-#: At most this many statistics vectors are stacked into one device tensor before a host transfer.
-FETCH_CHUNK = 4096
 #: not_captured reasons of the mindtorch flavour.
 MINDTORCH_NO_INPUT_GRADS = (
     "mindtorch has no full backward hooks: gradients w.r.t. module inputs (the backward entry's output) are "
@@ -111,22 +110,7 @@ def import_torch(framework: str = "pytorch") -> Any:
 
 
 def _no_views_for(api: str) -> bool:
-    dunder = api.startswith("__") and api.endswith("__")
-    inplace = (api.endswith("_") and not dunder) or (dunder and api.startswith("__i") and api != "__invert__")
-    return api in NO_VIEW_APIS or inplace
-
-
-def _as_models(model: Any, module_type: type) -> tuple[tuple[Any, ...], bool]:
-    if model is None:
-        return (), False
-    if isinstance(model, (list, tuple)):
-        for i, m in enumerate(model):
-            if not isinstance(m, module_type):
-                raise ConfigError(f"start(model): model[{i}] is a {type(m).__name__}, not a torch.nn.Module")
-        return tuple(model), True
-    if not isinstance(model, module_type):
-        raise ConfigError(f"start(model): expected a torch.nn.Module or a list of them, got {type(model).__name__}")
-    return (model,), False
+    return api in NO_VIEW_APIS or writes_in_place(api)
 
 
 class _ModuleBackward:

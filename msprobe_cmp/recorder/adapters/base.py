@@ -1,0 +1,425 @@
+"""What the framework adapters share: lifecycle, debug-level ``save()``, attribute patches and small hooks.
+
+:class:`AdapterBase` holds the logic that is the same for MindSpore and torch/mindtorch; each adapter
+(:mod:`~msprobe_cmp.recorder.adapters.mindspore`, :mod:`~msprobe_cmp.recorder.adapters.torch`) derives
+from it and supplies the framework-specific pieces (converting values, detecting the rank, installing API
+wrappers and model hooks, registering tensor hooks).  This module imports no framework.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+import numpy as np
+
+from msprobe_cmp.dump.schema import ValueLeaf
+from msprobe_cmp.errors import ConfigError
+from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
+from msprobe_cmp.recorder.config import RecordConfig
+from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService
+
+logger = logging.getLogger(__name__)
+
+#: Marks our wrappers (functions and Primitive subclasses) so a second recorder refuses to stack.
+WRAPPED_MARK = "__msprobe_cmp_wrapped__"
+#: At most this many statistics vectors are stacked into one device tensor before a host transfer.
+FETCH_CHUNK = 4096
+
+
+def writes_in_place(api: str) -> bool:
+    """True for an API named as writing in place: ``*_`` (not a dunder), or ``__i*__`` other than ``__invert__``."""
+    dunder = api.startswith("__") and api.endswith("__")
+    return (api.endswith("_") and not dunder) or (dunder and api.startswith("__i") and api != "__invert__")
+
+
+def fetch_stacked(
+    vectors: Sequence[Any],
+    stack_to_host: Callable[[list[Any]], Any],
+    no_grad: Callable[[], AbstractContextManager[Any]],
+) -> np.ndarray:
+    """Deferred statistics vectors → one float64 array ``[len(vectors), 7]``: ``stack_to_host`` stacks at most
+    :data:`FETCH_CHUNK` of them on the device and returns them as one numpy array, under ``no_grad()``."""
+    if not vectors:
+        return np.zeros((0, len(DEVICE_STAT_FIELDS)), np.float64)
+    parts = []
+    with no_grad():
+        for start in range(0, len(vectors), FETCH_CHUNK):
+            parts.append(stack_to_host(list(vectors[start : start + FETCH_CHUNK])))
+    return np.concatenate(parts).astype(np.float64, copy=False)
+
+
+class _Patch:
+    """One replaced attribute (a module function or a Tensor method) and how to put it back."""
+
+    __slots__ = ("owner", "name", "original", "had_own", "wrapper")
+
+    def __init__(self, owner: Any, name: str, original: Any, had_own: bool, wrapper: Any) -> None:
+        self.owner = owner
+        self.name = name
+        self.original = original
+        self.had_own = had_own
+        self.wrapper = wrapper
+
+    def restore(self, log: logging.Logger) -> None:
+        current = getattr(self.owner, self.name, None)
+        if current is not self.wrapper:
+            log.warning("msprobe-cmp: %s.%s was replaced by someone else; leaving it", self.owner, self.name)
+            return
+        if self.had_own:
+            setattr(self.owner, self.name, self.original)
+        else:
+            delattr(self.owner, self.name)
+
+
+class AdapterBase(abc.ABC):
+    """Lifecycle and hooks shared by the framework adapters; feeds a :class:`RecorderService`.
+
+    A subclass sets its framework attributes (``_model_type`` among them) and then calls this ``__init__``,
+    which builds the service, warns about the config, and installs the API wrappers at L1/mix.
+
+    Args:
+        config: the recording configuration.
+        framework: written to dump.json's ``framework``.
+        cell_prefix: ``"Cell"`` or ``"Module"`` (entry names and hook keys).
+    """
+
+    #: The adapter module's logger (its messages keep that module's name).
+    _logger: ClassVar[logging.Logger] = logger
+    #: What ``start(model)`` takes, for its error messages (``"mindspore.nn.Cell"``).
+    _MODEL_KIND: ClassVar[str]
+    #: What L0/mix hook, for the missing-model error (``"cells"``).
+    _PARTS: ClassVar[str]
+    #: The not_captured reason of a call whose backward was expected in a step but never came.
+    _UNFIRED_BACKWARD: ClassVar[str]
+    #: The model class ``start(model)`` accepts; set by the subclass before ``__init__``.
+    _model_type: type
+
+    def __init__(self, config: RecordConfig, *, framework: str, cell_prefix: str) -> None:
+        self.service = RecorderService(
+            config,
+            framework=framework,
+            rank=self._detect_rank(),
+            convert=self._convert,
+            cell_prefix=cell_prefix,
+            fetcher=self,
+        )
+        self._patches: list[_Patch] = []
+        self._handles: list[Any] = []
+        # Per-cell (module) bookkeeping: each has ``open_calls`` and ``awaiting_backward`` lists.
+        self._states: list[Any] = []
+        self._models: tuple[Any, ...] = ()
+        self._apis_installed = False
+        self._closed = False
+        self._warned_save = False
+        self._warn_config(config)
+        # API wrappers go in now, so names bound after the debugger is built (``from mindspore.ops
+        # import relu``) are wrapped too; the switch (start/stop) decides what is recorded.
+        if self.service.tracks_apis:
+            self._install_apis()
+
+    def _warn_config(self, config: RecordConfig) -> None:
+        if config.ranks and self.service.rank is None:
+            self._logger.warning(
+                "msprobe-cmp: %s: rank %s is set but this run is not distributed; recording as 'rank'",
+                config.source,
+                list(config.ranks),
+            )
+
+    # ----------------------------------------------------------------- framework pieces
+
+    @abc.abstractmethod
+    def _detect_rank(self) -> int | None: ...
+
+    @abc.abstractmethod
+    def _convert(self, value: object) -> HostTensor | DeferredTensor | ValueLeaf | None: ...
+
+    @abc.abstractmethod
+    def fetch_stats(self, vectors: Sequence[Any]) -> Any:
+        """Deferred statistics vectors → one float64 numpy array ``[len(vectors), 7]``."""
+
+    @abc.abstractmethod
+    def fetch_copy(self, copy: Any) -> Any:
+        """A deferred device copy (tensor task) → its numpy array."""
+
+    @abc.abstractmethod
+    def _grad_enabled(self) -> bool: ...
+
+    @abc.abstractmethod
+    def _wants_grad(self, value: object) -> bool:
+        """True when ``value`` is a tensor whose gradient ``save()`` hooks."""
+
+    @abc.abstractmethod
+    def _install_apis(self) -> None: ...
+
+    @abc.abstractmethod
+    def _install_model(self, models: tuple[Any, ...], is_list: bool) -> None: ...
+
+    @abc.abstractmethod
+    def _unfired_call(self, pending: Any) -> CellCall | None:
+        """The call of an ``awaiting_backward`` item whose backward did not come, else None."""
+
+    def _hook_tensor(self, tensor: Any, fn: Callable[[Any], None]) -> Any:
+        return tensor.register_hook(fn)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (everything removed)."""
+        return self._closed
+
+    def start(self, model: Any = None) -> None:
+        """Install hooks (once per model) and switch recording on if the current step is selected.
+
+        Raises:
+            ConfigError: when ``model`` is not the framework's model class (or a list of them), when L0/mix
+                get no model, or when another recorder's wrappers are installed.
+        """
+        if self._closed:
+            return
+        svc = self.service
+        if svc.finished():
+            self.close()
+            return
+        models, is_list = self._as_models(model)
+        if svc.tracks_cells and not models:
+            raise ConfigError(f"start(model): level {svc.config.level} records {self._PARTS} and needs the model")
+        if not svc.step_selected():
+            return
+        if svc.tracks_apis and not self._apis_installed:
+            self._install_apis()
+        if models and (
+            len(models) != len(self._models) or any(a is not b for a, b in zip(models, self._models, strict=True))
+        ):
+            self._remove_model_hooks()
+            self._install_model(models, is_list)
+        svc.begin()
+
+    def stop(self) -> None:
+        """Switch recording off and flush the step's files so far."""
+        self.service.end()
+
+    def step(self) -> None:
+        """Flush and close the current step, advance to the next; remove everything after the last step."""
+        svc = self.service
+        for state in self._states:
+            for pending in state.awaiting_backward:
+                call = self._unfired_call(pending)
+                if call is not None and call.step == svc.current_step:
+                    svc.note_not_captured(call.forward_name.replace(".forward.", ".backward."), self._UNFIRED_BACKWARD)
+        svc.advance_step()
+        self._reset_step()
+        if svc.finished():
+            self._logger.info("msprobe-cmp: last selected step recorded; hooks removed")
+            self.close()
+
+    def _reset_step(self) -> None:
+        for state in self._states:
+            state.open_calls.clear()
+            state.awaiting_backward.clear()
+
+    def close(self) -> None:
+        """Flush, then remove every hook, wrapper and class swap; calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self.service.end(closing=True)
+        self._remove_model_hooks()
+        for patch in reversed(self._patches):
+            try:
+                patch.restore(self._logger)
+            except Exception as exc:  # keep restoring the rest
+                self._logger.warning("msprobe-cmp: could not restore %s: %r", patch.name, exc)
+        self._patches.clear()
+        self._apis_installed = False
+
+    def _as_models(self, model: Any) -> tuple[tuple[Any, ...], bool]:
+        kind = self._MODEL_KIND
+        if model is None:
+            return (), False
+        if isinstance(model, (list, tuple)):
+            for i, m in enumerate(model):
+                if not isinstance(m, self._model_type):
+                    raise ConfigError(f"start(model): model[{i}] is a {type(m).__name__}, not a {kind}")
+            return tuple(model), True
+        if not isinstance(model, self._model_type):
+            raise ConfigError(f"start(model): expected a {kind} or a list of them, got {type(model).__name__}")
+        return (model,), False
+
+    def _remove_model_hooks(self) -> None:
+        for handle in self._handles:
+            try:
+                handle.remove()
+            except Exception as exc:  # keep removing the rest
+                self._logger.warning("msprobe-cmp: could not remove a hook: %r", exc)
+        self._handles.clear()
+        self._states.clear()
+        self._models = ()
+
+    # ----------------------------------------------------------------- debug level
+
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        """Debug level: record ``variable`` as ``<name>.<n>`` and, when gradients flow (a gradient context),
+        its gradients as ``<name>_grad.<n>`` in ``step<N>/rank<R>/debug.json``.
+
+        Does nothing (one warning) at other levels, and nothing for steps the config does not select.
+        """
+        svc = self.service
+        if self._closed or svc.finished() or not svc.step_selected():
+            return
+        if svc.config.level != "debug":
+            if not self._warned_save:
+                self._warned_save = True
+                self._logger.warning("msprobe-cmp: save() records only at level debug (this run: %s)", svc.config.level)
+            return
+        if not isinstance(name, str) or not name:
+            self._logger.warning("msprobe-cmp: save(): name must be a non-empty string, got %r; not recorded", name)
+            return
+        key = f"save.{name}"
+        names = svc.run_guarded(key, lambda: svc.debug_save(name, variable))
+        if names is None or not save_backward or not self._grad_enabled():
+            return
+        grad_entry = names[1]
+
+        def hook_all() -> None:
+            hooked: list[tuple[tuple[Any, ...], Any]] = []
+            skeleton = self._grad_skeleton(variable, (), hooked, 0)
+            if not hooked:
+                return
+            svc.debug_expect_grad(grad_entry, skeleton)
+            # At level debug nothing is wrapped or hooked, so the guard only keeps the rule "the recorder's
+            # own work runs under collecting()".
+            with svc.collecting():
+                for position, tensor in hooked:
+                    self._hook_tensor(tensor, self._debug_grad_hook(f"{key}.backward", grad_entry, position))
+
+        svc.run_guarded(f"{key}.backward", hook_all)
+
+    def _grad_skeleton(self, value: Any, position: tuple[Any, ...], out: list[Any], depth: int) -> Any:
+        if self._wants_grad(value):
+            out.append((position, value))
+            return None
+        if depth >= 10:
+            return None
+        if isinstance(value, (list, tuple)):
+            return [self._grad_skeleton(v, (*position, i), out, depth + 1) for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            return {str(k): self._grad_skeleton(v, (*position, str(k)), out, depth + 1) for k, v in value.items()}
+        return None
+
+    def _debug_grad_hook(self, key: str, grad_entry: str, position: tuple[Any, ...]) -> Callable[[Any], None]:
+        svc = self.service
+
+        def hook(grad: Any) -> None:
+            svc.run_guarded(key, lambda: svc.debug_grad(grad_entry, position, grad))
+            return None
+
+        return hook
+
+    # ----------------------------------------------------------------- APIs
+
+    def _replace(self, owner: Any, name: str, original: Any, wrapper: Any, had_own: bool = True) -> None:
+        """Put ``wrapper`` in place of ``owner.name`` and remember how to restore it."""
+        setattr(owner, name, wrapper)
+        self._patches.append(_Patch(owner, name, original, had_own, wrapper))
+
+    def _refuse_if_wrapped(self, original: Any, what: str) -> None:
+        """Raise ConfigError (after closing) when ``original`` is another recorder's wrapper."""
+        if getattr(original, WRAPPED_MARK, False):
+            self.close()
+            raise ConfigError(
+                f"PrecisionDebugger(): {what} is already wrapped by another PrecisionDebugger; close() it first"
+            )
+
+    def _wrap_api(self, owner: Any, target: str, family: str, name: str, original: Any, substitute: bool) -> Any:
+        """Replace API ``owner.name`` (``original``) by a recording wrapper; returns the wrapper.
+
+        Raises:
+            ConfigError: when ``original`` is another recorder's wrapper.
+        """
+        self._refuse_if_wrapped(original, f"{target}.{name}")
+        had_own = name in vars(owner)
+        wrapper = self._make_api_wrapper(family, name, original, substitute)
+        self._replace(owner, name, original, wrapper, had_own)
+        return wrapper
+
+    def _make_api_wrapper(self, family: str, api: str, original: Callable[..., Any], substitute: bool) -> Any:
+        svc = self.service
+        key = f"{family}.{api}"
+        before = self._api_before
+        after = self._api_after
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not svc.api_active() or svc.is_disabled(key):
+                return original(*args, **kwargs)
+            prepared = svc.run_guarded(key, lambda: before(family, api, args, kwargs, substitute))
+            call_args = args if prepared is None else prepared[1]
+            with svc.inside_api():
+                out = original(*call_args, **kwargs)
+            if prepared is not None:
+                call = prepared[0]
+                svc.run_guarded(key, lambda: after(key, call, out))
+            return out
+
+        setattr(wrapper, WRAPPED_MARK, True)
+        return wrapper
+
+    def _api_before(
+        self, family: str, api: str, args: Sequence[Any], kwargs: dict[str, Any], substitute: bool
+    ) -> tuple[ApiCall, tuple[Any, ...]]:
+        """Begin the API call; in a gradient context, prepare its backward: returns the call and the
+        arguments the API receives (substitutes carrying gradient hooks when ``substitute``)."""
+        svc = self.service
+        call = svc.begin_api(family, api, args, kwargs)
+        if not (call.record_backward and self._grad_enabled()):
+            call.record_backward = False
+            return call, tuple(args)
+        call.grad_outputs = [None] * len(args)
+        return call, self._substitute_inputs(family, api, call, args, substitute)
+
+    @abc.abstractmethod
+    def _substitute_inputs(
+        self, family: str, api: str, call: ApiCall, args: Sequence[Any], substitute: bool
+    ) -> tuple[Any, ...]:
+        """The arguments an API called in a gradient context receives (hooks for its backward ``output``)."""
+
+    def _api_after(self, key: str, call: ApiCall, out: Any) -> None:
+        """End the API call; when its backward is recorded, hook its outputs (the backward ``input``)."""
+        self.service.end_api(call, out)
+        if not call.record_backward:
+            return
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        call.grad_inputs = [None] * len(outputs)
+        self._hook_api_outputs(key, call, outputs)
+
+    @abc.abstractmethod
+    def _hook_api_outputs(self, key: str, call: ApiCall, outputs: Sequence[Any]) -> None:
+        """Hook the gradient of each output of ``call`` that gets one."""
+
+    def _grad_hook(self, key: str, call: ApiCall, field: str, position: int) -> Callable[[Any], None]:
+        svc = self.service
+        hook_key = f"{key}.backward"
+
+        def hook(grad: Any) -> None:
+            svc.run_guarded(hook_key, lambda: svc.api_grad(call, field, position, grad))
+            return None
+
+        return hook
+
+    # ----------------------------------------------------------------- model
+
+    def _param_hook(self, path: str, cls: str, mi: int | None, name: str) -> Callable[[Any], None]:
+        svc = self.service
+        key = f"{svc.cell_prefix}.{path}.parameters_grad"
+
+        def hook(grad: Any) -> None:
+            svc.run_guarded(key, lambda: svc.parameter_grad(path, cls, mi, name, grad))
+            return None
+
+        return hook

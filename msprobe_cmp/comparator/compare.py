@@ -59,7 +59,7 @@ from msprobe_cmp.comparator.rules import (
 )
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import Dump, RankDump
-from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, NOT_CAPTURED_STEP, Leaf, TensorLeaf, ValueLeaf
 from msprobe_cmp.errors import ConfigError, MsprobeCmpError
 
 Mode = Literal["tensor", "statistics", "md5"]
@@ -850,6 +850,41 @@ def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None)
     return match_views(views_a, views_b)
 
 
+def _declared_gap(names: tuple[str, ...], gaps: Mapping[str, str]) -> str | None:
+    """The reason a side's header gives for not capturing an entry named ``names`` (A's and B's spelling), or None:
+    the entry itself is listed, or it is a backward / parameters_grad entry and the side declared
+    :data:`~msprobe_cmp.dump.schema.NOT_CAPTURED_BACKWARD`."""
+    for name in names:
+        if name in gaps:
+            return gaps[name]
+    if NOT_CAPTURED_BACKWARD in gaps:
+        parsed = parse_name(names[0])
+        if parsed.kind == "parameters_grad" or parsed.direction == "backward":
+            return gaps[NOT_CAPTURED_BACKWARD]
+    return None
+
+
+def _apply_declared_gaps(
+    pairs: tuple[RowPair, ...], gaps_a: Mapping[str, str], gaps_b: Mapping[str, str]
+) -> tuple[RowPair, ...]:
+    """Rows found on one side only whose entry the *other* side's recorder declared it could not capture
+    (dump.json ``not_captured``) are ``not_captured``, not ``only_in_*``: the gap is known, not a mispairing."""
+    if not gaps_a and not gaps_b:
+        return pairs
+    out = []
+    for pair in pairs:
+        missing_side, gaps = ("A", gaps_a) if pair.match_class == "only_in_b" else ("B", gaps_b)
+        if pair.match_class in ("only_in_a", "only_in_b") and gaps:
+            names = tuple(n for n in (pair.entry_name, pair.entry_name_b) if n)
+            reason = _declared_gap(names, gaps)
+            if reason is not None:
+                note = f"{missing_side}'s recorder declared it could not capture this"
+                note += f": {reason}" if reason else ""
+                pair = replace(pair, match_class="not_captured", notes=(note, *pair.notes))
+        out.append(pair)
+    return tuple(out)
+
+
 def compare_units(
     unit_a: RankDump,
     unit_b: RankDump,
@@ -868,7 +903,9 @@ def compare_units(
             PyTorch / mindtorch) their entries are paired through the built-in tables and these files
             (:mod:`msprobe_cmp.comparator.mapping`), otherwise by name.
     """
-    pairs = _match_unit(unit_a, unit_b, mapping)
+    pairs = _apply_declared_gaps(
+        _match_unit(unit_a, unit_b, mapping), unit_a.meta.not_captured_items, unit_b.meta.not_captured_items
+    )
     rows: list[ComparisonRow] = []
     for i, pair in enumerate(pairs):
         out = _compare_pair(pair, unit_a, unit_b, mode, rules)
@@ -1099,17 +1136,21 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
         ns_a is not None and ns_b is not None and ns_a != ns_b
         for ns_a, ns_b in (unit_namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True))
     )
+    # Rows paired but without data (not_captured: null leaves, gaps a recorder declared) are not evidence of a
+    # mispairing: the floor leaves them out.
+    unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
+    total_rows = sum(class_totals.values()) - class_totals["not_captured"] + unpaired_leaf_rows
+    share_of = "of the rows"
     if cross_framework:
         # Across frameworks the baseline holds calls the target's framework never makes (PyTorch's optimizer
-        # Tensor methods, autograd helpers): the share is over the target's rows.
-        unpaired_leaf_rows = sum(1 for u in left_a for e in u.entries for _ in e.leaves())
-        total_rows = sum(class_totals.values()) - class_totals["only_in_b"] + unpaired_leaf_rows
+        # Tensor methods, autograd helpers): B's unpaired rows of paired units do not count.
+        total_rows -= class_totals["only_in_b"]
         share_of = "of A's rows"
-    else:
-        unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
-        total_rows = sum(class_totals.values()) + unpaired_leaf_rows
-        share_of = "of the rows"
     matched_share = class_totals["matched"] / total_rows if total_rows else 0.0
+    incomplete = [
+        f"{side} {u.label}" for side, side_units in (("A", paired_a), ("B", paired_b)) for u in side_units
+        if NOT_CAPTURED_STEP in u.meta.not_captured_items
+    ]
     verdict: OverallVerdict
     if first_failing is not None:
         verdict = "fail"
@@ -1120,6 +1161,12 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
         notes.append(
             f"only {matched_share:.1%} {share_of} were matched, below the floor of "
             f"{opts.rules.min_matched_share:.1%} (min_matched_share): no verdict on the rest"
+        )
+    elif incomplete:
+        verdict = "too_few_matched"
+        notes.append(
+            f"{', '.join(incomplete)}: recorded incompletely (the run stopped during the step, before stop()): "
+            "no verdict on a partial recording"
         )
     else:
         verdict = "pass"

@@ -28,6 +28,9 @@ _PREFIXES = ("torch.", "mindspore.", "numpy.", "np.", "ms.")
 #: "compatible pairs such as fp16/bf16/fp32 are matched with a note"; msprobe 1.2.2 allows
 #: fp16<->fp32 and fp16<->bf16, msprobe 26.x also bf16<->fp32 and fp64).
 COMPATIBLE_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+#: Integer dtypes of any width pair with each other, compared by value: a port often changes only the width
+#: (MindSpore's losses want int32 labels where PyTorch uses int64); an overflow shows as a value difference.
+COMPATIBLE_INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 #: Machine epsilon (spacing of representable values at 1.0) of each floating dtype, in value units.
 FLOAT_EPS = {
@@ -68,8 +71,11 @@ def is_float_dtype(canonical: str | None) -> bool:
 
 
 def are_compatible_dtypes(a: str | None, b: str | None) -> bool:
-    """True when two canonical dtypes differ but are both in :data:`COMPATIBLE_FLOATS`."""
-    return a != b and a in COMPATIBLE_FLOATS and b in COMPATIBLE_FLOATS
+    """True when two canonical dtypes differ but are both in :data:`COMPATIBLE_FLOATS` (msprobe pairs these
+    too) or both in :data:`COMPATIBLE_INTS` (our decision: integer widths differ across ports, values decide)."""
+    if a == b:
+        return False
+    return (a in COMPATIBLE_FLOATS and b in COMPATIBLE_FLOATS) or (a in COMPATIBLE_INTS and b in COMPATIBLE_INTS)
 
 
 def compute_relative_floor(*canonical_dtypes: str | None) -> float:

@@ -6,7 +6,7 @@ Rows are paired when both keys are equal (DESIGN.md §4, "Exact"), then classifi
 
 ``matched``
     both sides hold comparable data: two tensors of the same shape and the same dtype, or of a
-    compatible float pair (fp16/bf16/fp32/fp64: a note says so); or two non-tensor values; or JSON
+    compatible pair (fp16/bf16/fp32/fp64, or integers of any width: a note says so); or two non-tensor values; or JSON
     ``null`` on both sides (both recorded the same absence, e.g. no gradient for an input that needs
     none; the comparator gives such a row the verdict ``skip``).
 ``only_in_a`` / ``only_in_b``
@@ -14,7 +14,7 @@ Rows are paired when both keys are equal (DESIGN.md §4, "Exact"), then classifi
 ``shape_mismatch``
     two tensors of different shapes (a dtype difference is mentioned in the note too).
 ``dtype_mismatch``
-    two tensors of incompatible dtypes (e.g. ``int32`` vs ``int64``, ``float32`` vs ``bool``), or a
+    two tensors of incompatible dtypes (e.g. ``int32`` vs ``float32``, ``float32`` vs ``bool``), or a
     tensor against a non-tensor value.
 ``not_captured``
     one side holds JSON ``null`` where the other has data, or a side holds a tensor leaf that carries
@@ -43,7 +43,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
-from msprobe_cmp.comparator.dtypes import are_compatible_dtypes, normalize_dtype
+from msprobe_cmp.comparator.dtypes import COMPATIBLE_INTS, are_compatible_dtypes, normalize_dtype
 from msprobe_cmp.comparator.mapping.canonical import INTERMEDIATE, UNMAPPED, EntryView, ViewItem
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.schema import Entry, Leaf, TensorLeaf, ValueLeaf
@@ -147,7 +147,8 @@ def classify_pair(leaf_a: Leaf, leaf_b: Leaf, transpose_b: bool = False) -> tupl
     if da != db:
         if not are_compatible_dtypes(da, db):
             return "dtype_mismatch", (f"dtype differs: A {leaf_a.dtype}, B {leaf_b.dtype}",)
-        notes.append(f"dtypes differ but are compatible (A {leaf_a.dtype}, B {leaf_b.dtype}): compared in float64")
+        how = "compared by value" if da in COMPATIBLE_INTS else "compared in float64"
+        notes.append(f"dtypes differ but are compatible (A {leaf_a.dtype}, B {leaf_b.dtype}): {how}")
     missing = [side for side, leaf in (("A", leaf_a), ("B", leaf_b)) if _is_uncaptured(leaf)]
     if missing:
         return "not_captured", (f"tensor leaf without statistics, checksum or file in {' and '.join(missing)}",)

@@ -44,6 +44,13 @@ NONFINITE_COUNT_KEYS = ("nan_count", "pos_inf_count", "neg_inf_count")
 #: ``{"what": ..., "reason": ...}`` objects.
 NOT_CAPTURED_KEY = "not_captured"
 
+#: A ``not_captured`` item with this ``what`` declares that no backward and no parameters_grad entry of the step
+#: could be captured (e.g. mindtorch on CPU, whose ``Tensor.backward()`` computes nothing): the comparator then
+#: classes the other side's backward rows ``not_captured`` instead of ``only_in_b``/``only_in_a``.
+NOT_CAPTURED_BACKWARD = "backward"
+#: A ``not_captured`` item with this ``what`` marks a step flushed while still being recorded (incomplete).
+NOT_CAPTURED_STEP = "step"
+
 #: Entry fields that describe the call, not its data: msprobe's PyTorch dumps mark each entry
 #: ``"is_recompute": false/true`` (activation recomputation).  They are not rows of a comparison.
 ENTRY_FLAG_FIELDS = frozenset({"is_recompute"})
@@ -282,6 +289,20 @@ class DumpMeta:
     framework: str
     dump_data_dir: str | None = None
     extra: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def not_captured_items(self) -> dict[str, str]:
+        """``what → reason`` of every :data:`NOT_CAPTURED_KEY` item that names a ``what`` (the reason may be "")."""
+        value = dict(self.extra).get(NOT_CAPTURED_KEY)
+        if not isinstance(value, tuple):
+            return {}
+        out: dict[str, str] = {}
+        for item in value:
+            fields_ = dict(item.items) if isinstance(item, JsonObject) else {}
+            what, reason = fields_.get("what"), fields_.get("reason")
+            if isinstance(what, str):
+                out[what] = reason if isinstance(reason, str) else ""
+        return out
 
     @property
     def not_captured(self) -> tuple[str, ...]:

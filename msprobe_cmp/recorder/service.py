@@ -46,7 +46,18 @@ from types import CodeType, FrameType
 from typing import Any, TypeVar
 
 from msprobe_cmp.dump.naming import api_name, cell_name, parameters_grad_name, parse_name
-from msprobe_cmp.dump.schema import NOT_CAPTURED_KEY, DumpMeta, Entry, JsonObject, Map, Node, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import (
+    NOT_CAPTURED_KEY,
+    NOT_CAPTURED_STEP,
+    DumpMeta,
+    Entry,
+    JsonObject,
+    Map,
+    Node,
+    Seq,
+    TensorLeaf,
+    ValueLeaf,
+)
 from msprobe_cmp.dump.writer import DumpWriter
 from msprobe_cmp.recorder.collector import Collector, DeviceFetcher, LeafConverter
 from msprobe_cmp.recorder.config import RecordConfig
@@ -62,7 +73,7 @@ MAX_STACK_FRAMES = 64
 #: The ``not_captured`` key used when deferred (async_dump) values could not be fetched at a flush.
 ASYNC_NOT_CAPTURED = "async_dump"
 #: The ``not_captured`` key of a step flushed at close while still being recorded (see :meth:`RecorderService.end`).
-INCOMPLETE_STEP_KEY = "step"
+INCOMPLETE_STEP_KEY = NOT_CAPTURED_STEP
 
 
 def backward_name_of(forward_name: str | None) -> str | None:

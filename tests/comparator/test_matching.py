@@ -40,7 +40,9 @@ def test_every_class():
     assert got["Functional.add.0.forward.input.1"] == "matched"  # fp16 vs fp32: compatible
     add1 = next(r for r in rows if r.name == "Functional.add.0.forward.input.1")
     assert any("compatible" in n for n in add1.notes)
-    assert got["Functional.add.0.forward.output.0"] == "dtype_mismatch"  # int32 vs int64
+    assert got["Functional.add.0.forward.output.0"] == "matched"  # int32 vs int64: compared by value
+    add_out = next(r for r in rows if r.name == "Functional.add.0.forward.output.0")
+    assert any("compared by value" in n for n in add_out.notes)
     assert got["Functional.cat.0.forward.input.0"] == "not_captured"  # null leaf in A
     assert got["Functional.cat.0.forward.input.1"] == "dtype_mismatch"  # value vs tensor
     assert got["Functional.cat.0.forward.kwargs.dim"] == "matched"

@@ -216,7 +216,9 @@ def test_dtype_spellings():
     assert normalize_dtype("Float32") == normalize_dtype("torch.float32") == normalize_dtype("float32") == "float32"
     assert normalize_dtype("BFloat16") == normalize_dtype("torch.bfloat16") == "bfloat16"
     assert normalize_dtype("torch.half") == "float16"
-    assert are_compatible_dtypes("float16", "float32") and not are_compatible_dtypes("int32", "int64")
+    assert are_compatible_dtypes("float16", "float32") and are_compatible_dtypes("int32", "int64")
+    assert not are_compatible_dtypes("int32", "float32") and not are_compatible_dtypes("bool", "int8")
+    assert not are_compatible_dtypes("int64", "int64")
     assert compute_relative_floor("float32", "float16") == 2.0**-10
     assert compute_relative_floor("float32") == EPS32
     assert compute_relative_floor("int64") == 1.0

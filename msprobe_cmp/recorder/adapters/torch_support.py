@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD
 from msprobe_cmp.errors import MissingFrameworkError
 from msprobe_cmp.recorder.adapters.base import writes_in_place
 from msprobe_cmp.recorder.service import CellCall
@@ -77,9 +78,9 @@ MINDTORCH_NO_INPUT_GRADS = (
     "mindtorch has no full backward hooks: gradients w.r.t. module inputs (the backward entry's output) are "
     "not captured"
 )
-MINDTORCH_BACKWARD_KEY = "backward (mindtorch)"
+MINDTORCH_BACKWARD_KEY = NOT_CAPTURED_BACKWARD
 MINDTORCH_NO_BACKWARD = (
-    "no gradient was computed inside a gradient context during this step: mindtorch's Tensor.backward() computes "
+    "mindtorch: no gradient was computed inside a gradient context during this step: its Tensor.backward() computes "
     "no gradients on CPU (mindnlp 0.5.1 on MindSpore 2.7), so backward and parameters_grad entries are recorded "
     "only when the step runs inside mindtorch.autograd.value_and_grad"
 )

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -115,6 +116,21 @@ def _check_outputs(out: Path, force: bool, names: Sequence[str] = REPORT_FILES, 
                 raise ConfigError(f"--output {out}: {name} already exists; pass --force to overwrite it")
             if target.is_dir() and name not in dirs:
                 raise ConfigError(f"--output {out}: {name} is a directory; remove it or choose another --output")
+
+
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """Print ``text`` to ``stream`` (default stdout) and flush; a reader that went away (``| head``) is not an
+    error: the rest of the output is dropped and the exit code stays the verdict's."""
+    out = sys.stdout if stream is None else stream
+    try:
+        print(text, file=out, flush=True)
+    except BrokenPipeError:
+        try:  # later writes and the interpreter's final flush go nowhere instead of failing again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
 
 
 def _printable(text: str) -> str:
@@ -281,7 +297,7 @@ def _compare(argv: Sequence[str]) -> int:
         files = write_reports(comparison, args.output)
     finally:
         stages.close()
-    print(render_summary(comparison, files))
+    _say(render_summary(comparison, files))
     return exit_code_for(comparison)
 
 
@@ -293,13 +309,13 @@ def _run_demo(argv: Sequence[str]) -> int:
     _check_outputs(out, args.force, (*REPORT_FILES, "dumps"), dirs=("dumps",))
     from msprobe_cmp.recorder.demo import run_demo_recordings
 
-    print(f"training and recording 2 runs of {args.steps} steps into {out / 'dumps'} ...", flush=True)
+    _say(f"training and recording 2 runs of {args.steps} steps into {out / 'dumps'} ...")
     baseline_dir, target_dir, summary = run_demo_recordings(out / "dumps", steps=args.steps, replace=args.force)
     for line in summary:
-        print(line)
+        _say(line)
     comparison = compare(load_dump(target_dir), load_dump(baseline_dir))
     files = write_reports(comparison, out)
-    print(render_summary(comparison, files))
+    _say(render_summary(comparison, files))
     # The demo succeeded whatever the verdict (the float16 run is expected to differ).
     return EXIT_OK if comparison.verdict in ("pass", "fail") else EXIT_NOTHING_COMPARED
 
@@ -314,22 +330,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = args[1:]
         return _run_compare(args)
     except MsprobeCmpError as exc:
-        print(f"msprobe-cmp: error: {exc}", file=sys.stderr)
+        _say(f"msprobe-cmp: error: {exc}", sys.stderr)
         return EXIT_USAGE
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KeyboardInterrupt:
-        print("msprobe-cmp: interrupted", file=sys.stderr)
+        _say("msprobe-cmp: interrupted", sys.stderr)
         return 130
     except OSError as exc:  # the file system refused a read or a write (a directory in the way, a full disk...)
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"msprobe-cmp: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        _say(f"msprobe-cmp: error: {where}{exc.strerror or exc}", sys.stderr)
         return EXIT_USAGE
     except Exception:
         # A bug: show the traceback, but never exit 1, which CI reads as "regression found".
         traceback.print_exc()
-        print("msprobe-cmp: internal error (a bug in msprobe-cmp; please report it with the traceback above)",
-              file=sys.stderr)
+        _say("msprobe-cmp: internal error (a bug in msprobe-cmp; please report it with the traceback above)",
+             sys.stderr)
         return EXIT_INTERNAL_ERROR
 
 

@@ -29,7 +29,13 @@ from typing import Literal
 import numpy as np
 
 from msprobe_cmp.comparator.dtypes import compute_relative_floor, normalize_dtype
-from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_views, framework_namespace
+from msprobe_cmp.comparator.mapping import (
+    NameMapping,
+    Namespace,
+    build_views,
+    framework_namespace,
+    label_contradiction,
+)
 from msprobe_cmp.comparator.matching import (
     MATCH_CLASSES,
     MatchClass,
@@ -1010,6 +1016,9 @@ def _input_notes(
         empty = [u.label for u in side_units if not u.entries]
         if empty:
             notes.append(f"warning: {side} has {len(empty)} empty unit(s) (no entries): {', '.join(empty)}")
+    for side, side_units in (("A", paired_a), ("B", paired_b)):
+        contradictions = {c for u in side_units if (c := label_contradiction(u.meta.framework, u.entries))}
+        notes.extend(f"{side}: {c}" for c in sorted(contradictions))
     frameworks_a = sorted({u.meta.framework for u in paired_a})
     frameworks_b = sorted({u.meta.framework for u in paired_b})
     namespaces = [unit_namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True)]

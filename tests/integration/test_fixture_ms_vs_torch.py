@@ -259,3 +259,20 @@ def test_cross_framework_with_nothing_mappable_exits_3_and_names_the_unpaired(tm
     assert "entries only in A: Functional.square.0.forward" in res.stdout
     assert "entries only in B: Functional.mse_loss.0.forward" in res.stdout
     assert "nothing paired across frameworks" in res.stdout
+
+
+@pytest.mark.parametrize("label", ["pytorch", "MindSpore"])
+def test_a_mislabelled_framework_is_mapped_by_its_entry_names(tmp_path, without_map, label):
+    import shutil
+
+    copy = tmp_path / "ms"
+    shutil.copytree(MS, copy)
+    for dump_json in copy.glob("step*/rank/dump.json"):
+        doc = json.loads(dump_json.read_text())
+        doc["framework"] = label
+        dump_json.write_text(json.dumps(doc))
+    c = compare(load_dump(copy), load_dump(PT))
+    pairs = {(r.name, r.name_b) for r in c.units[0].rows if r.match_class == "matched"}
+    assert pairs == {(r.name, r.name_b) for r in without_map.units[0].rows if r.match_class == "matched"}
+    contradiction = [n for n in c.notes if "says framework" in n]
+    assert bool(contradiction) == (label == "pytorch"), c.notes

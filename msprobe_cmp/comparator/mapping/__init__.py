@@ -21,6 +21,8 @@ from msprobe_cmp.comparator.mapping.canonical import (
     ViewItem,
     build_views,
     framework_namespace,
+    label_contradiction,
+    names_namespace,
     resolve_gradients,
 )
 from msprobe_cmp.comparator.mapping.files import (
@@ -47,9 +49,11 @@ __all__ = [
     "ViewItem",
     "build_views",
     "framework_namespace",
+    "label_contradiction",
     "load_api_mapping",
     "load_builtin_tables",
     "load_cell_mapping",
+    "names_namespace",
     "parse_api_mapping",
     "parse_cell_mapping",
     "resolve_gradients",

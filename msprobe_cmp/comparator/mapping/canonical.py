@@ -64,20 +64,39 @@ def framework_namespace(framework: str, entries: Sequence[Entry] = ()) -> Namesp
     """The name space of a dump: ``"mindspore"``, ``"pytorch"`` (PyTorch and mindtorch), or None.
 
     Args:
-        framework: dump.json's ``framework`` (``"mindspore"``, ``"pytorch"``, ``"mindtorch"``, ...).
-        entries: the dump's entries; when ``framework`` is unknown their name prefixes decide
-            (``Cell``/``Primitive``/``Mint`` → MindSpore, ``Module``/``Torch`` → PyTorch).
+        framework: dump.json's ``framework`` (``"mindspore"``, ``"pytorch"``, ``"mindtorch"``, any case).
+        entries: the dump's entries; their name prefixes decide when they show one name space
+            (:func:`names_namespace`), since they are what gets mapped; otherwise ``framework`` does.
     """
+    by_names = names_namespace(entries)
+    if by_names is not None:  # the names are what gets mapped: they win over a mislabelled header
+        return by_names
     f = framework.strip().lower()
     if f == "mindspore":
         return "mindspore"
     if f in ("pytorch", "torch", "mindtorch"):
         return "pytorch"
+    return None
+
+
+def names_namespace(entries: Sequence[Entry]) -> Namespace | None:
+    """The name space the entry names show (``Cell``/``Primitive``/``Mint``... → MindSpore, ``Module``/``Torch``...
+    → PyTorch; the first 2,000 entries), or None when they show neither or both."""
     prefixes = {e.name.split(".", 1)[0] for e in entries[:2000]}
     ms, pt = bool(prefixes & _MS_PREFIXES), bool(prefixes & _PT_PREFIXES)
     if ms != pt:
         return "mindspore" if ms else "pytorch"
     return None
+
+
+def label_contradiction(framework: str, entries: Sequence[Entry]) -> str | None:
+    """A sentence when dump.json's ``framework`` names another name space than the entry names show, else None."""
+    by_names = names_namespace(entries)
+    f = framework.strip().lower()
+    by_label = "mindspore" if f == "mindspore" else "pytorch" if f in ("pytorch", "torch", "mindtorch") else None
+    if by_names is None or by_label is None or by_names == by_label:
+        return None
+    return f"dump.json says framework {framework!r} but its entry names are {by_names}'s: matched as {by_names}"
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from msprobe_cmp.comparator.mapping.files import read_bounded
 from msprobe_cmp.comparator.rules import (
     DEFAULT_MIN_MATCHED_SHARE,
     DEFAULT_NOISE_FACTOR,
@@ -42,6 +43,9 @@ from msprobe_cmp.comparator.rules import (
     Thresholds,
 )
 from msprobe_cmp.errors import ConfigError
+
+#: Rules files larger than this are refused (a rules file is a few lines).
+MAX_RULES_FILE_BYTES = 1024 * 1024
 
 _THRESHOLD_KEYS = {f.name for f in fields(Thresholds)}
 
@@ -135,7 +139,10 @@ def load_rules(path: str | Path) -> Rules:
     """
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        data = read_bounded(file, MAX_RULES_FILE_BYTES)
+        if len(data) > MAX_RULES_FILE_BYTES:
+            raise ConfigError(f"{file}: larger than {MAX_RULES_FILE_BYTES // 1024} KiB: refused")
+        text = data.decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

@@ -32,6 +32,8 @@ integers compared as integers (msprobe matches them as string prefixes, so ``1``
 
 from __future__ import annotations
 
+import fcntl
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,25 @@ def _brief(value: Any) -> str:
     return f"{type(value).__name__} {shown}"
 
 
+def read_bounded(path: str | Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``path``, without hanging on a named pipe that nobody writes to.
+
+    The file is opened non-blocking (so ``open`` of a writer-less FIFO returns at once; it then reads as empty)
+    and read blocking (so ``<(command)`` process substitution still delivers its output).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
 def read_yaml_file(path: str | Path, what: str) -> Any:
     """Parse a small YAML file defensively (module docstring).
 
@@ -128,8 +149,7 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
     """
     file = Path(path)
     try:
-        with file.open("rb") as fh:
-            data = fh.read(MAX_MAPPING_FILE_BYTES + 1)
+        data = read_bounded(file, MAX_MAPPING_FILE_BYTES)
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read the {what} file: {exc.strerror or exc}") from None
     if len(data) > MAX_MAPPING_FILE_BYTES:

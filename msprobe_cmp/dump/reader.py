@@ -244,11 +244,11 @@ class RankDump:
         # A single value may be stored 0-d or with shape [1]; any other shape difference is an error.
         if tuple(arr.shape) != tuple(leaf.shape) and not (arr.size == leaf.numel == 1):
             raise DumpFormatError(path, "shape", f"file holds {list(arr.shape)}, dump.json says {list(leaf.shape)}")
-        if leaf.dtype.lower() in ("bfloat16", "torch.bfloat16") and arr.dtype in (np.uint16, np.int16):
-            import ml_dtypes
+        import ml_dtypes
 
+        if leaf.dtype.lower() in ("bfloat16", "torch.bfloat16") and arr.dtype in (np.uint16, np.int16):
             arr = arr.view(ml_dtypes.bfloat16)
-        elif arr.dtype.kind not in "biufc":
+        elif arr.dtype.kind not in "biufc" and arr.dtype != ml_dtypes.bfloat16:  # a loader may return bf16 values
             raise DumpFormatError(path, "dtype", f"file holds non-numeric dtype {arr.dtype}")
         return arr
 

@@ -111,3 +111,25 @@ def test_bad_pt_files_are_one_line_errors(tmp_path: Path, pt_loader: None) -> No
 def test_npy_cannot_be_replaced() -> None:
     with pytest.raises(ValueError):
         register_tensor_loader(".npy", lambda p: np.zeros(1))
+
+
+def test_a_compressed_pt_archive_is_refused_before_loading(tmp_path: Path, pt_loader: None) -> None:
+    import zipfile
+
+    plain = tmp_path / "plain.pt"
+    torch.save(torch.zeros(2), plain)
+    packed = tmp_path / "packed.pt"
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    root = _dump(tmp_path / "d", {"a.pt": (packed.read_bytes(), "torch.float32")})
+    unit = load_dump(root).units[0]
+    with pytest.raises(DumpFormatError, match="compressed .pt archive refused"):
+        unit.load_tensor(dict(unit.entries[0].leaves())["input.0"])
+
+
+def test_bf16_pt_values_survive_a_dump_json_that_says_float32(tmp_path: Path, pt_loader: None) -> None:
+    values = torch.tensor([1.5, -2.25], dtype=torch.bfloat16)
+    unit = load_dump(_dump(tmp_path, {"a.pt": (values, "torch.float32")})).units[0]
+    arr = unit.load_tensor(dict(unit.entries[0].leaves())["input.0"])
+    np.testing.assert_array_equal(arr.astype(np.float64), [1.5, -2.25])

@@ -9,8 +9,11 @@ Register it with the dump reader so the comparator can read such dumps::
 
 from __future__ import annotations
 
+import warnings
+import zipfile
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from msprobe_cmp.errors import DumpFormatError, MissingFrameworkError
@@ -20,10 +23,11 @@ def load_pt_tensor(path: str | Path) -> np.ndarray:
     """Load one tensor saved with ``torch.save`` as a numpy array.
 
     Uses ``torch.load(path, weights_only=True, map_location="cpu")`` (torch's restricted unpickler: tensors
-    and plain containers only, never arbitrary objects).  bfloat16 comes back as its raw 16-bit patterns
-    (``uint16``), which :meth:`msprobe_cmp.dump.reader.RankDump.load_tensor` decodes when dump.json says
-    ``torch.bfloat16`` (the same form the dump writer uses for ml_dtypes bfloat16).  Other dtypes keep
-    numpy's equivalent (float16/32/64, ints, bool, complex64/128).
+    and plain containers only, never arbitrary objects), with torch's warnings silenced.  A zip archive with a
+    compressed member is refused before loading: ``torch.save`` stores members uncompressed, so compression
+    only serves to make a small file inflate into a huge one.  bfloat16 comes back as an
+    ``ml_dtypes.bfloat16`` array (its values, whatever dtype dump.json states).  Other dtypes keep numpy's
+    equivalent (float16/32/64, ints, bool, complex64/128).
 
     Raises:
         MissingFrameworkError: when torch is not installed.
@@ -36,7 +40,16 @@ def load_pt_tensor(path: str | Path) -> np.ndarray:
         raise MissingFrameworkError("torch") from None
     file = Path(path)
     try:
-        value = torch.load(file, weights_only=True, map_location="cpu")
+        if zipfile.is_zipfile(file):
+            with zipfile.ZipFile(file) as archive:
+                if any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist()):
+                    raise DumpFormatError(file, None, "compressed .pt archive refused (torch.save stores members "
+                                          "uncompressed)")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = torch.load(file, weights_only=True, map_location="cpu")
+    except DumpFormatError:
+        raise
     except FileNotFoundError:
         raise DumpFormatError(file, None, "tensor file not found") from None
     except Exception as exc:  # unpickling errors, refused globals, truncated files
@@ -46,7 +59,7 @@ def load_pt_tensor(path: str | Path) -> np.ndarray:
         raise DumpFormatError(file, None, f"expected one tensor, found {type(value).__name__}")
     tensor = value.detach().resolve_conj().resolve_neg()
     if tensor.dtype == torch.bfloat16:
-        return tensor.contiguous().view(torch.int16).numpy().view(np.uint16)
+        return tensor.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     try:
         return tensor.numpy()
     except (TypeError, RuntimeError) as exc:

@@ -35,6 +35,7 @@ from msprobe_cmp.comparator.mapping import (
     build_views,
     framework_namespace,
     label_contradiction,
+    unused_mapping_keys,
 )
 from msprobe_cmp.comparator.matching import (
     MATCH_CLASSES,
@@ -985,6 +986,41 @@ def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
     return None
 
 
+def _mapping_file_notes(
+    mapping: NameMapping, paired_a: tuple[RankDump, ...], paired_b: tuple[RankDump, ...],
+    units: Iterable[UnitComparison],
+) -> list[str]:
+    """Across frameworks: user mapping keys that match no MindSpore entry (a typo is otherwise silent), and a
+    hint toward ``--cell-mapping`` when cells of both sides found no partner."""
+    ms_entries = [
+        e for x, y in zip(paired_a, paired_b, strict=True)
+        for unit, ns in zip((x, y), unit_namespaces(x, y), strict=True)
+        if ns == "mindspore" and None not in unit_namespaces(x, y) and len(set(unit_namespaces(x, y))) == 2
+        for e in unit.entries
+    ]
+    if not ms_entries:
+        return []
+    notes = []
+    cells, apis = unused_mapping_keys(mapping, ms_entries)
+    for keys, what, source in ((cells, "cell", mapping.cell_source), (apis, "API", mapping.api_source)):
+        if keys:
+            shown = ", ".join(keys[:10]) + (f" (and {len(keys) - 10} more)" if len(keys) > 10 else "")
+            count = f"{len(keys)} entr{'y' if len(keys) == 1 else 'ies'}"
+            notes.append(f"warning: user {what} mapping {source or ''}: {count} match no MindSpore {what} of the "
+                         f"dump (misspelt?): {shown}")
+    one_sided = {
+        side: {r.entry_name if side == "A" else (r.entry_name_b or r.entry_name) for u in units for r in u.rows
+               if r.match_class == cls and parse_name(r.entry_name_b or r.entry_name).kind == "cell"}
+        for side, cls in (("A", "only_in_a"), ("B", "only_in_b"))
+    }
+    if one_sided["A"] and one_sided["B"]:
+        notes.append(
+            f"{len(one_sided['A'])} cell call(s) of A and {len(one_sided['B'])} of B found no partner: if they are "
+            "the same layers under other names or classes, pair them with a --cell-mapping file (docs/mapping.md)"
+        )
+    return notes
+
+
 def _input_notes(
     units_a: tuple[RankDump, ...],
     units_b: tuple[RankDump, ...],
@@ -1126,6 +1162,7 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode, sources)
     notes.extend(input_notes)
     notes.extend(_unmapped_notes(units, input_notes))
+    notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units))
     if world_note:
         notes.insert(0, world_note)
     if mode == "tensor":

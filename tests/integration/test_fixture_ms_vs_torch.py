@@ -19,7 +19,7 @@ import pytest
 
 from msprobe_cmp.cli import main
 from msprobe_cmp.comparator import CompareOptions, compare
-from msprobe_cmp.comparator.mapping import NameMapping, load_cell_mapping
+from msprobe_cmp.comparator.mapping import NameMapping, load_api_mapping, load_cell_mapping
 from msprobe_cmp.dump import load_dump
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
@@ -276,3 +276,30 @@ def test_a_mislabelled_framework_is_mapped_by_its_entry_names(tmp_path, without_
     assert pairs == {(r.name, r.name_b) for r in without_map.units[0].rows if r.match_class == "matched"}
     contradiction = [n for n in c.notes if "says framework" in n]
     assert bool(contradiction) == (label == "pytorch"), c.notes
+
+
+def test_mapping_keys_that_match_nothing_are_warned_about(tmp_path):
+    cells = tmp_path / "cells.yaml"
+    cells.write_text("blocks.0.Dense: blocks.0.Linear\ndensein.Dense: fc1.Linear\nNoSuchCell: Linear\n")
+    apis = tmp_path / "apis.yaml"
+    apis.write_text("- ms_api: Functional.no_such_op\n  pt_api: Torch.add\n- ms_api: Primitive.ReLU\n"
+                    "  pt_api: Functional.relu\n")
+    mapping = NameMapping(cells=load_cell_mapping(cells), cell_source="cells.yaml",
+                          apis=load_api_mapping(apis), api_source="apis.yaml")
+    c = compare(load_dump(MS), load_dump(PT), CompareOptions(mapping=mapping))
+    warned = [n for n in c.notes if "match no MindSpore" in n]
+    assert len(warned) == 2, c.notes
+    assert "2 entries" in warned[0] and "densein.Dense, NoSuchCell" in warned[0]
+    assert "1 entry" in warned[1] and "Functional.no_such_op" in warned[1]
+    # the shipped file matches every key: no warning
+    good = NameMapping(cells=load_cell_mapping(CELL_MAP), cell_source=CELL_MAP.name)
+    assert not [n for n in compare(load_dump(MS), load_dump(PT), CompareOptions(mapping=good)).notes
+                if "match no MindSpore" in n]
+
+
+def test_cells_unpaired_on_both_sides_suggest_a_cell_mapping(tmp_path, without_map):
+    cells = tmp_path / "cells.yaml"
+    cells.write_text("blocks.0.Dense: blocks.9.Linear\n")  # sends block 0 where PyTorch has nothing
+    c = compare(load_dump(MS), load_dump(PT), CompareOptions(mapping=NameMapping(cells=load_cell_mapping(cells))))
+    assert any("--cell-mapping" in n for n in c.notes), c.notes
+    assert not any("--cell-mapping" in n for n in without_map.notes)

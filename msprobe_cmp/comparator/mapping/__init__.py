@@ -24,6 +24,7 @@ from msprobe_cmp.comparator.mapping.canonical import (
     label_contradiction,
     names_namespace,
     resolve_gradients,
+    unused_mapping_keys,
 )
 from msprobe_cmp.comparator.mapping.files import (
     MAX_MAPPING_FILE_BYTES,
@@ -57,4 +58,5 @@ __all__ = [
     "parse_api_mapping",
     "parse_cell_mapping",
     "resolve_gradients",
+    "unused_mapping_keys",
 ]

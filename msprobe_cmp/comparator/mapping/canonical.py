@@ -41,7 +41,7 @@ Rules, in order (the first that applies wins):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -563,3 +563,30 @@ def build_views(
     """
     mapper = _Mapper(entries, namespace, user or NameMapping(), ours, tables or load_builtin_tables())
     return mapper.views()
+
+
+def unused_mapping_keys(user: NameMapping, entries: Iterable[Entry]) -> tuple[list[str], list[str]]:
+    """The user's cell-mapping keys and API-mapping ``ms_api`` names that match no entry of a MindSpore dump.
+
+    A cell key matches a cell's ``<path>.<Class>`` or, alone, its class; an API name matches an entry's
+    ``<Family>.<name>`` (a Primitive's ``Primitive.<attr>.<Class>`` or ``Primitive.<Class>``).  A key matching
+    nothing is almost always a typo (``densein.Dense`` for ``dense_in.Dense``) that would otherwise be silent.
+
+    Returns:
+        ``(cell keys, API names)``, each in the files' order.
+    """
+    ops: set[str] = set()
+    stems: set[str] = set()
+    for entry in entries:
+        parsed = parse_name(entry.name)
+        if parsed.kind in ("cell", "parameters_grad"):
+            ops.add(parsed.op)
+            if parsed.cell_class:
+                ops.add(parsed.cell_class)
+        elif parsed.kind == "api":
+            stems.add(parsed.stem)
+            if parsed.prefix == "Primitive":
+                stems.add(f"Primitive.{parsed.op.rpartition('.')[2]}")
+    cells = [key for key in user.cells if key not in ops]
+    apis = [rec.ms_api for rec in user.apis if rec.ms_api not in stems]
+    return cells, apis

@@ -172,9 +172,10 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     """A few lines for the terminal: verdict, counts, where the runs start to differ, the report path."""
     lines = [f"verdict: {comparison.verdict.upper()}  ({comparison.mode} mode)"]
     total = sum(n for _, n in comparison.counts)
-    matched = dict(comparison.counts).get("matched", 0)
+    share = comparison.matched_share
     lines.append("rows: " + (", ".join(f"{k} {v}" for k, v in comparison.counts if v) or "none")
-                 + (f"  ({matched / total:.1%} matched)" if total else ""))
+                 + (f"  ({share:.1%} of {comparison.matched_share_of} matched, floor "
+                    f"{comparison.rules.min_matched_share:.0%})" if share is not None and total else ""))
     lines.append("verdicts: " + (", ".join(f"{k} {v}" for k, v in comparison.verdict_counts if v) or "none"))
     first_diff = comparison.first_divergent
     if first_diff is not None:

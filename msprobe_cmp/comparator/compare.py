@@ -501,6 +501,10 @@ class Comparison:
             calls the target's never does, such as PyTorch's optimizer Tensor methods); else
             ``"pass"``.
         notes: remarks about the whole comparison (pairing, mode).
+        matched_share: the share of rows matched, as the ``min_matched_share`` floor counts it (0..1; None when
+            there are no rows): matched / rows, without ``not_captured`` rows, and across frameworks without
+            B's unpaired rows of paired units.
+        matched_share_of: which rows that share is of: ``"all rows"`` or ``"A's rows"``.
     """
 
     input_a: str
@@ -515,6 +519,8 @@ class Comparison:
     first_failing: RowRef | None
     verdict: OverallVerdict
     notes: tuple[str, ...] = ()
+    matched_share: float | None = None
+    matched_share_of: str = "all rows"
 
     def row(self, ref: RowRef) -> ComparisonRow:
         """The row at ``ref``."""
@@ -1186,12 +1192,12 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     # mispairing: the floor leaves them out.
     unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
     total_rows = sum(class_totals.values()) - class_totals["not_captured"] + unpaired_leaf_rows
-    share_of = "of the rows"
+    share_of = "all rows"
     if cross_framework:
         # Across frameworks the baseline holds calls the target's framework never makes (PyTorch's optimizer
         # Tensor methods, autograd helpers): B's unpaired rows of paired units do not count.
         total_rows -= class_totals["only_in_b"]
-        share_of = "of A's rows"
+        share_of = "A's rows"
     matched_share = class_totals["matched"] / total_rows if total_rows else 0.0
     incomplete = [
         f"{side} {u.label}" for side, side_units in (("A", paired_a), ("B", paired_b)) for u in side_units
@@ -1205,7 +1211,7 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     elif matched_share < opts.rules.min_matched_share:
         verdict = "too_few_matched"
         notes.append(
-            f"only {matched_share:.1%} {share_of} were matched, below the floor of "
+            f"only {matched_share:.1%} of {share_of} were matched, below the floor of "
             f"{opts.rules.min_matched_share:.1%} (min_matched_share): no verdict on the rest"
         )
     elif incomplete:
@@ -1229,6 +1235,8 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
         first_failing=first_failing,
         verdict=verdict,
         notes=tuple(notes),
+        matched_share=matched_share if total_rows else None,
+        matched_share_of=share_of,
     )
 
 

@@ -239,6 +239,8 @@ def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
         "class_counts": dict(comparison.counts),
         "verdict_counts": dict(comparison.verdict_counts),
         "compared_count": comparison.compared_count,
+        "matched_share": comparison.matched_share,
+        "matched_share_of": comparison.matched_share_of,
         "first_divergent": _json_row_ref(comparison, comparison.first_divergent),
         "first_failing": _json_row_ref(comparison, comparison.first_failing),
         "unpaired": [_json_unit_ref(u) for u in comparison.unpaired],

@@ -222,7 +222,7 @@ def test_matched_share_floor_gives_exit_3_not_a_pass(tmp_path, capsys):
     _unit(tmp_path / "b" / "step0" / "rank", ["Functional.relu.0.forward", "Functional.gelu.0.forward"])
     # Each entry has 2 rows (input.0, output.0): matched 2, only_in_b 2 -> 50%, at the floor: pass.
     code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o1"], capsys)
-    assert code == 0 and "(50.0% matched)" in out
+    assert code == 0 and "(50.0% of all rows matched, floor 50%)" in out
     _unit(tmp_path / "b" / "step0" / "rank", ["Functional.relu.0.forward", "Functional.gelu.0.forward",
                                               "Functional.tanh.0.forward"])
     code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o2"], capsys)

@@ -56,12 +56,14 @@ def test_declared_backward_gap_makes_the_other_sides_backward_rows_not_captured(
     assert len(forward) == 6 and {r.match_class for r in forward} == {"matched"}
     # 6 matched of 14 rows is under the 0.5 floor, but the 8 declared gaps are not mispairings: a pass
     assert c.verdict == "pass"
+    assert c.matched_share == 1.0 and c.matched_share_of == "all rows"
 
 
 def test_without_the_declaration_the_same_rows_are_only_in_b_and_there_is_no_verdict(tmp_path: Path) -> None:
     c = compare(load_dump(_write(tmp_path / "a", FORWARD_ONLY)), load_dump(_write(tmp_path / "b", FULL)))
     assert {r.match_class for r in c.units[0].rows if ".backward" in r.entry_name} == {"only_in_b"}
     assert c.verdict == "too_few_matched"
+    assert c.matched_share == 6 / 14
 
 
 def test_a_declared_entry_gap_covers_that_entry_only(tmp_path: Path) -> None:

@@ -233,6 +233,9 @@ def test_across_frameworks_the_matched_share_is_over_the_targets_rows(tmp_path, 
     a_rows = sum(r["match_class"] != "only_in_b" for r in rows)
     assert matched / len(rows) < 0.5 <= matched / a_rows
     assert code == 0 and doc["verdict"] == "pass"
+    not_captured = sum(r["match_class"] == "not_captured" for r in rows)
+    assert doc["matched_share_of"] == "A's rows"
+    assert doc["matched_share"] == matched / (a_rows - not_captured)
     # with a floor above A's share there is no verdict
     code = main([str(MS), str(PT), "-o", str(tmp_path / "r2"), "--min-matched-share", f"{matched / a_rows + 0.01}"])
     assert code == 3

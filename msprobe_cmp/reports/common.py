@@ -35,28 +35,49 @@ def format_number(value: float | int | None) -> str:
     return text
 
 
+def _finite(value: float | None, default: float) -> float:
+    return value if value is not None and not math.isnan(value) else default
+
+
 def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
-    """Sort key, most disagreeing first: verdict severity, then the lowest Cosine and the largest
-    MaxAbsErr (tensor rows), or the largest relative statistic difference (statistics rows)."""
-    cos = row.metric("Cosine")
-    mae = row.metric("MaxAbsErr")
+    """Sort key, most disagreeing first (see :func:`select_largest_disagreements`)."""
     rel = [v for v in (row.metric(k) for k in _REL_STATS) if v is not None and not math.isnan(v)]
+    if row.compared_by == "tensor":
+        return (
+            _SEVERITY.get(row.verdict, 4),
+            _finite(row.metric("Cosine"), 2.0),
+            -_finite(row.metric("MaxAbsErr"), 0.0),
+            -(max(rel) if rel else 0.0),
+        )
     return (
         _SEVERITY.get(row.verdict, 4),
-        cos if cos is not None and not math.isnan(cos) else 2.0,
-        -(mae if mae is not None and not math.isnan(mae) else 0.0),
+        -_finite(row.metric(LOWER_BOUND_NAME), 0.0),
         -(max(rel) if rel else 0.0),
     )
 
 
-def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[tuple[int, ComparisonRow]]:
-    """The ``limit`` matched rows whose two sides disagree most, as ``(unit index, row)``, worst first.
+#: How :func:`select_largest_disagreements` ranks rows, for the reports to say so.
+RANKING = {
+    "tensor": "failing first, then warnings; then the lowest Cosine, the largest MaxAbsErr",
+    "statistics": "failing first, then warnings; then the largest MaxAbsErr lower bound (from the statistics), "
+    "the largest relative statistic difference",
+    "md5": "failing first",
+}
 
-    Only rows whose values differ are candidates; the order is by verdict severity, then the lowest
-    Cosine, the largest MaxAbsErr, the largest relative statistic difference (a selection of existing
-    rows, no new numbers).
+
+def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[tuple[int, ComparisonRow]]:
+    """The ``limit`` rows whose two sides disagree most, as ``(unit index, row)``, worst first.
+
+    Candidates: every failing row (a shape or dtype mismatch too), and every other compared row whose values
+    differ.  Order (:data:`RANKING`): verdict severity (fail, warning, pass), then for rows compared as
+    tensors the lowest Cosine and the largest MaxAbsErr, for rows compared by statistics the largest
+    MaxAbsErr lower bound and the largest relative statistic difference (a selection of existing rows, no new
+    numbers).
     """
-    rows = [(ui, r) for ui, u in enumerate(comparison.units) for r in u.rows if r.differs and r.verdict != "skip"]
+    rows = [
+        (ui, r) for ui, u in enumerate(comparison.units) for r in u.rows
+        if r.verdict == "fail" or (r.differs and r.verdict != "skip")
+    ]
     rows.sort(key=lambda item: _disagreement_key(item[1]))
     return rows[:limit]
 

@@ -27,7 +27,13 @@ from markupsafe import Markup
 from msprobe_cmp.comparator.compare import VERDICTS, Comparison, ComparisonRow, SideSummary
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.dump.naming import parse_name
-from msprobe_cmp.reports.common import TOP_ROWS, format_number, format_side, select_largest_disagreements
+from msprobe_cmp.reports.common import (
+    RANKING,
+    TOP_ROWS,
+    format_number,
+    format_side,
+    select_largest_disagreements,
+)
 from msprobe_cmp.reports.plots import render_histogram_svg, render_scatter_svg, render_trace_svg
 
 #: Metric columns of the row table per mode: (header, row metric name).
@@ -357,6 +363,7 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         columns=HTML_COLUMNS[comparison.mode],
         thresholds=thresholds,
         largest=select_largest_disagreements(comparison),
+        ranking=RANKING.get(comparison.mode, RANKING["md5"]),
         top_rows=TOP_ROWS,
         highlights=(
             ("First divergent row", comparison.first_divergent),

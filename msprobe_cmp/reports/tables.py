@@ -53,7 +53,7 @@ from msprobe_cmp.comparator.compare import (
     UnitRef,
 )
 from msprobe_cmp.comparator.rules import Rules
-from msprobe_cmp.reports.common import format_number, format_side, select_largest_disagreements
+from msprobe_cmp.reports.common import RANKING, format_number, format_side, select_largest_disagreements
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
 JSON_SCHEMA = "msprobe-cmp.comparison"
@@ -474,6 +474,8 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS) -> str
     if largest:
         keys = MARKDOWN_METRICS[comparison.mode]
         lines.append(f"### Largest disagreements (top {len(largest)})")
+        lines.append("")
+        lines.append(f"Ranked: {RANKING.get(comparison.mode, RANKING['md5'])}.")
         lines.append("")
         lines.append("| Row | Unit | Verdict | " + " | ".join(keys) + " | Reason |")
         lines.append("|---|---|---|" + "---:|" * len(keys) + "---|")

@@ -227,3 +227,30 @@ def test_largest_disagreements_lists_worst_rows_first(tmp_path):
     assert listed == ["Functional.flip.0.forward", "Functional.big.0.forward", "Functional.small.0.forward"]
     html = render_html(c)
     assert "Largest disagreements" in html and html.index("Functional.flip.0.forward") < html.index("Entries in execution")
+
+
+def test_largest_disagreements_in_statistics_mode_rank_by_the_maxabserr_bound_and_keep_failing_mismatches(tmp_path):
+    import numpy as np
+
+    from msprobe_cmp.reports.common import select_largest_disagreements
+
+    def leaf(shift: float, shape=(100,)) -> TensorLeaf:
+        data = np.linspace(1.0, 2.0, int(np.prod(shape))) + shift
+        return TensorLeaf("mindspore.Tensor", "Float32", shape, float(data.max()), float(data.min()),
+                          float(data.mean()), float(np.linalg.norm(data)))
+
+    # (target shift, baseline shift): the MaxAbsErr lower bound is max(|dMax|, |dMin|, |dMean|, |dNorm|/sqrt(n)),
+    # which for a constant shift is the shift itself
+    shifts = {"Functional.tiny.0.forward": 1e-6, "Functional.mid.0.forward": 1e-3, "Functional.large.0.forward": 0.1}
+    a = [Entry.forward(n, Seq(), Map(), Seq((leaf(s),))) for n, s in shifts.items()]
+    b = [Entry.forward(n, Seq(), Map(), Seq((leaf(0.0),))) for n in shifts]
+    # a shape mismatch fails although its statistics are equal
+    a.append(Entry.forward("Functional.reshape.0.forward", Seq(), Map(), Seq((leaf(0.0, (10, 10)),))))
+    b.append(Entry.forward("Functional.reshape.0.forward", Seq(), Map(), Seq((leaf(0.0),))))
+    c = compare(unit(a), unit(b))
+    listed = [r.entry_name for _, r in select_largest_disagreements(c)]
+    assert listed == ["Functional.reshape.0.forward", "Functional.large.0.forward", "Functional.mid.0.forward",
+                      "Functional.tiny.0.forward"]
+    from msprobe_cmp.reports import render_markdown
+
+    assert "Ranked: failing first" in render_markdown(c)

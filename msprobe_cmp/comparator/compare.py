@@ -795,8 +795,9 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
             floor = compute_relative_floor(normalize_dtype(la.dtype), normalize_dtype(lb.dtype))
             metrics = tuple(_stat_pairs(compute_stat_diffs(la.stats, lb.stats, floor)))
         return _Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
-    if la is None and lb is None:
-        return _Outcome("none", (), RuleOutcome("skip", pair.notes), (), False)
+    if la is None and lb is None:  # the reason first, how the row was paired after it
+        reasons = sorted(pair.notes, key=lambda n: not n.startswith("null on both sides"))
+        return _Outcome("none", (), RuleOutcome("skip", tuple(reasons)), (), False)
     if isinstance(la, ValueLeaf) and isinstance(lb, ValueLeaf):
         return _compare_values(pair, la, lb, rules)
     assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # guaranteed by classify_pair

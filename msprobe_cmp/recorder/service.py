@@ -74,6 +74,8 @@ MAX_STACK_FRAMES = 64
 ASYNC_NOT_CAPTURED = "async_dump"
 #: The ``not_captured`` key of a step flushed at close while still being recorded (see :meth:`RecorderService.end`).
 INCOMPLETE_STEP_KEY = NOT_CAPTURED_STEP
+#: Hook failures are logged and listed with at most this many characters of the exception's text.
+MAX_ERROR_CHARS = 300
 
 
 def backward_name_of(forward_name: str | None) -> str | None:
@@ -92,6 +94,13 @@ def backward_name_of(forward_name: str | None) -> str | None:
     if parsed.kind == "api":
         return f"{parsed.stem}.{parsed.index}.backward"
     return None
+
+
+def describe_error(exc: BaseException, limit: int = MAX_ERROR_CHARS) -> str:
+    """``"<Type>: <message>"`` on one line (whitespace runs collapsed), cut to ``limit`` characters: some
+    framework errors (torch's dispatcher) carry several kilobytes of text."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class ApiCall:
@@ -218,8 +227,12 @@ class RecorderService:
         self._cell_counts: dict[str, int] = {}
         self._cell_stack: list[CellCall] = []
         self._pgrad: dict[str, dict[str, list[Node]]] = {}
+        # Hooks that failed in the current step: skipped for the rest of it, enabled again at the next step.
         self._disabled: set[str] = set()
-        # what → reason: failures persist across steps (the hook stays disabled); the rest is per step.
+        # Hook keys whose failure was already logged (one warning per key for the whole run).
+        self._warned: set[str] = set()
+        # what → reason: install-time gaps persist across steps (a hook that could not be installed); the rest,
+        # hook failures included, is per step.
         self._failures: dict[str, str] = {}
         self._missing: dict[str, str] = {}
         # scope [start, end]: open once the start call begins, closed when the end call ends (per step).
@@ -294,6 +307,7 @@ class RecorderService:
         self._cell_stack.clear()
         self._pgrad.clear()
         self._missing.clear()
+        self._disabled.clear()
         self._scope_open = self._scope_done = False
         self._scope_end_call = None
         self._debug.clear()
@@ -379,7 +393,8 @@ class RecorderService:
         """List ``what`` (an entry name or hook key) in the header's ``not_captured`` with ``reason``.
 
         Args:
-            persistent: keep it in every later step too (a disabled hook); otherwise only this step.
+            persistent: keep it in every later step too (a hook that could not be installed); otherwise only
+                this step.
         """
         target = self._failures if persistent else self._missing
         if what not in target:
@@ -435,11 +450,18 @@ class RecorderService:
     # ----------------------------------------------------------------- failure isolation
 
     def is_disabled(self, key: str) -> bool:
-        """True when the hook ``key`` failed earlier and records nothing any more."""
+        """True when the hook ``key`` failed earlier in this step (it records nothing more until the next step)."""
         return key in self._disabled
 
-    def hook_failed(self, key: str, exc: BaseException) -> None:
-        """Log a hook failure once and disable that hook's recording; training goes on.
+    def hook_failed(self, key: str, exc: BaseException, *, disable: bool = True, what: str | None = None) -> None:
+        """A recording hook failed: list it in this step's ``not_captured``, log one short warning the first
+        time ``key`` fails in the run (the traceback at debug level); training goes on.
+
+        Args:
+            key: the hook key (``"Functional.linear"``, ``"Module.fc.backward"``).
+            disable: skip ``key`` for the rest of the current step (it is enabled again by
+                :meth:`advance_step`); otherwise only the failing call lost its part.
+            what: the ``not_captured`` name (default ``key``), e.g. the one backward entry that is missing.
 
         A failure to write (an ``OSError`` from saving a tensor file) stops all recording instead
         (:meth:`stop_for_write_error`): the next hooks would fail the same way.
@@ -447,24 +469,38 @@ class RecorderService:
         if isinstance(exc, OSError) and self._writer is not None:
             self.stop_for_write_error(self._writer.rank_dir, exc)
             return
-        if key not in self._disabled:
+        text = describe_error(exc)
+        if disable:
             self._disabled.add(key)
-            self.note_not_captured(key, f"recording hook failed and was disabled: {exc!r}", persistent=True)
-            logger.warning("msprobe-cmp: recording hook %s failed and is disabled: %r", key, exc, exc_info=exc)
+            reason = f"recording hook failed; skipped for the rest of this step: {text}"
+        else:
+            reason = f"recording hook failed for this call: {text}"
+        self.note_not_captured(what or key, reason)
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(
+                "msprobe-cmp: recording hook %s failed (%s); %s; training goes on (later failures of this hook "
+                "are listed in not_captured only)",
+                key,
+                text,
+                "skipped for the rest of this step" if disable else "this call is not fully recorded",
+            )
+            logger.debug("msprobe-cmp: traceback of the %s failure", key, exc_info=exc)
 
-    def run_guarded(self, key: str, fn: Callable[[], T]) -> T | None:
-        """Run ``fn`` unless ``key`` is disabled; on an exception disable ``key`` and return None."""
+    def run_guarded(self, key: str, fn: Callable[[], T], *, disable: bool = True, what: str | None = None) -> T | None:
+        """Run ``fn`` unless ``key`` is disabled in this step; on an exception report it
+        (:meth:`hook_failed`, with ``disable`` and ``what``) and return None."""
         if key in self._disabled:
             return None
         try:
             return fn()
         except Exception as exc:  # a hook must never break training
-            self.hook_failed(key, exc)
+            self.hook_failed(key, exc, disable=disable, what=what)
             return None
 
     @property
     def disabled_hooks(self) -> frozenset[str]:
-        """Keys of the hooks disabled after a failure."""
+        """Keys of the hooks disabled after a failure in the current step."""
         return frozenset(self._disabled)
 
     # ----------------------------------------------------------------- collection helpers
@@ -640,6 +676,17 @@ class RecorderService:
         self._cell_stack.append(call)
         return call
 
+    def leave_cell(self, call: CellCall) -> None:
+        """Pop ``call`` (and any call left above it) off the construct stack and close the scope range it
+        ends; does nothing when ``call`` is no longer on the stack.  The adapter's forward hook calls it
+        whatever happened to the recording, so a failed or skipped call never becomes the parent of later
+        entries."""
+        if any(c is call for c in self._cell_stack):
+            while self._cell_stack:
+                if self._cell_stack.pop() is call:
+                    break
+        self._scope_leave(call)
+
     def end_cell(
         self,
         call: CellCall,
@@ -658,11 +705,7 @@ class RecorderService:
             parameters: the cell's own (non-recursive) parameters, ``(local name, value)``.
             grad_params: local names of those parameters that get gradients (placeholders).
         """
-        while self._cell_stack:
-            top = self._cell_stack.pop()
-            if top is call:
-                break
-        self._scope_leave(call)
+        self.leave_cell(call)
         if call.step != self.current_step:
             return
         writer = self.writer()

@@ -55,7 +55,7 @@ def test_a_failing_cell_hook_is_disabled_and_training_goes_on(
             recorded = train(2, dbg)
     _assert_same_training(plain, recorded)
     failures = [r for r in caplog.records if "boom in a hook" in r.getMessage()]
-    assert len(failures) == 1  # logged once, then that hook is disabled
+    assert len(failures) == 1  # logged once per run; it fails (and is skipped for the rest of) every step
     assert "Cell.blocks.1" in failures[0].getMessage()
     data = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())["data"]
     assert "Cell.blocks.1.Dense.forward.0" not in data
@@ -206,3 +206,31 @@ def test_a_dump_path_with_an_earlier_run_is_warned_about(
     with caplog.at_level("WARNING"):
         PrecisionDebugger(dump_path=str(tmp_path / "fresh"), level="L0", framework="mindspore").close()
     assert "earlier run" not in caplog.text
+
+
+def test_a_cell_hook_failing_in_one_step_records_again_in_the_next(
+    tmp_path: Path, train: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Per-step disabling: a hook that failed in step 0 is skipped for the rest of step 0 only; its failure is
+    listed in step 0's not_captured, not in step 1's; the construct stack is popped even for the failed call."""
+    original = RecorderService.end_cell
+
+    def broken_in_step0(self: RecorderService, call: Any, *args: Any, **kwargs: Any) -> None:
+        if call.path == "blocks.1" and self.current_step == 0:
+            raise RuntimeError("boom in step 0")
+        original(self, call, *args, **kwargs)
+
+    monkeypatch.setattr(RecorderService, "end_cell", broken_in_step0)
+    plain = train(2)
+    with caplog.at_level(logging.WARNING, logger="msprobe_cmp"):
+        with PrecisionDebugger(dump_path=tmp_path, level="mix", framework="mindspore") as dbg:
+            recorded = train(2, dbg)
+    _assert_same_training(plain, recorded)
+    step0 = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())
+    step1 = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())
+    assert [n["what"] for n in step0["not_captured"]] == ["Cell.blocks.1"]
+    assert "Cell.blocks.1.Dense.forward.0" not in step0["data"]
+    assert step1["not_captured"] == [] and "Cell.blocks.1.Dense.forward.0" in step1["data"]
+    construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
+    assert construct["Cell.head.Dense.forward.0"] is None  # the failed call did not stay on the stack
+    assert len([r for r in caplog.records if "boom in step 0" in r.getMessage()]) == 1

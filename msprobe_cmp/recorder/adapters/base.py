@@ -31,6 +31,11 @@ WRAPPED_MARK = "__msprobe_cmp_wrapped__"
 FETCH_CHUNK = 4096
 
 
+def never() -> bool:
+    """Always False: the default of :attr:`AdapterBase._compiling` (a framework without a graph compiler)."""
+    return False
+
+
 def writes_in_place(api: str) -> bool:
     """True for an API named as writing in place: ``*_`` (not a dunder), or ``__i*__`` other than ``__invert__``."""
     dunder = api.startswith("__") and api.endswith("__")
@@ -98,6 +103,9 @@ class AdapterBase(abc.ABC):
     _UNFIRED_BACKWARD: ClassVar[str]
     #: The model class ``start(model)`` accepts; set by the subclass before ``__init__``.
     _model_type: type
+    #: True while a graph compiler traces the code (``torch.compiler.is_compiling``): every wrapper and hook
+    #: checks it first and then only calls the original, so a compiled region contains the original calls only.
+    _compiling: Callable[[], bool] = staticmethod(never)
 
     def __init__(self, config: RecordConfig, *, framework: str, cell_prefix: str) -> None:
         self.service = RecorderService(
@@ -166,6 +174,11 @@ class AdapterBase(abc.ABC):
     def _hook_tensor(self, tensor: Any, fn: Callable[[Any], None]) -> Any:
         return tensor.register_hook(fn)
 
+    def _in_transform(self) -> bool:
+        """True inside a function transform whose values cannot be recorded (torch.func's vmap/grad/jvp);
+        the adapter notes it in ``not_captured``.  Only asked while recording is on."""
+        return False
+
     # ----------------------------------------------------------------- lifecycle
 
     @property
@@ -197,8 +210,25 @@ class AdapterBase(abc.ABC):
             len(models) != len(self._models) or any(a is not b for a, b in zip(models, self._models, strict=True))
         ):
             self._remove_model_hooks()
-            self._install_model(models, is_list)
+            self._install_model_atomically(models, is_list)
         svc.begin()
+
+    def _install_model_atomically(self, models: tuple[Any, ...], is_list: bool) -> None:
+        """Install the model hooks, or none: on an unexpected failure everything installed so far is removed,
+        the failure is logged once and listed in ``not_captured`` (APIs are still recorded) and the next
+        ``start(model)`` tries again.
+
+        Raises:
+            ConfigError: from the installation (after removing what it installed).
+        """
+        try:
+            self._install_model(models, is_list)
+        except ConfigError:
+            self._remove_model_hooks()
+            raise
+        except Exception as exc:  # start() must not break training either
+            self._remove_model_hooks()
+            self.service.hook_failed(f"{self.service.cell_prefix} hooks (start(model))", exc, disable=False)
 
     def stop(self) -> None:
         """Switch recording off and flush the step's files so far."""
@@ -314,8 +344,11 @@ class AdapterBase(abc.ABC):
 
     def _debug_grad_hook(self, key: str, grad_entry: str, position: tuple[Any, ...]) -> Callable[[Any], None]:
         svc = self.service
+        compiling = self._compiling
 
         def hook(grad: Any) -> None:
+            if compiling() or self._in_transform():
+                return None
             svc.run_guarded(key, lambda: svc.debug_grad(grad_entry, position, grad))
             return None
 
@@ -353,10 +386,12 @@ class AdapterBase(abc.ABC):
         key = f"{family}.{api}"
         before = self._api_before
         after = self._api_after
+        compiling = self._compiling
+        in_transform = self._in_transform
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not svc.api_active() or svc.is_disabled(key):
+            if compiling() or not svc.api_active() or svc.is_disabled(key) or in_transform():
                 return original(*args, **kwargs)
             prepared = svc.run_guarded(key, lambda: before(family, api, args, kwargs, substitute))
             call_args = args if prepared is None else prepared[1]
@@ -381,7 +416,19 @@ class AdapterBase(abc.ABC):
             call.record_backward = False
             return call, tuple(args)
         call.grad_outputs = [None] * len(args)
-        return call, self._substitute_inputs(family, api, call, args, substitute)
+        if not svc.config.records_io("output"):
+            return call, tuple(args)  # no substitutes when the gradients w.r.t. inputs are not recorded
+        # A failure here costs this call its backward entry only: the forward entry is still recorded.
+        substituted = svc.run_guarded(
+            f"{family}.{api}.backward",
+            lambda: self._substitute_inputs(family, api, call, args, substitute),
+            disable=False,
+            what=call.backward_name,
+        )
+        if substituted is None:
+            call.record_backward = False
+            return call, tuple(args)
+        return call, substituted
 
     @abc.abstractmethod
     def _substitute_inputs(
@@ -390,13 +437,20 @@ class AdapterBase(abc.ABC):
         """The arguments an API called in a gradient context receives (hooks for its backward ``output``)."""
 
     def _api_after(self, key: str, call: ApiCall, out: Any) -> None:
-        """End the API call; when its backward is recorded, hook its outputs (the backward ``input``)."""
-        self.service.end_api(call, out)
+        """End the API call; when its backward is recorded, hook its outputs (the backward ``input``; a failure
+        there costs this call its backward entry only)."""
+        svc = self.service
+        svc.end_api(call, out)
         if not call.record_backward:
             return
         outputs = out if isinstance(out, (tuple, list)) else (out,)
         call.grad_inputs = [None] * len(outputs)
-        self._hook_api_outputs(key, call, outputs)
+        svc.run_guarded(
+            f"{key}.backward",
+            lambda: self._hook_api_outputs(key, call, outputs),
+            disable=False,
+            what=call.backward_name,
+        )
 
     @abc.abstractmethod
     def _hook_api_outputs(self, key: str, call: ApiCall, outputs: Sequence[Any]) -> None:
@@ -405,8 +459,11 @@ class AdapterBase(abc.ABC):
     def _grad_hook(self, key: str, call: ApiCall, field: str, position: int) -> Callable[[Any], None]:
         svc = self.service
         hook_key = f"{key}.backward"
+        compiling = self._compiling
 
         def hook(grad: Any) -> None:
+            if compiling() or self._in_transform():
+                return None
             svc.run_guarded(hook_key, lambda: svc.api_grad(call, field, position, grad))
             return None
 
@@ -417,8 +474,11 @@ class AdapterBase(abc.ABC):
     def _param_hook(self, path: str, cls: str, mi: int | None, name: str) -> Callable[[Any], None]:
         svc = self.service
         key = f"{svc.cell_prefix}.{path}.parameters_grad"
+        compiling = self._compiling
 
         def hook(grad: Any) -> None:
+            if compiling() or self._in_transform():
+                return None
             svc.run_guarded(key, lambda: svc.parameter_grad(path, cls, mi, name, grad))
             return None
 

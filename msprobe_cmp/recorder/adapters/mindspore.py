@@ -27,8 +27,9 @@ API backward, in a gradient context only (``value_and_grad``/``grad``):
 Cell backward entries are paired with their forward call last-in-first-out per cell (backward runs
 in reverse order of the forward calls), so ``backward.<n>`` carries the index of forward call ``n``.
 
-Every hook body runs under :meth:`RecorderService.run_guarded`: an exception is logged once and
-disables that hook; the framework call itself always runs exactly as without the recorder.
+Every hook body runs under :meth:`RecorderService.run_guarded`: an exception is logged once per run,
+listed in that step's ``not_captured`` and skips that hook for the rest of the step (it records again
+from the next step); the framework call itself always runs exactly as without the recorder.
 
 ``async_dump``: a captured tensor is not copied to the host.  Its max, min, sum, sum of squares and
 NaN/+Inf/-Inf counts are computed on its device in float64 by Primitive instances the adapter owns
@@ -450,7 +451,10 @@ class MindSporeAdapter(AdapterBase):
                 if grad_enabled() and svc.config.records_direction("backward"):
                     state.awaiting_backward.append(call)
 
-            svc.run_guarded(key, record)
+            try:
+                svc.run_guarded(key, record)
+            finally:
+                svc.leave_cell(call)  # whatever happened, the call the pre-hook pushed is popped
             return None
 
         def backward_hook(_cell: Any, grad_input: Any, grad_output: Any) -> None:

@@ -45,6 +45,11 @@ the leaf dtype).  dtypes use torch's spelling (``torch.float32``; mindtorch's ``
 written ``torch.float32`` too); leaves carry ``requires_grad``.  ``async_dump`` (PyTorch): a float64
 statistics vector per tensor is computed on the tensor's device and fetched at ``stop()`` / ``step()``;
 under mindtorch it falls back to the synchronous path.
+
+Not recorded (never failures): TorchScript modules (skipped at ``start(model)``, listed in ``not_captured``),
+calls inside torch.func transforms or fake/proxy tracing (listed once per step), and compiled regions (every
+wrapper and hook returns to the original first when ``torch.compiler.is_compiling()``, so dynamo traces only the
+original calls).  docs/recorder.md details these and what the input views change inside a module.
 """
 
 from __future__ import annotations
@@ -58,16 +63,21 @@ from typing import Any
 import numpy as np
 
 from msprobe_cmp.dump.schema import ValueLeaf
-from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_stacked
+from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_stacked, never
 from msprobe_cmp.recorder.adapters.torch_support import (
     _FLOAT_DTYPES,
     _HOST_ONLY_DTYPES,
     API_FAMILIES,
+    FUNCTORCH_KEY,
+    FUNCTORCH_REASON,
     MINDTORCH_API_INPUT_GRADS_KEY,
     MINDTORCH_BACKWARD_KEY,
     MINDTORCH_NO_API_INPUT_GRADS,
     MINDTORCH_NO_BACKWARD,
     MINDTORCH_NO_INPUT_GRADS,
+    SCRIPT_MODULE_REASON,
+    TRACING_KEY,
+    TRACING_REASON,
     _ModuleBackward,
     _ModuleState,
     _no_views_for,
@@ -76,7 +86,7 @@ from msprobe_cmp.recorder.adapters.torch_support import (
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, CellCall
+from msprobe_cmp.recorder.service import ApiCall, CellCall, describe_error
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +121,21 @@ class TorchAdapter(AdapterBase):
         self._view_as = getattr(getattr(torch, "_C", None), "TensorBase", torch.Tensor).view_as
         self._ms_hook: Callable[[Any, Callable[[Any], Any]], Any] | None = None
         self._ms_requires_grad: Callable[[], bool] | None = None
+        # torch.compile: dynamo folds is_compiling() to True while tracing, so a compiled region holds only the
+        # original calls (no recorder code is traced, no graph break, no recompilation).
+        self._compiling = _working(getattr(getattr(torch, "compiler", None), "is_compiling", None)) or never
+        c = getattr(torch, "_C", None)
+        # torch.func transforms (vmap, grad, jvp): their wrapped tensors cannot be recorded.
+        self._functorch_active = _working(getattr(c, "_are_functorch_transforms_active", None))
+        # Tracing with fake/proxy/functional tensors (AOTAutograd, inductor, export): values do not exist.
+        keys = getattr(c, "_TorchDispatchModeKey", None)
+        modes = tuple(getattr(keys, name) for name in ("FAKE", "PROXY", "FUNCTIONAL") if hasattr(keys, name))
+        get_mode = getattr(c, "_get_dispatch_mode", None)
+        self._tracing_active = (
+            _working(lambda: any(get_mode(k) is not None for k in modes)) if modes and get_mode is not None else None
+        )
+        script_type = getattr(getattr(torch, "jit", None), "ScriptModule", None)
+        self._script_type: type | None = script_type if isinstance(script_type, type) else None
         if self._mindtorch:
             self._setup_mindtorch()
         self._async = config.async_dump and not self._mindtorch
@@ -206,6 +231,22 @@ class TorchAdapter(AdapterBase):
             return self._ms_hook(tensor, fn)
         return tensor.register_hook(fn)
 
+    def _in_transform(self) -> bool:
+        """True inside a torch.func transform (vmap, grad, jvp, ...) or while torch traces with fake/proxy
+        tensors: nothing is recorded there (noted in this step's ``not_captured`` while recording is on)."""
+        try:
+            if self._functorch_active is not None and self._functorch_active():
+                what, reason = FUNCTORCH_KEY, FUNCTORCH_REASON
+            elif self._tracing_active is not None and self._tracing_active():
+                what, reason = TRACING_KEY, TRACING_REASON
+            else:
+                return False
+        except Exception:  # called from wrappers and hooks: never raise
+            return False
+        if self.service.is_on:
+            self.service.note_not_captured(what, reason)
+        return True
+
     # ----------------------------------------------------------------- conversion
 
     def _convert(self, value: object) -> HostTensor | DeferredTensor | ValueLeaf | None:
@@ -214,7 +255,7 @@ class TorchAdapter(AdapterBase):
         if isinstance(value, self._tensor_type):
             dtype = self._dtype_name(value.dtype)
             requires_grad = bool(getattr(value, "requires_grad", False))
-            if self._async and dtype not in _HOST_ONLY_DTYPES:
+            if self._async and dtype not in _HOST_ONLY_DTYPES and not self._is_sparse(value):
                 return self._defer(value, dtype, requires_grad)
             return HostTensor(self._host_array(value, dtype), dtype, "torch.Tensor", requires_grad)
         if isinstance(value, self._dtype_type):
@@ -233,10 +274,16 @@ class TorchAdapter(AdapterBase):
             return np.asarray(t.asnumpy())
         with self._torch.no_grad():
             t = value.detach()
+            if self._is_sparse(t):
+                t = t.to_dense()  # sparse layouts: statistics (and files) of the dense values
             if dtype == "torch.bfloat16":
                 t = t.float()  # numpy has no bf16: upcast exactly, as the MindSpore adapter does
             t = t.cpu().resolve_conj().resolve_neg()
             return t.numpy()
+
+    def _is_sparse(self, value: Any) -> bool:
+        layout = getattr(value, "layout", None)
+        return layout is not None and layout != getattr(self._torch, "strided", layout)
 
     def _defer(self, value: Any, dtype: str, requires_grad: bool) -> DeferredTensor:
         """async_dump: the tensor's float64 statistics vector (or, tensor task, a copy), left on the device."""
@@ -363,53 +410,114 @@ class TorchAdapter(AdapterBase):
             return
         for model_index, model in enumerate(models):
             mi = model_index if is_list else None
+            if self._is_script(model):
+                svc.note_not_captured("model" if mi is None else f"model[{mi}]", SCRIPT_MODULE_REASON, persistent=True)
+                continue
+            scripted: list[str] = []
             for path, module in model.named_modules():
                 if path == "":
                     continue  # the root model is not hooked (msprobe's convention)
-                self._hook_module(module, path, type(module).__name__, mi)
+                if any(path.startswith(prefix) for prefix in scripted):
+                    continue  # inside a TorchScript module, already listed
+                if self._is_script(module):
+                    scripted.append(path + ".")
+                    svc.note_not_captured(f"Module.{path}", SCRIPT_MODULE_REASON, persistent=True)
+                    continue
+                self._hook_module_atomically(module, path, type(module).__name__, mi)
+
+    def _is_script(self, module: Any) -> bool:
+        return self._script_type is not None and isinstance(module, self._script_type)
+
+    def _hook_module_atomically(self, module: Any, path: str, cls: str, mi: int | None) -> None:
+        """Hook one module, or (on a failure: a module kind that refuses hooks) leave it unhooked, listed in
+        ``not_captured``; the other modules are hooked all the same."""
+        handles, states = len(self._handles), len(self._states)
+        try:
+            self._hook_module(module, path, cls, mi)
+        except Exception as exc:
+            for handle in self._handles[handles:]:
+                try:
+                    handle.remove()
+                except Exception:  # pragma: no cover - removing what was just registered
+                    pass
+            del self._handles[handles:]
+            del self._states[states:]
+            text = describe_error(exc)
+            self.service.note_not_captured(
+                f"Module.{path}", f"its hooks could not be installed; not recorded: {text}", persistent=True
+            )
+            logger.warning(
+                "msprobe-cmp: module %s (%s) is not recorded: its hooks could not be installed: %s", path, cls, text
+            )
 
     def _hook_module(self, module: Any, path: str, cls: str, mi: int | None) -> None:
         svc = self.service
         state = _ModuleState()
         self._states.append(state)
         key = f"Module.{path}"
+        backward_key = f"{key}.backward"
         params = list(module.named_parameters(recurse=False))
         grad_params = [name for name, p in params if p.requires_grad]
+        compiling = self._compiling
 
         def pre_hook(_module: Any, args: Any, kwargs: Any) -> Any:
-            if not svc.cell_active() or svc.is_disabled(key):
+            if compiling() or not svc.cell_active() or svc.is_disabled(key) or self._in_transform():
                 return None
             call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi))
             if call is None:
                 return None
-            backward = None
-            if call.recorded and svc.config.records_direction("backward") and self._grad_enabled():
-                backward = _ModuleBackward(call, len(args))
-            state.open_calls.append((call, backward))
-            if backward is None or self._mindtorch:
-                return None
-            with svc.collecting():
-                new_args = svc.run_guarded(
-                    key, lambda: self._view_inputs(args, lambda i: self._module_grad_hook(key, backward, "output", i))
-                )
+            # From here the call is on the construct stack: the forward hook pops it, whatever happens.
+            state.open_calls.append((call, None))
+            new_args = svc.run_guarded(key, lambda: prepare_backward(call, args), disable=False)
             return None if new_args is None else (new_args, kwargs)
 
+        def prepare_backward(call: CellCall, args: Any) -> tuple[Any, ...] | None:
+            """Open the call's backward bookkeeping; PyTorch: its inputs as hooked views (None: unchanged)."""
+            if not (call.recorded and svc.config.records_direction("backward") and self._grad_enabled()):
+                return None
+            backward = _ModuleBackward(call, len(args))
+            if self._mindtorch or not svc.config.records_io("output"):
+                # No views when the gradients w.r.t. inputs are not recorded (data_mode) or not capturable.
+                state.open_calls[-1] = (call, backward)
+                return None
+            bwd = call.forward_name.replace(".forward.", ".backward.")
+            with svc.collecting():
+                # A failure here costs this call its backward entry only; the forward entry is still recorded.
+                new_args = svc.run_guarded(
+                    backward_key,
+                    lambda: self._view_inputs(args, lambda i: self._module_grad_hook(key, backward, "output", i)),
+                    disable=False,
+                    what=bwd,
+                )
+            if new_args is not None:
+                state.open_calls[-1] = (call, backward)
+            return new_args
+
         def forward_hook(_module: Any, args: Any, kwargs: Any, output: Any) -> None:
-            if not state.open_calls:
+            if not state.open_calls or compiling() or self._in_transform():
                 return None
             call, backward = state.open_calls.pop()
-            params_with_grads = grad_params if self._grad_enabled() else []
-
-            def record() -> None:
-                svc.end_cell(call, args, kwargs, output, params, params_with_grads)
-                if backward is not None:
-                    outputs = output if isinstance(output, (tuple, list)) else (output,)
-                    if self._hook_module_outputs(key, backward, outputs):
-                        state.awaiting_backward.append(backward)
-
-            with svc.collecting():
-                svc.run_guarded(key, record)
+            try:
+                with svc.collecting():
+                    done = svc.run_guarded(key, lambda: record_forward(call, args, kwargs, output))
+                    if done and backward is not None:
+                        bwd = call.forward_name.replace(".forward.", ".backward.")
+                        outputs = output if isinstance(output, (tuple, list)) else (output,)
+                        hooked = svc.run_guarded(
+                            backward_key,
+                            lambda: self._hook_module_outputs(key, backward, outputs),
+                            disable=False,
+                            what=bwd,
+                        )
+                        if hooked:
+                            state.awaiting_backward.append(backward)
+            finally:
+                svc.leave_cell(call)  # popped even when the hook is disabled or failed
             return None
+
+        def record_forward(call: CellCall, args: Any, kwargs: Any, output: Any) -> bool:
+            svc.end_cell(call, args, kwargs, output, params, grad_params if self._grad_enabled() else [])
+            return True
 
         self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         try:
@@ -422,7 +530,9 @@ class TorchAdapter(AdapterBase):
                     handle = self._hook_tensor(param, self._param_hook(path, cls, mi, name))
                 except Exception as exc:
                     svc.note_not_captured(
-                        f"{key}.parameters_grad", f"could not hook parameter {name}: {exc!r}", persistent=True
+                        f"{key}.parameters_grad",
+                        f"could not hook parameter {name}: {describe_error(exc)}",
+                        persistent=True,
                     )
                     continue
                 if handle is not None:
@@ -465,8 +575,12 @@ class TorchAdapter(AdapterBase):
     ) -> Callable[[Any], None]:
         svc = self.service
         hook_key = f"{key}.backward"
+        compiling = self._compiling
 
         def hook(grad: Any) -> None:
+            if compiling() or self._in_transform():
+                return None
+
             def record() -> None:
                 call = backward.call
                 backward.fired = True
@@ -481,6 +595,18 @@ class TorchAdapter(AdapterBase):
             return None
 
         return hook
+
+
+def _working(check: Callable[[], Any] | None) -> Callable[[], bool] | None:
+    """``check`` when it is callable and answers without raising now (so it can be called from every wrapper),
+    else None."""
+    if not callable(check):
+        return None
+    try:
+        bool(check())
+    except Exception:
+        return None
+    return check
 
 
 def key_of(family: str, api: str) -> str:

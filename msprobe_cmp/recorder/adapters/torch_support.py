@@ -91,6 +91,27 @@ MINDTORCH_NO_API_INPUT_GRADS = (
 )
 
 
+#: not_captured of a TorchScript module (``torch.jit.script`` / ``trace``), which accepts no Python hooks.
+SCRIPT_MODULE_REASON = (
+    "a TorchScript module (torch.jit.script / torch.jit.trace) accepts no Python hooks: it and its submodules are "
+    "not recorded as modules (no forward, backward or parameters_grad entries), and the APIs it calls run inside "
+    "TorchScript, unrecorded; the rest of the model is recorded"
+)
+#: not_captured of calls made inside torch.func transforms.
+FUNCTORCH_KEY = "torch.func transforms"
+FUNCTORCH_REASON = (
+    "calls made inside torch.func transforms (vmap, grad, jvp, ...; functorch-wrapped tensors) are not recorded: "
+    "their values are batched or wrapped tensors with no storage"
+)
+
+#: not_captured of calls made while torch traces with fake/proxy/functional tensors (torch.compile, export).
+TRACING_KEY = "torch tracing (fake/proxy tensors)"
+TRACING_REASON = (
+    "calls made while torch traces a graph with fake, proxy or functional tensors (torch.compile's "
+    "AOTAutograd/inductor, torch.export, make_fx) carry no values and are not recorded"
+)
+
+
 def import_torch(framework: str = "pytorch") -> Any:
     """Import and return the ``torch`` module (for ``"mindtorch"``, ``import mindtorch`` first, which makes
     ``import torch`` resolve to mindtorch).

@@ -796,8 +796,8 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
             metrics = tuple(_stat_pairs(compute_stat_diffs(la.stats, lb.stats, floor)))
         return _Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
     if la is None and lb is None:  # the reason first, how the row was paired after it
-        reasons = sorted(pair.notes, key=lambda n: not n.startswith("null on both sides"))
-        return _Outcome("none", (), RuleOutcome("skip", tuple(reasons)), (), False)
+        null_first = sorted(pair.notes, key=lambda n: not n.startswith("null on both sides"))
+        return _Outcome("none", (), RuleOutcome("skip", tuple(null_first)), (), False)
     if isinstance(la, ValueLeaf) and isinstance(lb, ValueLeaf):
         return _compare_values(pair, la, lb, rules)
     assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # guaranteed by classify_pair

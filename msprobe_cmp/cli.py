@@ -30,7 +30,13 @@ from msprobe_cmp.comparator import CompareOptions, Comparison, compare
 from msprobe_cmp.comparator.mapping import NameMapping, load_api_mapping, load_cell_mapping
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
-from msprobe_cmp.dump.reader import load_dump, register_tensor_loader, tensor_loader_for, unregister_tensor_loader
+from msprobe_cmp.dump.reader import (
+    load_dump,
+    paused_gc,
+    register_tensor_loader,
+    tensor_loader_for,
+    unregister_tensor_loader,
+)
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
 from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_json, render_junit, render_markdown
@@ -56,7 +62,7 @@ def _compare_parser() -> _Parser:
         prog="msprobe-cmp",
         usage="msprobe-cmp [-h] TARGET BASELINE [-o OUT] [--force] [--rules FILE] [--min-matched-share X] "
         "[--noise RERUN]\n"
-        "       [--cell-mapping FILE] [--api-mapping FILE] [--absolute-paths]\n"
+        "       [--cell-mapping FILE] [--api-mapping FILE] [--jobs N] [--scheduler ADDRESS] [--absolute-paths]\n"
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
@@ -86,6 +92,12 @@ def _compare_parser() -> _Parser:
     p.add_argument("-am", "--api-mapping", type=Path, metavar="FILE",
                    help="MindSpore -> PyTorch API records (ms_api/pt_api, ms_args/pt_args, ms_output/pt_output; "
                    "msprobe's format); used across frameworks before the built-in API table")
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="compare N (step, rank) unit pairs at once in worker processes; the result is the serial "
+                   "one (default: %(default)s)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="compare the unit pairs on a Dask distributed cluster (tcp://host:8786; needs "
+                   "pip install 'msprobe-cmp[dask]'); its workers must see the dumps under the same paths")
     p.add_argument("--absolute-paths", action="store_true",
                    help="keep this machine's absolute paths in the reports (by default a dump given as an "
                    "absolute path is shown by its last component, a relative one as typed)")
@@ -146,6 +158,11 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
         ``{"html": path, "json": path, "csv": path, "junit": path, "markdown": path}``.
     """
     out.mkdir(parents=True, exist_ok=True)
+    with paused_gc():
+        return _write_reports(comparison, out)
+
+
+def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     files = {
         "html": (out / "report.html", render_html(comparison)),
         "json": (out / "comparison.json", render_json(comparison)),
@@ -279,6 +296,8 @@ def _compare(argv: Sequence[str]) -> int:
     _check_outputs(args.output, args.force)
     rules = _rules_from_args(args)  # validate options before reading dumps
     mapping = _mapping_from_args(args)
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs: must be at least 1, got {args.jobs}")
     stages = _Stages(5 if args.noise is not None else 4)
     try:
         stages.start(f"loading {args.target}")
@@ -291,7 +310,8 @@ def _compare(argv: Sequence[str]) -> int:
             noise = load_dump(args.noise)
         stages.start(f"comparing {len(dump_a.units)} unit(s) with {len(dump_b.units)}")
         comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise, progress=stages.unit,
-                                                                mapping=mapping))
+                                                                mapping=mapping, jobs=args.jobs,
+                                                                scheduler=args.scheduler))
         if not args.absolute_paths:
             comparison = relative_paths(comparison, [p for p in (args.target, args.baseline, args.noise) if p])
         stages.start(f"writing reports into {args.output}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -65,8 +66,23 @@ from msprobe_cmp.comparator.rules import (
     compute_value_verdict,
 )
 from msprobe_cmp.dump.naming import parse_name
-from msprobe_cmp.dump.reader import Dump, RankDump
-from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, NOT_CAPTURED_STEP, Leaf, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.reader import (
+    Dump,
+    RankDump,
+    TensorLoader,
+    load_rank_dump,
+    paused_gc,
+    register_tensor_loader,
+    tensor_loader_for,
+)
+from msprobe_cmp.dump.schema import (
+    NOT_CAPTURED_BACKWARD,
+    NOT_CAPTURED_STEP,
+    Leaf,
+    TensorLeaf,
+    ValueLeaf,
+    build_frozen,
+)
 from msprobe_cmp.errors import ConfigError, MsprobeCmpError
 
 Mode = Literal["tensor", "statistics", "md5"]
@@ -127,6 +143,13 @@ class CompareOptions:
         mapping: the user's cell / API mapping files; used, with the built-in tables, when the two
             sides are different frameworks (MindSpore against PyTorch or mindtorch; see
             :mod:`msprobe_cmp.comparator.mapping.canonical`).
+        jobs: compare this many (step, rank) unit pairs at once, each in a worker process (``spawn``) that
+            reads its own pair again from the unit directories and returns its :class:`UnitComparison`; the
+            result is the serial one, in the same order.  1 (the default) compares in this process.  Only
+            for dumps loaded from disk (a unit built in memory is not re-read).
+        scheduler: the address of a Dask distributed scheduler (``tcp://host:8786``; needs the ``dask``
+            extra): the unit pairs are compared on its workers instead (same function, same result),
+            which must see the dump directories under the same paths.  Takes precedence over ``jobs``.
 
     Raises:
         msprobe_cmp.errors.ConfigError: an unknown mode.
@@ -137,10 +160,14 @@ class CompareOptions:
     noise: Dump | RankDump | None = None
     progress: Callable[[int, int, str], None] | None = field(default=None, compare=False)
     mapping: NameMapping = field(default_factory=NameMapping)
+    jobs: int = field(default=1, compare=False)
+    scheduler: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "tensor", "statistics", "md5"):
             raise ConfigError(f"mode: must be auto, tensor, statistics or md5, got {self.mode!r}")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise ConfigError(f"jobs: must be a whole number of at least 1, got {self.jobs!r}")
 
 
 @dataclass(frozen=True)
@@ -175,17 +202,10 @@ class SideSummary:
             return cls("null")
         if isinstance(leaf, ValueLeaf):
             return cls("value", dtype=leaf.type, value=repr(leaf.value))
-        return cls(
-            "tensor",
-            dtype=leaf.dtype,
-            shape=tuple(leaf.shape),
-            max=leaf.max,
-            min=leaf.min,
-            mean=leaf.mean,
-            norm=leaf.norm,
-            md5=leaf.md5,
-            data_name=leaf.data_name,
-        )
+        return build_frozen(cls, {
+            "kind": "tensor", "dtype": leaf.dtype, "shape": tuple(leaf.shape), "max": leaf.max, "min": leaf.min,
+            "mean": leaf.mean, "norm": leaf.norm, "md5": leaf.md5, "data_name": leaf.data_name, "value": None,
+        })
 
 
 @dataclass(frozen=True)
@@ -387,8 +407,12 @@ def compute_cell_rollups(
 
     order: list[str] = []
     acc: dict[str, _CellAcc] = {}
+    is_cell: dict[str, bool] = {}
     for r in rows:
-        own = (r.entry_name,) if parse_name(r.entry_name).kind == "cell" else ()
+        cell_row = is_cell.get(r.entry_name)
+        if cell_row is None:
+            cell_row = is_cell[r.entry_name] = parse_name(r.entry_name).kind == "cell"
+        own = (r.entry_name,) if cell_row else ()
         for cell in (*own, *chain_of(r.entry_name)):
             if cell not in acc:
                 acc[cell] = _CellAcc()
@@ -693,11 +717,60 @@ def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[Tenso
     return notes
 
 
+def _plain_statistics_outcome(
+    pair: RowPair, la: TensorLeaf, lb: TensorLeaf, t: Thresholds, floor: float
+) -> _Outcome | None:
+    """The statistics-mode outcome of the common row, computed without the per-statistic records: both sides
+    non-empty with all four statistics finite floats, equal or no NaN/Inf counts, no statistic difference
+    above ``max_abs_err_suspect_above`` (so no warning) and a MaxAbsErr bound not above
+    ``max_abs_err_fail_above`` (so a pass).  The numbers are those of :func:`compute_stat_diffs` and
+    :func:`compute_max_abs_err_lower_bound`, the same operations in the same order; None for any other row
+    (the general path then decides, with its reasons and notes).
+    """
+    a0, a1, a2, a3 = la.max, la.min, la.mean, la.norm
+    b0, b1, b2, b3 = lb.max, lb.min, lb.mean, lb.norm
+    numel = la.numel
+    if numel == 0:
+        return None
+    for x in (a0, a1, a2, a3, b0, b1, b2, b3):
+        if type(x) is not float or x - x != 0.0:  # None, NaN or ±Inf
+            return None
+    if (la.extra or lb.extra) and (
+        la.nonfinite_counts != lb.nonfinite_counts or la.has_invalid_nonfinite_counts or lb.has_invalid_nonfinite_counts
+    ):
+        return None
+    d0, d1, d2, d3 = a0 - b0, a1 - b1, a2 - b2, a3 - b3  # type: ignore[operator]
+    m0, m1, m2, m3 = abs(d0), abs(d1), abs(d2), abs(d3)
+    suspect = t.max_abs_err_suspect_above
+    if m0 > suspect or m1 > suspect or m2 > suspect or m3 > suspect:
+        return None
+    bound = max(m0, m1, m2, m3 / math.sqrt(numel))
+    if bound > t.max_abs_err_fail_above:
+        return None
+    metrics = (
+        ("Max diff", d0), ("Min diff", d1), ("Mean diff", d2), ("L2norm diff", d3),
+        ("Max relative diff", m0 / max(abs(b0), floor)),  # type: ignore[arg-type]
+        ("Min relative diff", m1 / max(abs(b1), floor)),  # type: ignore[arg-type]
+        ("Mean relative diff", m2 / max(abs(b2), floor)),  # type: ignore[arg-type]
+        ("L2norm relative diff", m3 / max(abs(b3), floor)),  # type: ignore[arg-type]
+        (LOWER_BOUND_NAME, bound),
+    )
+    differs = d0 != 0.0 or d1 != 0.0 or d2 != 0.0 or d3 != 0.0
+    return _Outcome("statistics", metrics, _PASS, tuple(pair.notes), differs)
+
+
+_PASS = RuleOutcome("pass")
+
+
 def _compare_tensors(
     pair: RowPair, la: TensorLeaf, lb: TensorLeaf, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules
 ) -> _Outcome:
-    t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype))
+    t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype)) if rules.overrides else rules.default
     floor = t.relative_floor or compute_relative_floor(normalize_dtype(la.dtype), normalize_dtype(lb.dtype))
+    if mode == "statistics":
+        fast = _plain_statistics_outcome(pair, la, lb, t, floor)
+        if fast is not None:
+            return fast
     diffs = compute_stat_diffs(la.stats, lb.stats, floor)
     notes = list(pair.notes)
     if la.numel == 0:
@@ -939,28 +1012,26 @@ def compare_units(
         stack = unit_a.stack.get(pair.entry_name, ()) if pair.in_a else ()
         if not stack:
             stack = stack_b
-        rows.append(
-            ComparisonRow(
-                index=i,
-                entry_name=pair.entry_name,
-                arg_path=pair.arg_path,
-                match_class=pair.match_class,
-                a=SideSummary.of(pair.leaf_a) if pair.in_a else None,
-                b=SideSummary.of(pair.leaf_b) if pair.in_b else None,
-                compared_by=out.compared_by,
-                metrics=out.metrics,
-                verdict=out.rule.verdict,
-                reasons=out.rule.reasons,
-                notes=out.notes,
-                differs=out.differs,
-                parent_cell=parent,
-                stack=tuple(stack),
-                entry_name_b=pair.entry_name_b,
-                stack_b=stack_b,
-                arg_path_b=pair.arg_path_b,
-                mapped_by=pair.mapped_by,
-            )
-        )
+        rows.append(build_frozen(ComparisonRow, {
+            "index": i,
+            "entry_name": pair.entry_name,
+            "arg_path": pair.arg_path,
+            "match_class": pair.match_class,
+            "a": SideSummary.of(pair.leaf_a) if pair.in_a else None,
+            "b": SideSummary.of(pair.leaf_b) if pair.in_b else None,
+            "compared_by": out.compared_by,
+            "metrics": out.metrics,
+            "verdict": out.rule.verdict,
+            "reasons": out.rule.reasons,
+            "notes": out.notes,
+            "differs": out.differs,
+            "parent_cell": parent,
+            "stack": tuple(stack),
+            "entry_name_b": pair.entry_name_b,
+            "stack_b": stack_b,
+            "arg_path_b": pair.arg_path_b,
+            "mapped_by": pair.mapped_by,
+        }))
     frozen_rows = tuple(rows)
     first_failing = _first(frozen_rows, "failing")
     compared = sum(1 for r in frozen_rows if r.match_class == "matched" and r.verdict != "skip")
@@ -1102,6 +1173,84 @@ def _unmapped_notes(units: tuple[UnitComparison, ...], input_notes: list[str]) -
     return out
 
 
+@dataclass(frozen=True)
+class UnitTask:
+    """One (step, rank) unit pair to compare, by path: what a worker process or a Dask worker needs to read the
+    pair itself and compare it (everything picklable).
+
+    Attributes:
+        dir_a, step_a, rank_a, dir_b, step_b, rank_b: the two unit directories and their ids.
+        mode, rules, noise, mapping: as :func:`compare_units` takes them.
+        loaders: tensor-file loaders registered in the parent (``(".pt", loader)``), registered in the worker
+            too where that suffix has none, so that the worker reads the same files the same way.
+    """
+
+    dir_a: str
+    step_a: int | None
+    rank_a: int | None
+    dir_b: str
+    step_b: int | None
+    rank_b: int | None
+    mode: Mode
+    rules: Rules
+    noise: NoiseMap | None
+    mapping: NameMapping
+    loaders: tuple[tuple[str, TensorLoader], ...] = ()
+
+
+def _registered_loaders() -> tuple[tuple[str, TensorLoader], ...]:
+    return tuple((suffix, loader) for suffix in (".pt",) if (loader := tensor_loader_for(suffix)) is not None)
+
+
+def compare_unit_task(task: UnitTask) -> UnitComparison:
+    """Read the unit pair of ``task`` from disk and compare it (:func:`compare_units`): the function a worker
+    runs for ``--jobs`` / ``--scheduler``.  Deterministic: the same pair gives the same result in any process.
+
+    Raises:
+        msprobe_cmp.errors.DumpFormatError: a unit's files became unreadable since the parent read them.
+    """
+    for suffix, loader in task.loaders:
+        if tensor_loader_for(suffix) is None:
+            register_tensor_loader(suffix, loader)
+    with paused_gc():
+        unit_a = load_rank_dump(Path(task.dir_a), task.step_a, task.rank_a)
+        unit_b = load_rank_dump(Path(task.dir_b), task.step_b, task.rank_b)
+        return compare_units(unit_a, unit_b, task.mode, task.rules, noise=task.noise, mapping=task.mapping)
+
+
+def _compare_in_parallel(tasks: list[UnitTask], opts: CompareOptions, labels: list[str]) -> tuple[UnitComparison, ...]:
+    """:func:`compare_unit_task` of every task on ``opts.scheduler`` (Dask) or a ``spawn`` pool of ``opts.jobs``
+    processes (fork can hang once MindSpore or torch ran in the parent), results in task order."""
+    total = len(tasks)
+    if opts.progress is not None:
+        opts.progress(0, total, labels[0])
+    results: list[UnitComparison] = []
+    if opts.scheduler is not None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ConfigError("--scheduler needs Dask: pip install 'msprobe-cmp[dask]'") from None
+        with Client(opts.scheduler) as client:
+            futures = client.map(compare_unit_task, tasks, pure=False)
+            for k, future in enumerate(futures):
+                results.append(future.result())
+                if opts.progress is not None and k + 1 < total:
+                    opts.progress(k + 1, total, labels[k + 1])
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        workers = min(opts.jobs, total)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for k, unit in enumerate(pool.map(compare_unit_task, tasks)):
+                results.append(unit)
+                if opts.progress is not None and k + 1 < total:
+                    opts.progress(k + 1, total, labels[k + 1])
+    if opts.progress is not None:
+        opts.progress(total, total, "")
+    return tuple(results)
+
+
 def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | None = None) -> Comparison:
     """Compare dump ``a`` (target, msprobe's "NPU") against dump ``b`` (baseline, "Bench").
 
@@ -1118,7 +1267,11 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             comparator cannot route around (unreadable tensor files are not errors: those rows fall
             back to statistics with a note).
     """
-    opts = options or CompareOptions()
+    with paused_gc():
+        return _compare(a, b, options or CompareOptions())
+
+
+def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Comparison:
     units_a, units_b = _units_of(a), _units_of(b)
     pairs, left_a, left_b, notes = pair_units(units_a, units_b)
     paired_a = tuple(p[0] for p in pairs)
@@ -1138,15 +1291,22 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
             f"noise-floor mode: run-to-run noise measured on {_path_of(opts.noise)} against B; failures within "
             f"{opts.rules.noise_factor:g}x that noise are warnings"
         )
-    done: list[UnitComparison] = []
-    for k, (ua, ub) in enumerate(pairs):
+    tasks = [
+        UnitTask(str(ua.directory), ua.step, ua.rank, str(ub.directory), ub.step, ub.rank, mode, opts.rules,
+                 noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None, opts.mapping, _registered_loaders())
+        for ua, ub in pairs
+    ]
+    if len(pairs) > 1 and (opts.scheduler is not None or opts.jobs > 1):
+        units = _compare_in_parallel(tasks, opts, [ua.label for ua, _ in pairs])
+    else:
+        done: list[UnitComparison] = []
+        for k, ((ua, ub), task) in enumerate(zip(pairs, tasks, strict=True)):
+            if opts.progress is not None:
+                opts.progress(k, len(pairs), ua.label)
+            done.append(compare_units(ua, ub, mode, opts.rules, noise=task.noise, mapping=opts.mapping))
         if opts.progress is not None:
-            opts.progress(k, len(pairs), ua.label)
-        noise_map = noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None
-        done.append(compare_units(ua, ub, mode, opts.rules, noise=noise_map, mapping=opts.mapping))
-    if opts.progress is not None:
-        opts.progress(len(pairs), len(pairs), "")
-    units = tuple(done)
+            opts.progress(len(pairs), len(pairs), "")
+        units = tuple(done)
     unpaired = tuple([UnitRef.of("a", u) for u in left_a] + [UnitRef.of("b", u) for u in left_b])
     if unpaired:
         listed = ", ".join(f"{u.side.upper()} {u.label}" for u in unpaired)
@@ -1257,6 +1417,8 @@ __all__ = [
     "UnitComparison",
     "UnitRef",
     "compare",
+    "UnitTask",
+    "compare_unit_task",
     "compare_units",
     "detect_mode",
     "pair_units",

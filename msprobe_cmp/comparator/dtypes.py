@@ -8,6 +8,8 @@ by :func:`normalize_dtype` (numpy-style, lower case: ``"float32"``, ``"bfloat16"
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 #: Aliases mapped to the canonical spelling (after lower-casing and stripping the framework prefix).
 _ALIASES = {
     "half": "float16",
@@ -47,6 +49,7 @@ FLOAT_EPS = {
 DEFAULT_RELATIVE_FLOOR = FLOAT_EPS["float32"]
 
 
+@lru_cache(maxsize=4096)
 def normalize_dtype(dtype: str | None) -> str | None:
     """Canonical (numpy-style, lower-case) spelling of a dtype string from any framework.
 

@@ -188,14 +188,16 @@ def execution_order(entries: Sequence[E]) -> list[E]:
         ``<stem>.backward.<n>`` entry, or last when there is none (module docstring).
     """
     backward_at: dict[str, int] = {}
-    for i, entry in enumerate(entries):
-        parsed = parse_name(entry.name)
+    names = [parse_name(entry.name) for entry in entries]
+    for i, parsed in enumerate(names):
         if parsed.kind == "cell" and parsed.direction == "backward":
             backward_at.setdefault(parsed.stem, i)
+    if not any(parsed.kind == "parameters_grad" for parsed in names):
+        return list(entries)  # nothing moves: the sort below would keep file order
     keyed: list[tuple[float, int, E]] = []
     for i, entry in enumerate(entries):
         rank: float = i
-        parsed = parse_name(entry.name)
+        parsed = names[i]
         if parsed.kind == "parameters_grad":
             rank = backward_at.get(parsed.stem, len(entries)) - 0.5
         keyed.append((rank, i, entry))

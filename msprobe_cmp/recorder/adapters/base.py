@@ -121,6 +121,9 @@ class AdapterBase(abc.ABC):
         # Per-cell (module) bookkeeping: each has ``open_calls`` and ``awaiting_backward`` lists.
         self._states: list[Any] = []
         self._models: tuple[Any, ...] = ()
+        self._is_list = False
+        # The models whose hooks were removed for steps the config does not select (reinstalled by start()).
+        self._parked: tuple[tuple[Any, ...], bool] | None = None
         self._apis_installed = False
         self._closed = False
         self._warned_save = False
@@ -206,6 +209,9 @@ class AdapterBase(abc.ABC):
             return
         if svc.tracks_apis and not self._apis_installed:
             self._install_apis()
+        if not models and self._parked is not None:
+            models, is_list = self._parked  # the hooks removed on excluded steps come back
+        self._parked = None
         if models and (
             len(models) != len(self._models) or any(a is not b for a, b in zip(models, self._models, strict=True))
         ):
@@ -221,6 +227,7 @@ class AdapterBase(abc.ABC):
         Raises:
             ConfigError: from the installation (after removing what it installed).
         """
+        self._is_list = is_list
         try:
             self._install_model(models, is_list)
         except ConfigError:
@@ -247,6 +254,17 @@ class AdapterBase(abc.ABC):
         if svc.finished():
             self._logger.info("msprobe-cmp: last selected step recorded; hooks removed")
             self.close()
+        elif self._models and not svc.step_selected():
+            self._park_model_hooks()
+
+    def _park_model_hooks(self) -> None:
+        """Remove the model hooks (cell/module hooks, parameter hooks, Primitive swaps) while the steps are not
+        selected: an installed hook costs time even when its body returns at once (MindSpore runs its
+        cell-backward-hook op for every hooked cell).  The next ``start()`` of a selected step reinstalls them,
+        on the model it is given or, without one, on the model they were removed from.  The API wrappers stay
+        (installed once, they cost a flag check per call)."""
+        self._parked = (self._models, self._is_list)
+        self._remove_model_hooks()
 
     def _reset_step(self) -> None:
         for state in self._states:
@@ -267,6 +285,7 @@ class AdapterBase(abc.ABC):
                 self._logger.warning("msprobe-cmp: could not restore %s: %r", patch.name, exc)
         self._patches.clear()
         self._apis_installed = False
+        self._parked = None
 
     def _as_models(self, model: Any) -> tuple[tuple[Any, ...], bool]:
         kind = self._MODEL_KIND

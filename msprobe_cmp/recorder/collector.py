@@ -114,6 +114,54 @@ class PendingTensorLeaf(TensorLeaf):
 LeafConverter = Callable[[object], "HostTensor | DeferredTensor | ValueLeaf | None"]
 
 
+#: dtype kinds whose max/min are taken on the array itself: converting to float64 is exact (float16/32/64,
+#: bool) or monotonic (integers), so the extremes are the same numbers as those of the float64 copy.
+_NATIVE_EXTREMA_TYPES = frozenset(
+    {np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64}
+    | {np.float16, np.float32, np.float64}
+)
+
+
+def summarize(
+    array: np.ndarray,
+) -> tuple[tuple[float | None, float | None, float | None, float | None], tuple[int, int, int]]:
+    """:func:`compute_stats` and :func:`compute_nonfinite_counts` of ``array`` in one go (same values).
+
+    One float64 copy serves Mean and Norm: Mean is numpy's pairwise float64 mean, Norm the square root of
+    numpy's pairwise float64 sum of the squares (the square is taken in place in the copy), with no BLAS call
+    (BLAS ``dot`` sums in a thread-count dependent order and its thread pool competes with the framework's).
+    Max/Min come from the array itself for bool, integer and numpy float dtypes (the same numbers as
+    from the copy; a zero extreme is taken from the copy, whose sign of zero is then the one reported).  The
+    non-finite element counts are (0, 0, 0) without a scan when Max and Min are finite and not NaN.
+
+    Returns:
+        ``((max, min, mean, norm), (nan_count, pos_inf_count, neg_inf_count))``.
+    """
+    if array.size == 0:
+        return (None, None, None, None), (0, 0, 0)
+    if np.iscomplexobj(array):
+        return compute_stats(array), compute_nonfinite_counts(array)
+    native = array.dtype.type in _NATIVE_EXTREMA_TYPES
+    flat = np.array(array, dtype=np.float64, copy=True).ravel()  # own copy: squared in place below
+    with np.errstate(all="ignore"):
+        if native:
+            mx, mn = float(array.max()), float(array.min())
+            if mx == 0.0 or mn == 0.0:
+                mx, mn = float(flat.max()), float(flat.min())
+        else:
+            mx, mn = float(flat.max()), float(flat.min())
+        mean = float(flat.mean())
+        np.multiply(flat, flat, out=flat)
+        norm = float(np.sqrt(flat.sum()))
+    if math.isfinite(mx) and math.isfinite(mn):
+        counts = (0, 0, 0)  # max/min are NaN when any element is, and ±Inf when any element is
+    elif array.dtype.kind in "biu":
+        counts = (0, 0, 0)
+    else:
+        counts = compute_nonfinite_counts(array)
+    return (mx, mn, mean, norm), counts
+
+
 def compute_stats(array: np.ndarray) -> tuple[float | None, float | None, float | None, float | None]:
     """Max, Min, Mean and Norm (L2 norm over all elements) of ``array``, reduced in float64.
 
@@ -122,22 +170,26 @@ def compute_stats(array: np.ndarray) -> tuple[float | None, float | None, float 
     * bool and integers are converted to float64 (True = 1.0), so Mean and Norm are defined.
     * NaN propagates into all four values; ±Inf into those it reaches (IEEE rules).
 
+    Mean is numpy's (pairwise) float64 mean; Norm = sqrt(sum(x**2)) with numpy's pairwise float64 sum
+    of the squares.
+
     Args:
         array: any numeric numpy array (float16/32/64, ml_dtypes bfloat16, ints, bool, complex).
 
     Returns:
-        Python floats in the tensor's value units (Norm = sqrt(sum(x**2))).
+        Python floats in the tensor's value units.
     """
     if array.size == 0:
         return (None, None, None, None)
-    values = np.abs(array) if np.iscomplexobj(array) else array
-    flat = np.asarray(values, dtype=np.float64).ravel()
+    if not np.iscomplexobj(array):
+        return summarize(array)[0]
+    flat = np.asarray(np.abs(array), dtype=np.float64).ravel()
     with np.errstate(all="ignore"):
         return (
             float(flat.max()),
             float(flat.min()),
             float(flat.mean()),
-            float(np.sqrt(np.dot(flat, flat))),
+            float(np.sqrt(np.square(flat).sum())),
         )
 
 
@@ -246,6 +298,7 @@ class Collector:
         self._pending: list[_Pending] = []
         self._resolved: dict[int, TensorLeaf] = {}
         self._next_token = 0
+        self._pending_elements = 0
 
     # ----------------------------------------------------------------- deferred (async_dump) leaves
 
@@ -253,6 +306,16 @@ class Collector:
     def pending_count(self) -> int:
         """Number of deferred values not yet fetched."""
         return len(self._pending)
+
+    @property
+    def pending_copy_elements(self) -> int:
+        """Elements held by deferred device copies not yet fetched (what they cost in device memory)."""
+        return self._pending_elements
+
+    @property
+    def deferred_in_step(self) -> bool:
+        """True once a placeholder was handed out since :meth:`reset_deferred` (entries may hold some)."""
+        return bool(self._pending or self._resolved)
 
     def deferred_leaf(
         self, deferred: DeferredTensor, *, writer: DumpWriter | None, entry_name: str, arg_path: str
@@ -276,6 +339,8 @@ class Collector:
             token=token,
         )
         self._pending.append(_Pending(leaf, deferred, writer, entry_name, arg_path))
+        if deferred.copy is not None:
+            self._pending_elements += math.prod(deferred.shape)
         return leaf
 
     def resolve_pending(self) -> int:
@@ -291,6 +356,7 @@ class Collector:
             Exception: whatever the fetcher raised (the caller decides how to report it).
         """
         pending, self._pending = self._pending, []
+        self._pending_elements = 0
         if not pending:
             return 0
         if self._fetcher is None:
@@ -336,6 +402,7 @@ class Collector:
         """Forget the step's placeholders and finished leaves (at the end of a step)."""
         self._pending.clear()
         self._resolved.clear()
+        self._pending_elements = 0
 
     def collect(self, value: object, *, writer: DumpWriter | None, entry_name: str, arg_path: str) -> Node:
         """The node for ``value`` (an argument, an output, a gradient, a parameter).
@@ -355,8 +422,7 @@ class Collector:
     ) -> TensorLeaf:
         """The leaf of one host tensor; in the tensor task also saves ``<entry>.<arg_path>.npy``."""
         array = tensor.array
-        mx, mn, mean, norm = compute_stats(array)
-        counts = compute_nonfinite_counts(array)
+        (mx, mn, mean, norm), counts = summarize(array)
         data_name = None
         if self.save_tensors and writer is not None:
             data_name = tensor_file_name(entry_name, arg_path)

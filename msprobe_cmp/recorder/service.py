@@ -74,6 +74,9 @@ MAX_STACK_FRAMES = 64
 ASYNC_NOT_CAPTURED = "async_dump"
 #: The ``not_captured`` key of a step flushed at close while still being recorded (see :meth:`RecorderService.end`).
 INCOMPLETE_STEP_KEY = NOT_CAPTURED_STEP
+#: Deferred device copies (see the adapters) are fetched before they hold more elements than this (~256 MB
+#: of float32): the one wait for the device is then paid every that many elements instead of once a step.
+MAX_PENDING_COPY_ELEMENTS = 64 * 1024 * 1024
 #: Hook failures are logged and listed with at most this many characters of the exception's text.
 MAX_ERROR_CHARS = 300
 
@@ -295,7 +298,9 @@ class RecorderService:
                 "recorded, before stop(); the entries after that point are missing",
             )
         self._on = False
-        self.flush()
+        # stop(): the step stays open, so its files need not survive a power loss yet (advance_step makes them
+        # durable); at close they must.
+        self.flush(durable=closing)
 
     def advance_step(self) -> None:
         """Flush and close the current step, then start the next one with fresh counters."""
@@ -317,8 +322,11 @@ class RecorderService:
         self.collector.reset_deferred()
         self.current_step += 1
 
-    def flush(self) -> None:
+    def flush(self, *, durable: bool = True) -> None:
         """Write the current step's files (no-op when nothing was opened).
+
+        With ``durable`` the files are fsync'ed (see :meth:`~msprobe_cmp.dump.writer.DumpWriter.flush`); they are
+        replaced atomically either way, so a crash never leaves a torn dump.json.
 
         A failure to write (disk full, permissions) is logged as an error, not raised: recording must
         never stop the training it observes.
@@ -326,14 +334,14 @@ class RecorderService:
         if self._writer is None:
             return
         writer = self._writer
-        if self.config.async_dump:
+        if self.config.async_dump or self.collector.deferred_in_step:
             self._resolve_deferred(writer)
         writer.meta = dataclasses.replace(writer.meta, extra=((NOT_CAPTURED_KEY, self._not_captured_json()),))
         try:
             if self.config.level == "debug":
                 self._flush_debug(writer)
             else:
-                writer.flush()
+                writer.flush(durable=durable)
         except OSError as exc:
             self.stop_for_write_error(writer.rank_dir, exc)
 
@@ -509,7 +517,7 @@ class RecorderService:
         """Hand ``entry`` to the step's writer (the structure task writes no data)."""
         if not self.structure_only:
             self.writer().put(entry)
-            if self.config.async_dump:
+            if self.config.async_dump or self.collector.deferred_in_step:
                 self._deferred_names.add(entry.name)
 
     def collect(self, value: object, entry_name: str, arg_path: str) -> Node:
@@ -517,7 +525,10 @@ class RecorderService:
         if self.structure_only:
             return None
         with self.collecting():
-            return self.collector.collect(value, writer=self.writer(), entry_name=entry_name, arg_path=arg_path)
+            node = self.collector.collect(value, writer=self.writer(), entry_name=entry_name, arg_path=arg_path)
+            if self.collector.pending_copy_elements > MAX_PENDING_COPY_ELEMENTS:
+                self._resolve_deferred(self.writer())  # bound the device memory the deferred copies hold
+            return node
 
     def collect_seq(self, values: Sequence[object], entry_name: str, field: str) -> Seq:
         """Collect positional values as ``<field>.<i>``."""

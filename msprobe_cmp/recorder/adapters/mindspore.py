@@ -31,6 +31,10 @@ Every hook body runs under :meth:`RecorderService.run_guarded`: an exception is 
 listed in that step's ``not_captured`` and skips that hook for the rest of the step (it records again
 from the next step); the framework call itself always runs exactly as without the recorder.
 
+Without ``async_dump`` a captured tensor is copied on the device (an exact ``x * 1`` in its dtype; bf16 cast to
+float32) and the copies are brought to the host at the next flush, where they are summarised (and saved) as an
+immediate ``asnumpy()`` would have been: one wait for the dispatch queue per flush instead of one per tensor.
+
 ``async_dump``: a captured tensor is not copied to the host.  Its max, min, sum, sum of squares and
 NaN/+Inf/-Inf counts are computed on its device in float64 by Primitive instances the adapter owns
 (never wrapped, never recorded, run under ``_no_grad``) and stacked into one 7-element device
@@ -139,6 +143,10 @@ NO_COPY_PRIMITIVES = frozenset(
     }
 )
 _FLOAT_DTYPES = frozenset({"Float16", "Float32", "Float64", "BFloat16"})
+#: Dtypes copied on the device and fetched at the next flush when async_dump is off (see ``_defer_copy``).
+_DEFERRED_COPY_DTYPES = frozenset(
+    {"Float16", "Float32", "Float64", "BFloat16", "Int8", "Int16", "Int32", "Int64", "UInt8"}
+)
 #: Dtypes whose statistics are always fetched synchronously (abs() of complex values stays on the host).
 _HOST_ONLY_DTYPES = frozenset({"Complex64", "Complex128"})
 
@@ -248,6 +256,11 @@ class MindSporeAdapter(AdapterBase):
         self._cast = ms.ops.cast
         self._async = config.async_dump
         self._device_stats = _DeviceStats(ms) if config.async_dump else None
+        # Without async_dump: captured tensors are copied on the device (an exact ``x * 1`` of the same dtype,
+        # queued like any other kernel) and brought to the host at the next flush, all in one go, instead of
+        # one ``asnumpy()`` per tensor, each of which waits for the whole asynchronous dispatch queue.
+        self._copy_mul = ms.ops.Mul()
+        self._ones: dict[Any, Any] = {}
         self._save_tensors = config.saves_tensors
         self._prims: list[tuple[Any, type]] = []
         super().__init__(config, framework="mindspore", cell_prefix="Cell")
@@ -283,8 +296,12 @@ class MindSporeAdapter(AdapterBase):
             dtype = str(value.dtype)
             if self._device_stats is not None and dtype not in _HOST_ONLY_DTYPES:
                 return self._defer(value, dtype)
+            if dtype in _DEFERRED_COPY_DTYPES:
+                deferred = self._defer_copy(value, dtype)
+                if deferred is not None:
+                    return deferred
             with self._no_grad():
-                if value.dtype == self._bfloat16:
+                if dtype == "BFloat16":
                     # bf16 reductions have no CPU kernel and numpy has no bf16: upcast on device first.
                     array = self._cast(value, self._float32).asnumpy()
                 else:
@@ -307,6 +324,27 @@ class MindSporeAdapter(AdapterBase):
                 copy = self._cast(value, self._float32) if value.dtype == self._bfloat16 else self._identity(value)
                 return DeferredTensor(dtype, shape, copy=copy)
             return DeferredTensor(dtype, shape, stats=stats.vector(value, dtype in _FLOAT_DTYPES))
+
+    def _defer_copy(self, value: Any, dtype: str) -> DeferredTensor | None:
+        """A device copy of ``value`` (bfloat16: upcast to float32), fetched and summarised on the host at flush
+        exactly as an immediate ``asnumpy()`` would have been; None when the copy cannot be made (then the
+        caller copies synchronously)."""
+        shape = tuple(int(d) for d in value.shape)
+        try:
+            with self._no_grad():
+                if dtype == "BFloat16":
+                    copy = self._cast(value, self._float32)
+                else:
+                    one = self._ones.get(value.dtype)
+                    if one is None:
+                        one = self._ones[value.dtype] = self._ms.Tensor(1, value.dtype)
+                    copy = self._copy_mul(value, one)  # x * 1 is exact in every float and integer dtype
+        except Exception:  # a dtype without a Mul kernel: synchronous copy instead
+            return None
+        if str(copy.dtype) != ("Float32" if dtype == "BFloat16" else dtype):
+            # A cell's mixed precision (``to_float``) cast the copy's inputs: its values are not the tensor's.
+            return None
+        return DeferredTensor(dtype, shape, copy=copy)
 
     def fetch_stats(self, vectors: Sequence[Any]) -> Any:
         """Deferred statistics vectors → one float64 numpy array ``[len(vectors), 7]`` (one transfer per

@@ -1,7 +1,7 @@
 """Measure how fast msprobe-cmp compares two dumps and how much memory it needs (issue 7).
 
     .venv/bin/python bench/compare_speed.py [--sizes 1000,10000,100000] [--tensor-gb GB] [--quick]
-                                            [--profile] [--workdir DIR] [--json FILE]
+                                            [--profile] [--ranks R [--rank-entries N]] [--workdir DIR] [--json FILE]
 
 1. Statistics mode: for each size N, writes a pair of dumps (A and B, one step, one rank) of N forward
    API entries with 3 tensors each (two inputs, one output: msprobe's measurement) with
@@ -15,8 +15,10 @@
 
 Prints the tables with ratios against msprobe 1.2.2's compare measured on this machine kind
 (/work/shared/ENVIRONMENT.md: 1k entries 5.1 s / 690 MB, 10k 17.4 s / 956 MB, 100k 149 s / 3.6 GB).
-``--profile`` also prints a cProfile of the largest statistics compare (top functions by cumulative and
-internal time).  The default run (1k, 10k, 100k, 0.2 GB of tensors) takes about 2-3 minutes on 2 cores.
+``--ranks R`` also times a dump of R rank units compared serially and with ``--jobs 2`` (the unit pairs in
+two spawned worker processes).  ``--profile`` also prints a cProfile of the largest statistics compare (top
+functions by cumulative and internal time).  The default run (1k, 10k, 100k, 0.2 GB of tensors) takes about
+2-3 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -67,11 +69,11 @@ def _dir_size(path: Path) -> int:
 # Generating the dump pairs.
 
 
-def _writers(root: Path, task: str) -> tuple[Any, Any]:
+def _writers(root: Path, task: str, rank: int = 0) -> tuple[Any, Any]:
     from msprobe_cmp.dump import DumpMeta, DumpWriter
 
     meta = DumpMeta(task=task, level="L1", framework="mindspore")
-    return tuple(DumpWriter(root / side / "step0" / "rank0", meta) for side in ("A", "B"))  # type: ignore[return-value]
+    return tuple(DumpWriter(root / side / "step0" / f"rank{rank}", meta) for side in ("A", "B"))  # type: ignore[return-value]
 
 
 def _names(n: int) -> list[str]:
@@ -84,8 +86,14 @@ def _names(n: int) -> list[str]:
     return out
 
 
-def make_statistics_pair(root: Path, n: int) -> None:
-    """Dumps ``root/A`` and ``root/B`` of ``n`` forward entries x 3 tensors, statistics only."""
+def make_statistics_pair(root: Path, n: int, ranks: int = 1) -> None:
+    """Dumps ``root/A`` and ``root/B`` of ``n`` forward entries x 3 tensors, statistics only (``ranks`` units
+    ``step0/rank<r>`` of ``n`` entries each)."""
+    for r in range(ranks):
+        _make_statistics_unit(root, n, r)
+
+
+def _make_statistics_unit(root: Path, n: int, rank: int) -> None:
     import numpy as np
 
     from msprobe_cmp.dump import Entry, Map, Seq, TensorLeaf
@@ -96,7 +104,7 @@ def make_statistics_pair(root: Path, n: int) -> None:
     noisy = base * (1 + 1e-4 * rs.standard_normal(base.shape))
     counts = (("nan_count", 0), ("pos_inf_count", 0), ("neg_inf_count", 0))
     names = _names(n)
-    for writer, stats in zip(_writers(root, "statistics"), (base, noisy), strict=True):
+    for writer, stats in zip(_writers(root, "statistics", rank), (base, noisy), strict=True):
         s = stats.tolist()
         for i, name in enumerate(names):
             leaves = [TensorLeaf("mindspore.Tensor", "Float32", (64, 512), *s[i][k], extra=counts) for k in range(3)]
@@ -147,9 +155,10 @@ def make_tensor_pair(root: Path, total_gb: float) -> tuple[int, int]:
 # Child processes (fresh interpreter each: peak RSS is the compare's own).
 
 
-def worker_compare(root: str, out: str, profile: str | None) -> dict[str, Any]:
+def worker_compare(root: str, out: str, profile: str | None, jobs: int = 1) -> dict[str, Any]:
     import msprobe_cmp.cli as cli
     from msprobe_cmp import compare, load_dump
+    from msprobe_cmp.comparator import CompareOptions
 
     baseline_mb = _rss_now_mb()
 
@@ -158,7 +167,7 @@ def worker_compare(root: str, out: str, profile: str | None) -> dict[str, Any]:
         a = load_dump(Path(root) / "A")
         b = load_dump(Path(root) / "B")
         t1 = time.perf_counter()
-        comparison = compare(a, b)
+        comparison = compare(a, b, CompareOptions(jobs=jobs)) if jobs > 1 else compare(a, b)
         t2 = time.perf_counter()
         cli.write_reports(comparison, Path(out))
         t3 = time.perf_counter()
@@ -216,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                    "together (issue 7 asks for 1; 0 skips; default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="sizes 1000,10000 and 0.1 GB of tensors")
     p.add_argument("--profile", action="store_true", help="print a cProfile of the largest statistics compare")
+    p.add_argument("--ranks", type=int, default=0, help="also time a dump of this many rank units of "
+                   "--rank-entries entries each, compared serially and with --jobs 2 (0 skips; default: %(default)s)")
+    p.add_argument("--rank-entries", type=int, default=5000, help="entries per rank unit for --ranks "
+                   "(default: %(default)s)")
     p.add_argument("--workdir", type=Path, help="where the dumps are written (default: a temporary directory)")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -223,9 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         kind, *rest = args.worker
         if kind == "compare":
-            print(json.dumps(worker_compare(rest[0], rest[1], rest[2] if len(rest) > 2 else None)))
+            profile = rest[2] if len(rest) > 2 and rest[2] != "-" else None
+            print(json.dumps(worker_compare(rest[0], rest[1], profile, int(rest[3]) if len(rest) > 3 else 1)))
         elif kind == "make-statistics":
-            make_statistics_pair(Path(rest[0]), int(rest[1]))
+            make_statistics_pair(Path(rest[0]), int(rest[1]), int(rest[2]) if len(rest) > 2 else 1)
             print("{}")
         elif kind == "make-tensor":
             count, largest = make_tensor_pair(Path(rest[0]), float(rest[1]))
@@ -253,6 +267,17 @@ def main(argv: list[str] | None = None) -> int:
             if prof:
                 results["profile"] = Path(prof).read_text()
             shutil.rmtree(root)
+        if args.ranks > 0:
+            root = Path(tmp) / "ranks"
+            _child("make-statistics", str(root), str(args.rank_entries), str(args.ranks))
+            runs = {}
+            for jobs in (1, 2):
+                runs[jobs] = _child("compare", str(root), str(Path(tmp) / f"out_ranks_{jobs}"), "-", str(jobs))
+                print(f"  {args.ranks} ranks x {args.rank_entries} entries, jobs {jobs}: load "
+                      f"{runs[jobs]['load_s']:.2f} s, compare {runs[jobs]['compare_s']:.2f} s, reports "
+                      f"{runs[jobs]['report_s']:.2f} s", flush=True)
+            results["ranks"] = {"ranks": args.ranks, "entries": args.rank_entries, "serial": runs[1], "jobs2": runs[2]}
+            shutil.rmtree(root)
         if tensor_gb > 0:
             root = Path(tmp) / "tensor"
             t0 = time.perf_counter()
@@ -277,6 +302,13 @@ def main(argv: list[str] | None = None) -> int:
         mem = f"{r['peak_rss_mb'] / base[1]:.2f}" if base else "-"
         print(f"| {r['entries']:,} | {r['dump_json_mb']:.1f} MB | {r['load_s']:.2f} s | {r['compare_s']:.2f} s | "
               f"{r['report_s']:.2f} s | {r['total_s']:.2f} s | {r['peak_rss_mb']:.0f} MB | {ref} | {speed} | {mem} |")
+    rk = results.get("ranks")
+    if rk:
+        one, two = rk["serial"], rk["jobs2"]
+        print(f"\n{rk['ranks']} rank units x {rk['entries']:,} entries: compare (units) serial "
+              f"{one['compare_s']:.2f} s, "
+              f"--jobs 2 {two['compare_s']:.2f} s ({one['compare_s'] / two['compare_s']:.2f}x); total with load and "
+              f"reports {one['total_s']:.2f} s vs {two['total_s']:.2f} s")
     t = results["tensor"]
     if t:
         total_mb = t["bytes"] / 1e6

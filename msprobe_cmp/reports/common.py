@@ -6,6 +6,7 @@ or ordered by the values they already carry.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from typing import Any
@@ -45,17 +46,18 @@ def _finite(value: float | None, default: float) -> float:
 
 def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
     """Sort key, most disagreeing first (see :func:`select_largest_disagreements`)."""
-    rel = [v for v in (row.metric(k) for k in _REL_STATS) if v is not None and not math.isnan(v)]
+    metrics = dict(reversed(row.metrics))  # the first of a repeated key wins, as in row.metric()
+    rel = [v for v in (metrics.get(k) for k in _REL_STATS) if v is not None and not math.isnan(v)]
     if row.compared_by == "tensor":
         return (
             _SEVERITY.get(row.verdict, 4),
-            _finite(row.metric("Cosine"), 2.0),
-            -_finite(row.metric("MaxAbsErr"), 0.0),
+            _finite(metrics.get("Cosine"), 2.0),
+            -_finite(metrics.get("MaxAbsErr"), 0.0),
             -(max(rel) if rel else 0.0),
         )
     return (
         _SEVERITY.get(row.verdict, 4),
-        -_finite(row.metric(LOWER_BOUND_NAME), 0.0),
+        -_finite(metrics.get(LOWER_BOUND_NAME), 0.0),
         -(max(rel) if rel else 0.0),
     )
 
@@ -82,8 +84,9 @@ def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) 
         (ui, r) for ui, u in enumerate(comparison.units) for r in u.rows
         if r.verdict == "fail" or (r.differs and r.verdict != "skip")
     ]
-    rows.sort(key=lambda item: _disagreement_key(item[1]))
-    return rows[:limit]
+    if limit < 0:
+        return sorted(rows, key=lambda item: _disagreement_key(item[1]))[:limit]
+    return heapq.nsmallest(limit, rows, key=lambda item: _disagreement_key(item[1]))  # = sorted(...)[:limit]
 
 
 def select_error_metric(comparison: Comparison) -> str:

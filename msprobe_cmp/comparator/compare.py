@@ -368,6 +368,7 @@ def _row_differs(r: ComparisonRow) -> bool:
         (r.match_class == "matched" and r.differs)
         or r.match_class in ("shape_mismatch", "dtype_mismatch")
         or r.verdict == "fail"
+        or (r.match_class == "not_captured" and r.verdict == "warning")  # null on one side, data on the other
     )
 
 
@@ -854,9 +855,24 @@ def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -
     return _Outcome("value", (), rule, tuple(notes), rule.verdict != "pass")
 
 
+def _has_data(leaf: Leaf) -> bool:
+    """A tensor leaf with elements and something recorded about them (statistics, checksum or a file)."""
+    return isinstance(leaf, TensorLeaf) and leaf.numel > 0 and (
+        any(v is not None for v in leaf.stats) or leaf.md5 is not None or leaf.data_name is not None
+    )
+
+
 def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules) -> _Outcome:
     la, lb = pair.leaf_a, pair.leaf_b
     cls = pair.match_class
+    if (cls == "not_captured" and pair.in_a and pair.in_b and (la is None) != (lb is None)
+            and _has_data(la if lb is None else lb)):
+        # One side recorded null where the other holds data: often a gradient that did not flow (a detached
+        # tensor, a frozen layer), sometimes a capture gap. Flagged, and counted against the matched share.
+        missing = "A" if la is None else "B"
+        why = f"{missing} recorded null where {'B' if missing == 'A' else 'A'} has a tensor: a gradient that did " \
+              "not flow there, or a value its recorder could not capture"
+        return _Outcome("none", (), RuleOutcome("warning", (why, *pair.notes)), (), True)
     if cls in ("only_in_a", "only_in_b", "not_captured"):
         reason = {"only_in_a": "present in A only", "only_in_b": "present in B only"}.get(cls)
         reasons = (reason,) if reason else pair.notes
@@ -938,12 +954,13 @@ def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None)
 
 
 def _declared_gap(names: tuple[str, ...], gaps: Mapping[str, str]) -> str | None:
-    """The reason a side's header gives for not capturing an entry named ``names`` (A's and B's spelling), or None:
-    the entry itself is listed, or it is a backward / parameters_grad entry and the side declared
-    :data:`~msprobe_cmp.dump.schema.NOT_CAPTURED_BACKWARD`."""
-    for name in names:
-        if name in gaps:
-            return gaps[name]
+    """The reason a side's header gives for not capturing an entry named ``names`` (A's and B's spelling), or None.
+
+    Only the framework-level declaration :data:`~msprobe_cmp.dump.schema.NOT_CAPTURED_BACKWARD` (this recorder
+    cannot capture any backward: mindtorch on CPU) covers rows, namely the backward and parameters_grad ones.
+    Per-entry items (a hook that failed, a module whose backward never fired) stay notes: a backward that never
+    came can be the regression itself (a detached tensor, a frozen layer), and must not be hidden.
+    """
     if NOT_CAPTURED_BACKWARD in gaps:
         parsed = parse_name(names[0])
         if parsed.kind == "parameters_grad" or parsed.direction == "backward":
@@ -1352,7 +1369,8 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     # Rows paired but without data (not_captured: null leaves, gaps a recorder declared) are not evidence of a
     # mispairing: the floor leaves them out.
     unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
-    total_rows = sum(class_totals.values()) - class_totals["not_captured"] + unpaired_leaf_rows
+    no_data = sum(1 for u in units for r in u.rows if r.match_class == "not_captured" and r.verdict == "skip")
+    total_rows = sum(class_totals.values()) - no_data + unpaired_leaf_rows
     share_of = "all rows"
     if cross_framework:
         # Across frameworks the baseline holds calls the target's framework never makes (PyTorch's optimizer
@@ -1360,8 +1378,8 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         total_rows -= class_totals["only_in_b"]
         share_of = "A's rows"
     matched_share = class_totals["matched"] / total_rows if total_rows else 0.0
-    incomplete = [
-        f"{side} {u.label}" for side, side_units in (("A", paired_a), ("B", paired_b)) for u in side_units
+    incomplete = [  # paired or not: a partial recording anywhere means no verdict
+        f"{side} {u.label}" for side, side_units in (("A", units_a), ("B", units_b)) for u in side_units
         if NOT_CAPTURED_STEP in u.meta.not_captured_items
     ]
     verdict: OverallVerdict

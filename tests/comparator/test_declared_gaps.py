@@ -66,13 +66,28 @@ def test_without_the_declaration_the_same_rows_are_only_in_b_and_there_is_no_ver
     assert c.matched_share == 6 / 14
 
 
-def test_a_declared_entry_gap_covers_that_entry_only(tmp_path: Path) -> None:
+def test_a_per_entry_gap_does_not_hide_the_other_sides_rows(tmp_path: Path) -> None:
+    # a recorder says why an entry is missing ("no gradient reached its outputs"), but a backward that never
+    # came may be the regression itself (a detached tensor): the other side's rows stay unpaired, not hidden
     data = {k: v for k, v in FULL.items() if k != "Functional.relu.0.backward"}
-    gap = [{"what": "Functional.relu.0.backward", "reason": "hook failed"}]
+    gap = [{"what": "Functional.relu.0.backward", "reason": "no gradient reached its outputs"}]
     c = compare(load_dump(_write(tmp_path / "a", data, gap)), load_dump(_write(tmp_path / "b", FULL)))
     classes = {r.name: r.match_class for r in c.units[0].rows}
-    assert classes["Functional.relu.0.backward.input.0"] == "not_captured"
+    assert classes["Functional.relu.0.backward.input.0"] == "only_in_b"
     assert classes["Functional.linear.0.backward.input.0"] == "matched"
+
+
+def test_a_gradient_null_on_one_side_only_is_flagged_and_counted(tmp_path: Path) -> None:
+    # fc's parameter gradients are null in A (the layer was cut off from the loss) and real in B
+    data = dict(FULL, **{"Module.fc.Linear.parameters_grad": {"weight": [None], "bias": [None]}})
+    c = compare(load_dump(_write(tmp_path / "a", data)), load_dump(_write(tmp_path / "b", FULL)))
+    rows = {r.name: r for r in c.units[0].rows}
+    weight = rows["Module.fc.Linear.parameters_grad.weight"]
+    assert weight.match_class == "not_captured" and weight.verdict == "warning"
+    assert weight.reasons[0].startswith("A recorded null where B has a tensor")
+    # the first divergent row points at it, and it counts against the matched share: 12 of 14
+    assert c.first_divergent is not None and c.first_divergent.name == "Module.fc.Linear.parameters_grad.weight"
+    assert c.matched_share == 12 / 14
 
 
 def test_an_incomplete_step_gets_no_verdict(tmp_path: Path) -> None:
@@ -81,3 +96,17 @@ def test_an_incomplete_step_gets_no_verdict(tmp_path: Path) -> None:
     assert all(r.match_class == "matched" for r in c.units[0].rows)
     assert c.verdict == "too_few_matched"
     assert any("recorded incompletely" in n for n in c.notes)
+
+
+def test_an_incomplete_step_without_a_partner_also_gets_no_verdict(tmp_path: Path) -> None:
+    gap = [{"what": "step", "reason": "incomplete: closed before stop()"}]
+    a = _write(tmp_path / "a", FULL)
+    b = _write(tmp_path / "b", FULL)
+    step1 = b / "step1" / "rank"
+    step1.mkdir(parents=True)
+    doc = json.loads((b / "step0" / "rank" / "dump.json").read_text())
+    doc["not_captured"] = gap
+    (step1 / "dump.json").write_text(json.dumps(doc))
+    c = compare(load_dump(a), load_dump(b))
+    assert c.verdict == "too_few_matched"
+    assert any("B step1/rank" in n and "recorded incompletely" in n for n in c.notes), c.notes

@@ -141,8 +141,7 @@ def test_no_host_copy_during_the_step_and_one_transfer_at_stop(
             at_stop = len(calls) - during
             dbg.step()
         counts[name] = (during, at_stop)
-    # Without async_dump the tensors are copied on the device and brought over at stop(), one by one.
-    assert counts["sync"][0] == 0 and counts["sync"][1] > 50
+    assert counts["sync"][0] > 50  # one host copy per tensor (DEFER_HOST_COPIES is off)
     assert counts["async"] == (0, 1)  # nothing while the step runs; every statistic in one transfer at stop()
     assert len(_data(tmp_path / "async")) == len(_data(tmp_path / "sync"))
 

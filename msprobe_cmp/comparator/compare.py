@@ -870,8 +870,13 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
         # One side recorded null where the other holds data: often a gradient that did not flow (a detached
         # tensor, a frozen layer), sometimes a capture gap. Flagged, and counted against the matched share.
         missing = "A" if la is None else "B"
-        why = f"{missing} recorded null where {'B' if missing == 'A' else 'A'} has a tensor: a gradient that did " \
-              "not flow there, or a value its recorder could not capture"
+        other = "B" if missing == "A" else "A"
+        if parse_name(pair.entry_name).kind == "parameters_grad":
+            # a parameter that got no gradient on one side does not train there: a divergence, not a gap
+            why = f"the parameter got no gradient in {missing} but one in {other}: it does not train in {missing}"
+            return _Outcome("none", (), RuleOutcome("fail", (why, *pair.notes)), (), True)
+        why = f"{missing} recorded null where {other} has a tensor: a gradient that did not flow there, or a " \
+              "value its recorder could not capture"
         return _Outcome("none", (), RuleOutcome("warning", (why, *pair.notes)), (), True)
     if cls in ("only_in_a", "only_in_b", "not_captured"):
         reason = {"only_in_a": "present in A only", "only_in_b": "present in B only"}.get(cls)

@@ -83,11 +83,22 @@ def test_a_gradient_null_on_one_side_only_is_flagged_and_counted(tmp_path: Path)
     c = compare(load_dump(_write(tmp_path / "a", data)), load_dump(_write(tmp_path / "b", FULL)))
     rows = {r.name: r for r in c.units[0].rows}
     weight = rows["Module.fc.Linear.parameters_grad.weight"]
-    assert weight.match_class == "not_captured" and weight.verdict == "warning"
-    assert weight.reasons[0].startswith("A recorded null where B has a tensor")
-    # the first divergent row points at it, and it counts against the matched share: 12 of 14
+    # a parameter without a gradient does not train: that fails
+    assert weight.match_class == "not_captured" and weight.verdict == "fail"
+    assert weight.reasons[0] == "the parameter got no gradient in A but one in B: it does not train in A"
+    assert c.verdict == "fail"
     assert c.first_divergent is not None and c.first_divergent.name == "Module.fc.Linear.parameters_grad.weight"
     assert c.matched_share == 12 / 14
+
+
+def test_a_backward_value_null_on_one_side_only_is_a_warning(tmp_path: Path) -> None:
+    data = dict(FULL, **{"Functional.relu.0.backward": {"input": [LEAF], "output": [None]}})
+    c = compare(load_dump(_write(tmp_path / "a", data)), load_dump(_write(tmp_path / "b", FULL)))
+    row = {r.name: r for r in c.units[0].rows}["Functional.relu.0.backward.output.0"]
+    assert row.match_class == "not_captured" and row.verdict == "warning"
+    assert row.reasons[0].startswith("A recorded null where B has a tensor")
+    assert c.verdict == "pass" and c.first_divergent is not None
+    assert c.first_divergent.name == "Functional.relu.0.backward.output.0"
 
 
 def test_an_incomplete_step_gets_no_verdict(tmp_path: Path) -> None:

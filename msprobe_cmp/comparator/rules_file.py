@@ -132,7 +132,7 @@ def parse_rules(doc: Any, file: Path) -> Rules:
 
 
 def load_rules(path: str | Path) -> Rules:
-    """Read verdict rules from a ``.toml`` or ``.yaml``/``.yml`` file.
+    """Read verdict rules from a ``.toml`` or ``.yaml``/``.yml`` file (any other name: TOML, else YAML).
 
     Raises:
         ConfigError: the file cannot be read, is not valid TOML/YAML, or holds an invalid rule.
@@ -153,8 +153,15 @@ def load_rules(path: str | Path) -> Rules:
             doc: Any = tomllib.loads(text)
         elif suffix in (".yaml", ".yml"):
             doc = yaml.safe_load(text)
-        else:
-            raise ConfigError(f"{file}: unknown rules file type {suffix!r} (use .toml, .yaml or .yml)")
+        else:  # no telling suffix (a pipe such as --rules <(...)): TOML, else YAML
+            try:
+                doc = tomllib.loads(text)
+            except tomllib.TOMLDecodeError:
+                try:
+                    doc = yaml.safe_load(text)
+                except yaml.YAMLError:
+                    raise ConfigError(f"{file}: neither valid TOML nor valid YAML (name it .toml or .yaml to see "
+                                      "the parser's message)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: invalid TOML: {exc}") from None
     except yaml.YAMLError as exc:

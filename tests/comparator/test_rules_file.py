@@ -87,9 +87,16 @@ def test_bad_rules_are_one_line_errors_naming_file_and_key(tmp_path: Path, text:
     assert words in msg and str(path) in msg and "\n" not in msg
 
 
-def test_unknown_suffix_and_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown rules file type"):
-        (tmp_path / "r.ini").write_text("")
+def test_other_suffixes_are_read_as_toml_else_yaml_and_missing_file(tmp_path: Path) -> None:
+    # a pipe such as --rules <(echo ...) has no suffix: TOML first, then YAML
+    (tmp_path / "r_toml").write_text("min_matched_share = 0.25\n[default]\ncosine_fail_below = 0.8\n")
+    rules = load_rules(tmp_path / "r_toml")
+    assert rules.min_matched_share == 0.25 and rules.default.cosine_fail_below == 0.8
+    (tmp_path / "r_yaml").write_text("min_matched_share: 0.3\ndefault:\n  cosine_fail_below: 0.7\n")
+    rules = load_rules(tmp_path / "r_yaml")
+    assert rules.min_matched_share == 0.3 and rules.default.cosine_fail_below == 0.7
+    with pytest.raises(ConfigError, match="neither valid TOML nor valid YAML"):
+        (tmp_path / "r.ini").write_text("[default\n: : :\n")
         load_rules(tmp_path / "r.ini")
     with pytest.raises(ConfigError, match="cannot read"):
         load_rules(tmp_path / "absent.toml")

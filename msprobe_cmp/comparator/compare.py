@@ -21,6 +21,7 @@ its statistics (a note says why); within md5 mode a row without checksums does t
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -958,6 +959,23 @@ def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None)
     return match_views(views_a, views_b)
 
 
+#: Outputs whose contents a framework leaves undefined, so that two identical runs can differ there: a failure on
+#: such a row becomes a warning with the reason (``(name space, fnmatch pattern over the row name, reason)``).
+UNDEFINED_OUTPUTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "mindspore",
+        "Primitive.*.BatchNorm.*.forward.output.[12]",
+        "MindSpore's BatchNorm (training) leaves outputs 1 and 2 uninitialised on CPU (MindSpore 2.10: they differ "
+        "between identical calls; outputs 3 and 4 hold the batch statistics): not judged",
+    ),
+)
+
+
+def _undefined_output_patterns(unit_a: RankDump, unit_b: RankDump) -> list[tuple[str, str]]:
+    namespaces = set(unit_namespaces(unit_a, unit_b))
+    return [(pattern, reason) for ns, pattern, reason in UNDEFINED_OUTPUTS if ns in namespaces]
+
+
 def _declared_gap(names: tuple[str, ...], gaps: Mapping[str, str]) -> str | None:
     """The reason a side's header gives for not capturing an entry named ``names`` (A's and B's spelling), or None.
 
@@ -1016,8 +1034,13 @@ def compare_units(
         _match_unit(unit_a, unit_b, mapping), unit_a.meta.not_captured_items, unit_b.meta.not_captured_items
     )
     rows: list[ComparisonRow] = []
+    undefined = _undefined_output_patterns(unit_a, unit_b)
     for i, pair in enumerate(pairs):
         out = _compare_pair(pair, unit_a, unit_b, mode, rules)
+        if undefined and out.rule.verdict == "fail":
+            why = next((reason for pattern, reason in undefined if fnmatch.fnmatchcase(pair.name, pattern)), None)
+            if why is not None:
+                out = replace(out, rule=RuleOutcome("warning", (*out.rule.reasons, why)))
         if noise is not None and out.rule.verdict == "fail" and pair.name in noise:
             why = _within_noise(out.metrics, noise[pair.name], rules.noise_factor)
             if why is not None:

@@ -220,6 +220,22 @@ class _CellState:
         self.awaiting_backward: list[CellCall] = []
 
 
+def _hook_if_differentiable(tensor: Any, fn: Callable[[Any], None]) -> bool:
+    """``tensor.register_hook(fn)``; False (and nothing registered) when MindSpore refuses because the tensor
+    needs no gradient (``ops.stop_gradient`` upstream): no gradient will come, which is not a recorder failure.
+
+    Raises:
+        Exception: any other refusal (the hook guard then reports it).
+    """
+    try:
+        tensor.register_hook(fn)
+    except RuntimeError as exc:
+        if "requires grad is false" in str(exc):
+            return False
+        raise
+    return True
+
+
 class MindSporeAdapter(AdapterBase):
     """Installs MindSpore hooks that feed a :class:`RecorderService`.
 
@@ -439,14 +455,14 @@ class MindSporeAdapter(AdapterBase):
             if self._is_float_tensor(arg):
                 with svc.collecting():
                     copy = self._identity(arg)
-                copy.register_hook(self._grad_hook(f"{family}.{api}", call, "output", i))
-                replaced[i] = copy
+                if _hook_if_differentiable(copy, self._grad_hook(f"{family}.{api}", call, "output", i)):
+                    replaced[i] = copy
         return tuple(replaced)
 
     def _hook_api_outputs(self, key: str, call: ApiCall, outputs: Sequence[Any]) -> None:
         for i, value in enumerate(outputs):
             if self._is_float_tensor(value):
-                value.register_hook(self._grad_hook(key, call, "input", i))
+                _hook_if_differentiable(value, self._grad_hook(key, call, "input", i))
 
     # ----------------------------------------------------------------- model: cells, parameters, primitives
 

@@ -418,3 +418,19 @@ def test_which_settings_hand_modules_a_view_of_their_input(
         dbg.stop()
     assert (net[1].received[0] is not h) == gets_view
     assert net[1].received[0].data_ptr() == h.data_ptr()  # same storage either way
+
+
+def test_a_compiled_model_passed_to_start_is_declared(tmp_path: Path) -> None:
+    dynamo = pytest.importorskip("torch._dynamo")
+    try:
+        net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        compiled = torch.compile(net, backend="eager")
+        with PrecisionDebugger(dump_path=tmp_path, level="mix", framework="pytorch") as dbg:
+            dbg.start(compiled)
+            compiled(torch.randn(2, 4)).sum().backward()
+            dbg.stop()
+        header = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())
+        reasons = {item["what"]: item["reason"] for item in header["not_captured"]}
+        assert "torch.compile" in reasons.get("model", ""), reasons
+    finally:
+        dynamo.reset()

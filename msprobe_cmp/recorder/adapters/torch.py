@@ -68,6 +68,7 @@ from msprobe_cmp.recorder.adapters.torch_support import (
     _FLOAT_DTYPES,
     _HOST_ONLY_DTYPES,
     API_FAMILIES,
+    COMPILED_MODULE_REASON,
     FUNCTORCH_KEY,
     FUNCTORCH_REASON,
     MINDTORCH_API_INPUT_GRADS_KEY,
@@ -413,6 +414,9 @@ class TorchAdapter(AdapterBase):
             if self._is_script(model):
                 svc.note_not_captured("model" if mi is None else f"model[{mi}]", SCRIPT_MODULE_REASON, persistent=True)
                 continue
+            if type(model).__name__ == "OptimizedModule":  # start(torch.compile(model))
+                svc.note_not_captured("model" if mi is None else f"model[{mi}]", COMPILED_MODULE_REASON,
+                                      persistent=True)
             scripted: list[str] = []
             for path, module in model.named_modules():
                 if path == "":
@@ -423,6 +427,8 @@ class TorchAdapter(AdapterBase):
                     scripted.append(path + ".")
                     svc.note_not_captured(f"Module.{path}", SCRIPT_MODULE_REASON, persistent=True)
                     continue
+                if type(module).__name__ == "OptimizedModule":  # torch.compile's wrapper of a submodule
+                    svc.note_not_captured(f"Module.{path}", COMPILED_MODULE_REASON, persistent=True)
                 self._hook_module_atomically(module, path, type(module).__name__, mi)
 
     def _is_script(self, module: Any) -> bool:

@@ -92,6 +92,10 @@ MINDTORCH_NO_API_INPUT_GRADS = (
 
 
 #: not_captured of a TorchScript module (``torch.jit.script`` / ``trace``), which accepts no Python hooks.
+COMPILED_MODULE_REASON = (
+    "compiled with torch.compile: calls inside the compiled region are not recorded (the recorder steps aside "
+    "while dynamo traces); record the eager module, e.g. start(model._orig_mod), for a full dump"
+)
 SCRIPT_MODULE_REASON = (
     "a TorchScript module (torch.jit.script / torch.jit.trace) accepts no Python hooks: it and its submodules are "
     "not recorded as modules (no forward, backward or parameters_grad entries), and the APIs it calls run inside "

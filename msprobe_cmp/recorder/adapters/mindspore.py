@@ -528,7 +528,11 @@ class MindSporeAdapter(AdapterBase):
             return None
 
         self._handles.append(cell.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        self._handles.append(cell.register_forward_hook(forward_hook, with_kwargs=True, always_call=True))
+        try:
+            self._handles.append(cell.register_forward_hook(forward_hook, with_kwargs=True, always_call=True))
+        except TypeError:  # MindSpore before 2.8 (2.7.0 here) has no always_call: a cell whose construct raises
+            # then leaves its call open until the step ends
+            self._handles.append(cell.register_forward_hook(forward_hook, with_kwargs=True))
         try:
             self._handles.append(cell.register_backward_hook(backward_hook))
         except Exception as exc:  # e.g. a cell kind MindSpore refuses backward hooks on

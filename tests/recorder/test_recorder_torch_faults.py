@@ -240,20 +240,20 @@ def test_the_forward_hook_pops_the_call_even_when_its_recording_fails(
 # ----------------------------------------------------------------------------- 3. per-step disabling
 
 
-def _mlp_steps(tmp_path: Path, steps: int, before_backward: Any = None) -> tuple[list[bytes], Path]:
-    torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+def _train(net: Any, dump: Path | None, xs: list[Any], call: Any = None, before_backward: Any = None) -> list[bytes]:
+    """SGD steps of ``net`` on ``xs`` (recorded at mix into ``dump`` unless None); the losses and final
+    parameters as bytes, for bit-identity checks.  ``call`` runs the forward (default: ``net``)."""
     opt = torch.optim.SGD(net.parameters(), 0.1)
-    xs = [torch.randn(4, 8) for _ in range(steps)]
+    forward = net if call is None else call
+    dbg = PrecisionDebugger(dump_path=dump, level="mix", framework="pytorch") if dump is not None else None
     losses = []
-    dbg = PrecisionDebugger(dump_path=tmp_path, level="mix", framework="pytorch") if tmp_path.name != "plain" else None
-    for step in range(steps):
+    for step, x in enumerate(xs):
         opt.zero_grad()
         if dbg is not None:
             dbg.start(net)
         if before_backward is not None:
-            before_backward(step, net, xs[step])
-        loss = net(xs[step]).pow(2).mean()
+            before_backward(step, net, x)
+        loss = forward(x).pow(2).mean()
         loss.backward()
         losses.append(loss.detach().numpy().tobytes())
         if dbg is not None:
@@ -263,7 +263,15 @@ def _mlp_steps(tmp_path: Path, steps: int, before_backward: Any = None) -> tuple
             dbg.step()
     if dbg is not None:
         dbg.close()
-    return losses + [p.detach().numpy().tobytes() for p in net.parameters()], tmp_path
+    return losses + [p.detach().numpy().tobytes() for p in net.parameters()]
+
+
+def _mlp_steps(tmp_path: Path, steps: int, before_backward: Any = None) -> tuple[list[bytes], Path]:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+    xs = [torch.randn(4, 8) for _ in range(steps)]
+    dump = tmp_path if tmp_path.name != "plain" else None
+    return _train(net, dump, xs, before_backward=before_backward), tmp_path
 
 
 def test_a_hook_failing_in_one_step_records_again_in_the_next(
@@ -341,26 +349,10 @@ def test_torch_compile_runs_the_original_calls_and_reports_no_failure(
         dynamo.reset()
         torch.manual_seed(0)
         net = Multi()
-        opt = torch.optim.SGD(net.parameters(), 0.1)
         compiled = torch.compile(net, backend="eager")
+        xs = [torch.randn(4, 8) for _ in range(3)]
         dump = tmp_path / ("rec" if record else "plain")
-        dbg = PrecisionDebugger(dump_path=dump, level="mix", framework="pytorch") if record else None
-        out = []
-        for _ in range(3):
-            opt.zero_grad()
-            if dbg is not None:
-                dbg.start(net)
-            loss = compiled(torch.randn(4, 8)).pow(2).mean()
-            loss.backward()
-            out.append(loss.detach().numpy().tobytes())
-            if dbg is not None:
-                dbg.stop()
-            opt.step()
-            if dbg is not None:
-                dbg.step()
-        if dbg is not None:
-            dbg.close()
-        return out + [p.detach().numpy().tobytes() for p in net.parameters()], dump
+        return _train(net, dump if record else None, xs, call=compiled), dump
 
     try:
         plain, _ = run(False)

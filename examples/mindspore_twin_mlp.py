@@ -8,9 +8,10 @@ block, ``head = Dense(16, 4)``: the attribute names equal the PyTorch model's, s
 (``Cell.blocks.0.Dense.forward.0`` ↔ ``Module.blocks.0.Linear.forward.0``).  ``nn.Dense`` stores its weight as
 [out, in] like ``torch.nn.Linear`` and computes ``x @ W.T + b`` (Primitives ``MatMul(transpose_b=True)`` and
 ``BiasAdd``).  Weights and data: the recipe of ``torch_api_mlp.py`` (``RandomState(1234)``, ``randn(*shape) /
-sqrt(shape[-1])`` per parameter in order; ``RandomState(0)`` for x [8, 16] then y [8, 4]), copied here so each
-example stands alone.  Loss ``mindspore.ops.mse_loss`` (mean; recorded as ``Functional.mse_loss`` like PyTorch's
-``torch.nn.functional.mse_loss``, so the loss rows match by name too), gradients from ``mindspore.value_and_grad``,
+sqrt(shape[-1])`` per parameter in order; ``RandomState(0)`` for x [8, 16] then y [8, 4]), from
+``examples/mlp_recipe.py``, which both examples import.  Loss ``mindspore.ops.mse_loss`` (mean; recorded as
+``Functional.mse_loss`` like PyTorch's ``torch.nn.functional.mse_loss``, so the loss rows match by name too),
+gradients from ``mindspore.value_and_grad``,
 ``nn.Adam`` with lr 1e-2, betas 0.9/0.999 (PyTorch's defaults) and ``eps = 1e-8·√(1−β₂)`` (see below).
 
 Adam's ε: PyTorch adds ε to the bias-corrected ``√v̂ = √v / √(1−β₂ᵗ)`` (torch.optim.Adam's documented
@@ -36,12 +37,10 @@ from dataclasses import dataclass, field
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
+from mlp_recipe import LEARNING_RATE, OUT, PARAMETER_SHAPES, WIDTH, make_batch, make_parameters
 
-BATCH, WIDTH, OUT = 8, 16, 4
-LEARNING_RATE = 1e-2
 BETA1, BETA2 = 0.9, 0.999
 ADAM_EPS = 1e-8 * (1.0 - BETA2) ** 0.5  # PyTorch's eps 1e-8, moved from sqrt(v_hat) to sqrt(v): see the docstring
-WEIGHT_SEED, DATA_SEED = 1234, 0
 
 
 class MLP(nn.Cell):
@@ -58,31 +57,6 @@ class MLP(nn.Cell):
         for block in self.blocks:
             x = self.act(block(x))
         return self.head(x)
-
-
-# (name, shape) in the PyTorch model's named_parameters() order (MindSpore's parameter names are the same paths).
-PARAMETER_SHAPES: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("blocks.0.weight", (WIDTH, WIDTH)),
-    ("blocks.0.bias", (WIDTH,)),
-    ("blocks.1.weight", (WIDTH, WIDTH)),
-    ("blocks.1.bias", (WIDTH,)),
-    ("head.weight", (OUT, WIDTH)),
-    ("head.bias", (OUT,)),
-)
-
-
-def make_parameters() -> dict[str, np.ndarray]:
-    """name → float32 array: ``RandomState(1234)``, ``randn(*shape) / sqrt(shape[-1])`` per parameter in order."""
-    rng = np.random.RandomState(WEIGHT_SEED)
-    return {name: (rng.randn(*shape) / np.sqrt(shape[-1])).astype(np.float32) for name, shape in PARAMETER_SHAPES}
-
-
-def make_batch() -> tuple[np.ndarray, np.ndarray]:
-    """``x`` float32 [8, 16] and target ``y`` float32 [8, 4] from ``RandomState(0)``, in that order."""
-    rng = np.random.RandomState(DATA_SEED)
-    x = rng.randn(BATCH, WIDTH).astype(np.float32)
-    y = rng.randn(BATCH, OUT).astype(np.float32)
-    return x, y
 
 
 def build_model() -> MLP:

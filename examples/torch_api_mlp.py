@@ -11,7 +11,8 @@ one ``randn(*shape) / sqrt(shape[-1])`` per parameter in ``named_parameters()`` 
 ``blocks.0.bias``, ``blocks.1.weight``, ..., ``head.bias``), float32.  Data: ``np.random.RandomState(0)``,
 ``x = randn(8, 16)`` then ``y = randn(8, 4)``, float32.  This recipe reproduces the parameter and input statistics
 msprobe 1.2.2 recorded for that model (``torch_statistics_a`` and ``statistics_a``, step 0) to 1e-7, so those
-dumps are an independent oracle for our recordings.  ``examples/mindspore_twin_mlp.py`` is the MindSpore twin
+dumps are an independent oracle for our recordings (the recipe lives in ``examples/mlp_recipe.py``, shared with the
+twin).  ``examples/mindspore_twin_mlp.py`` is the MindSpore twin
 (same weights, same data, same cell paths).
 
 Each step: gradients cleared (``p.grad = None``), ``debugger.start(model)``, forward, loss, ``loss.backward()``,
@@ -43,11 +44,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+from mlp_recipe import LEARNING_RATE, OUT, PARAMETER_SHAPES, WIDTH, make_batch, make_parameters
 from torch import nn
-
-BATCH, WIDTH, OUT = 8, 16, 4
-LEARNING_RATE = 1e-2
-WEIGHT_SEED, DATA_SEED = 1234, 0
 
 
 class MLP(nn.Module):
@@ -64,36 +62,6 @@ class MLP(nn.Module):
         for block in self.blocks:
             x = self.act(block(x))
         return self.head(x)
-
-
-# (name, shape) in named_parameters() order; torch Linear and MindSpore Dense both store weight as [out, in].
-PARAMETER_SHAPES: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("blocks.0.weight", (WIDTH, WIDTH)),
-    ("blocks.0.bias", (WIDTH,)),
-    ("blocks.1.weight", (WIDTH, WIDTH)),
-    ("blocks.1.bias", (WIDTH,)),
-    ("head.weight", (OUT, WIDTH)),
-    ("head.bias", (OUT,)),
-)
-
-
-def make_parameters() -> dict[str, np.ndarray]:
-    """The initial parameters: name → float32 array (shapes in ``PARAMETER_SHAPES``).
-
-    ``RandomState(1234)``, one ``randn(*shape) / sqrt(shape[-1])`` per parameter in order, computed in float64 and
-    cast to float32 (so a bias [n] is scaled by 1/sqrt(n): the head's bias by 1/2).  Found by matching the
-    statistics msprobe recorded for the fixture model (tests/data/msprobe-1.2.2-mindspore, step 0).
-    """
-    rng = np.random.RandomState(WEIGHT_SEED)
-    return {name: (rng.randn(*shape) / np.sqrt(shape[-1])).astype(np.float32) for name, shape in PARAMETER_SHAPES}
-
-
-def make_batch() -> tuple[np.ndarray, np.ndarray]:
-    """The one batch every step uses: ``x`` float32 [8, 16] and target ``y`` float32 [8, 4] (``RandomState(0)``)."""
-    rng = np.random.RandomState(DATA_SEED)
-    x = rng.randn(BATCH, WIDTH).astype(np.float32)
-    y = rng.randn(BATCH, OUT).astype(np.float32)
-    return x, y
 
 
 def is_mindtorch() -> bool:

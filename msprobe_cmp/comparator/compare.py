@@ -44,6 +44,7 @@ from msprobe_cmp.comparator.matching import (
     MatchClass,
     RowPair,
     count_classes,
+    is_uncaptured,
     match_entries,
     match_views,
 )
@@ -858,9 +859,7 @@ def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -
 
 def _has_data(leaf: Leaf) -> bool:
     """A tensor leaf with elements and something recorded about them (statistics, checksum or a file)."""
-    return isinstance(leaf, TensorLeaf) and leaf.numel > 0 and (
-        any(v is not None for v in leaf.stats) or leaf.md5 is not None or leaf.data_name is not None
-    )
+    return isinstance(leaf, TensorLeaf) and leaf.numel > 0 and not is_uncaptured(leaf)
 
 
 def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules) -> _Outcome:

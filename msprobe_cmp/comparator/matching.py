@@ -111,7 +111,8 @@ class RowPair:
         return f"{self.entry_name_b or self.entry_name}.{self.arg_path_b or self.arg_path}"
 
 
-def _is_uncaptured(leaf: TensorLeaf) -> bool:
+def is_uncaptured(leaf: TensorLeaf) -> bool:
+    """A tensor leaf with elements but no statistics, checksum or saved file (a placeholder never filled)."""
     no_stats = all(s is None for s in leaf.stats)
     return no_stats and leaf.md5 is None and leaf.data_name is None and leaf.numel > 0
 
@@ -149,7 +150,7 @@ def classify_pair(leaf_a: Leaf, leaf_b: Leaf, transpose_b: bool = False) -> tupl
             return "dtype_mismatch", (f"dtype differs: A {leaf_a.dtype}, B {leaf_b.dtype}",)
         how = "compared by value" if da in COMPATIBLE_INTS else "compared in float64"
         notes.append(f"dtypes differ but are compatible (A {leaf_a.dtype}, B {leaf_b.dtype}): {how}")
-    missing = [side for side, leaf in (("A", leaf_a), ("B", leaf_b)) if _is_uncaptured(leaf)]
+    missing = [side for side, leaf in (("A", leaf_a), ("B", leaf_b)) if is_uncaptured(leaf)]
     if missing:
         return "not_captured", (f"tensor leaf without statistics, checksum or file in {' and '.join(missing)}",)
     return "matched", tuple(notes)

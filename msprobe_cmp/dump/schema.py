@@ -312,29 +312,28 @@ class DumpMeta:
     dump_data_dir: str | None = None
     extra: tuple[tuple[str, object], ...] = field(default=())
 
+    def _not_captured_pairs(self) -> Iterator[tuple[object, object, object]]:
+        """``(what, reason, item)`` of each :data:`NOT_CAPTURED_KEY` item (None where a field is absent)."""
+        value = dict(self.extra).get(NOT_CAPTURED_KEY)
+        if not isinstance(value, tuple):
+            return
+        for item in value:
+            fields_ = dict(item.items) if isinstance(item, JsonObject) else {}
+            yield fields_.get("what"), fields_.get("reason"), item
+
     @property
     def not_captured_items(self) -> dict[str, str]:
         """``what → reason`` of every :data:`NOT_CAPTURED_KEY` item that names a ``what`` (the reason may be "")."""
-        value = dict(self.extra).get(NOT_CAPTURED_KEY)
-        if not isinstance(value, tuple):
-            return {}
-        out: dict[str, str] = {}
-        for item in value:
-            fields_ = dict(item.items) if isinstance(item, JsonObject) else {}
-            what, reason = fields_.get("what"), fields_.get("reason")
-            if isinstance(what, str):
-                out[what] = reason if isinstance(reason, str) else ""
-        return out
+        return {
+            what: reason if isinstance(reason, str) else ""
+            for what, reason, _ in self._not_captured_pairs()
+            if isinstance(what, str)
+        }
 
     @property
     def not_captured(self) -> tuple[str, ...]:
         """What the recorder could not capture (:data:`NOT_CAPTURED_KEY`), one ``"what: reason"`` text each."""
-        value = dict(self.extra).get(NOT_CAPTURED_KEY)
-        if not isinstance(value, tuple):
-            return ()
-        out = []
-        for item in value:
-            fields_ = dict(item.items) if isinstance(item, JsonObject) else {}
-            what, reason = fields_.get("what"), fields_.get("reason")
-            out.append(f"{what}: {reason}" if reason is not None else str(what if what is not None else item))
-        return tuple(out)
+        return tuple(
+            f"{what}: {reason}" if reason is not None else str(what if what is not None else item)
+            for what, reason, item in self._not_captured_pairs()
+        )

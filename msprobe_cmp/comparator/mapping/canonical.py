@@ -71,6 +71,11 @@ def framework_namespace(framework: str, entries: Sequence[Entry] = ()) -> Namesp
     by_names = names_namespace(entries)
     if by_names is not None:  # the names are what gets mapped: they win over a mislabelled header
         return by_names
+    return _label_namespace(framework)
+
+
+def _label_namespace(framework: str) -> Namespace | None:
+    """The name space dump.json's ``framework`` label names (any case), or None for an unknown label."""
     f = framework.strip().lower()
     if f == "mindspore":
         return "mindspore"
@@ -92,8 +97,7 @@ def names_namespace(entries: Sequence[Entry]) -> Namespace | None:
 def label_contradiction(framework: str, entries: Sequence[Entry]) -> str | None:
     """A sentence when dump.json's ``framework`` names another name space than the entry names show, else None."""
     by_names = names_namespace(entries)
-    f = framework.strip().lower()
-    by_label = "mindspore" if f == "mindspore" else "pytorch" if f in ("pytorch", "torch", "mindtorch") else None
+    by_label = _label_namespace(framework)
     if by_names is None or by_label is None or by_names == by_label:
         return None
     return f"dump.json says framework {framework!r} but its entry names are {by_names}'s: matched as {by_names}"

@@ -80,6 +80,7 @@ from msprobe_cmp.dump.reader import (
 from msprobe_cmp.dump.schema import (
     NOT_CAPTURED_BACKWARD,
     NOT_CAPTURED_STEP,
+    Entry,
     Leaf,
     TensorLeaf,
     ValueLeaf,
@@ -1114,12 +1115,11 @@ def _mapping_file_notes(
 ) -> list[str]:
     """Across frameworks: user mapping keys that match no MindSpore entry (a typo is otherwise silent), and a
     hint toward ``--cell-mapping`` when cells of both sides found no partner."""
-    ms_entries = [
-        e for x, y in zip(paired_a, paired_b, strict=True)
-        for unit, ns in zip((x, y), unit_namespaces(x, y), strict=True)
-        if ns == "mindspore" and None not in unit_namespaces(x, y) and len(set(unit_namespaces(x, y))) == 2
-        for e in unit.entries
-    ]
+    ms_entries: list[Entry] = []
+    for x, y in zip(paired_a, paired_b, strict=True):
+        namespaces = unit_namespaces(x, y)
+        if set(namespaces) == {"mindspore", "pytorch"}:  # a cross-framework pair: take its MindSpore side
+            ms_entries.extend((x if namespaces[0] == "mindspore" else y).entries)
     if not ms_entries:
         return []
     notes = []

@@ -10,6 +10,14 @@ NaN or Inf in them propagates by IEEE rules and is never zeroed.  :func:`compute
 is the entry point the comparator uses: it checks that non-finite values agree position by
 position, strips them when they do, and records what it did in ``notes``.
 
+Memory and summation order: the per-metric functions make whole-array float64 copies.
+:func:`compute_tensor_metrics` does so only for arrays of at most :data:`CHUNK_ELEMENTS` elements
+(where its results equal those functions' bit for bit); larger arrays (typically read-only
+``np.memmap`` views of npy files) are streamed in chunks of :data:`CHUNK_ELEMENTS` elements upcast
+into preallocated float64 buffers, so its memory is O(chunk) beyond the inputs.  Streamed maxima,
+counts and shares are exact; the sums behind Cosine and EucDist are added per block and chunk, in
+a fixed order that differs from one whole-array ``dot`` in the last bits (see the function).
+
 Relative error (used by MaxRelativeErr and the two ratios) is ``|a - b| / max(|b|, floor)``.
 msprobe adds machine epsilon (2.2e-16) to both sides where ``b == 0``, which turns a tiny absolute
 difference against an exact zero into an error of ~1e13.  Here the denominator has a floor instead:
@@ -22,6 +30,9 @@ relative error of ~8e-6 instead of infinity, while ``a = 1e-3`` against ``b = 0`
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -223,43 +234,106 @@ class TensorMetrics:
         return self.nonfinite.disagreeing > 0 or (self.max_abs_err is not None and self.max_abs_err != 0.0)
 
 
+#: Elements per chunk of :func:`compute_tensor_metrics` (2**16: five float64/bool buffers of 512 KB or less
+#: per worker stay in a core's L2 cache; 2**14..2**18 measured in bench/tensor_metrics_speed.py).
+CHUNK_ELEMENTS = 1 << 16
+
+#: Worker threads of :func:`compute_tensor_metrics` for arrays of more than one chunk (numpy releases the
+#: GIL in its ufuncs and BLAS ``ddot``); results do not depend on it (see the function's docstring).
+CHUNK_WORKERS = 2
+
+_NOTHING: tuple[None, None, None, None, None, None] = (None, None, None, None, None, None)
+
+
 def compute_tensor_metrics(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_RELATIVE_FLOOR) -> TensorMetrics:
     """All tensor-mode metrics of target ``a`` against baseline ``b`` (same number of elements).
+
+    ``a`` and ``b`` may have any shape (they are read flattened, in C order) and any real dtype
+    (float16/32/64, ml_dtypes bfloat16/fp8, ints, bools); read-only ``np.memmap`` inputs are read once
+    (float64 inputs of more than one chunk twice), chunk by chunk, and never copied whole.
 
     Non-finite policy (DESIGN.md §4; msprobe instead zeroes agreeing positions): when every NaN/±Inf
     of one side faces the same kind on the other, those positions are left out and the finite rest
     is compared (a note says how many were left out); otherwise no metric is computed, and the
     caller fails the row using ``nonfinite.disagreeing``.
 
+    Arrays of at most :data:`CHUNK_ELEMENTS` elements are computed whole, with the per-metric
+    formulas of this module (float64 copies of both, cosine of the max-abs-scaled copies, numpy's
+    ``dot`` and ``linalg.norm``).  Larger arrays are streamed: each chunk of
+    :data:`CHUNK_ELEMENTS` elements is upcast to float64 into preallocated buffers, its non-finite
+    positions counted (and, when they agree, left out of that chunk), and it contributes its max
+    ``|a - b|``, max relative error, the two below-threshold counts, and the sums ``Σ(a-b)²``,
+    ``Σab``, ``Σa²``, ``Σb²`` (one BLAS ``ddot`` per chunk).  The maxima and counts are exact, so
+    equal to the whole-array computation bit for bit; the four sums are added chunk by chunk in
+    chunk order, so the cosine and EucDist can differ from a whole-array ``dot`` in the last bits
+    (relative error of a sum of n non-negative terms ≤ ~n·2⁻⁵³ either way).  Chunks run on up to
+    :data:`CHUNK_WORKERS` threads; the per-chunk results are combined in chunk order, so the result
+    is the same for any number of threads.
+
+    Cosine without overflow or underflow: a float64 (or wider) input of more than one chunk is read
+    twice, first for the max-abs of each side's compared values, then divided by it chunk by chunk
+    before the dot products, as the whole-array path does.  Other dtypes skip the scaling: their
+    magnitudes lie in [2⁻¹⁴⁹, 2⁶⁴] (float32's smallest subnormal to uint64's maximum), so a
+    product of two lies in [2⁻²⁹⁸, 2¹²⁸], normal in float64, and a sum of fewer than 2⁶³ of them
+    stays below 2¹⁹¹.
+
+    Memory: O(:data:`CHUNK_ELEMENTS`) beyond the inputs, i.e. per worker five buffers (four float64
+    and one bool) plus, for chunks holding non-finite values, their masks and finite parts; a
+    non-C-contiguous input is read through ``ndarray.flat`` one chunk at a time.
+
     Raises:
         ValueError: the arrays differ in size, or ``floor`` is not > 0.
         TypeError: complex / non-numeric data (see :func:`to_float64`).
     """
-    fa, fb = _pair(a, b)
+    if not floor > 0.0:
+        raise ValueError(f"relative-error floor must be > 0, got {floor!r}")
+    arr_a, arr_b = _real_array(a), _real_array(b)
+    if arr_a.size != arr_b.size:
+        raise ValueError(f"arrays differ in size: {arr_a.size} vs {arr_b.size}")
+    if arr_a.size <= CHUNK_ELEMENTS:
+        return _tensor_metrics_whole(to_float64(arr_a), to_float64(arr_b), floor)
+    return _tensor_metrics_streamed(arr_a, arr_b, floor)
+
+
+def _real_array(x: ArrayLike) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind in "cOUSMm":
+        raise TypeError(f"cannot compare values of dtype {arr.dtype} as real numbers")
+    return arr
+
+
+def _left_out_note(agreeing: int, compared: int) -> str:
+    return (
+        f"{agreeing} non-finite value(s) at the same positions with the same signs on both sides "
+        f"were left out; the {compared} finite value(s) were compared"
+    )
+
+
+def _cosine_note(compared: int, a_is_zero: bool) -> str:
+    if compared < 2:
+        return "cosine undefined for fewer than 2 elements"
+    side = "target (A)" if a_is_zero else "baseline (B)"
+    return f"cosine undefined: the {side} is all zero"
+
+
+def _tensor_metrics_whole(fa: F64, fb: F64, floor: float) -> TensorMetrics:
+    """The whole-array computation (flat float64 inputs of equal size)."""
     numel = int(fa.size)
     nonfinite = compute_nonfinite_agreement(fa, fb)
     notes: list[str] = []
-    none6: tuple[None, None, None, None, None, None] = (None, None, None, None, None, None)
     if nonfinite.disagreeing:
-        return TensorMetrics(*none6, numel, 0, nonfinite, floor, ())
+        return TensorMetrics(*_NOTHING, numel, 0, nonfinite, floor, ())
     if nonfinite.agreeing:
         keep = np.isfinite(fa) & np.isfinite(fb)
         fa, fb = fa[keep], fb[keep]
-        notes.append(
-            f"{nonfinite.agreeing} non-finite value(s) at the same positions with the same signs on both sides "
-            f"were left out; the {fa.size} finite value(s) were compared"
-        )
+        notes.append(_left_out_note(nonfinite.agreeing, int(fa.size)))
     if fa.size == 0:
-        return TensorMetrics(*none6, numel, 0, nonfinite, floor, tuple(notes))
+        return TensorMetrics(*_NOTHING, numel, 0, nonfinite, floor, tuple(notes))
     diff = np.abs(fa - fb)
     rel = diff / np.maximum(np.abs(fb), floor)
     cosine = compute_cosine(fa, fb)
     if cosine is None:
-        if fa.size < 2:
-            notes.append("cosine undefined for fewer than 2 elements")
-        else:
-            side = "target (A)" if not np.any(fa) else "baseline (B)"
-            notes.append(f"cosine undefined: the {side} is all zero")
+        notes.append(_cosine_note(int(fa.size), not np.any(fa)))
     return TensorMetrics(
         cosine=cosine,
         max_abs_err=float(np.max(diff)),
@@ -272,6 +346,223 @@ def compute_tensor_metrics(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_RE
         nonfinite=nonfinite,
         relative_floor=floor,
         notes=tuple(notes),
+    )
+
+
+def _needs_scaling(dtype: np.dtype) -> bool:
+    """True when float64 sums of squares of ``dtype`` values could overflow or underflow (see the bound
+    in :func:`compute_tensor_metrics`): floats wider than 4 bytes and anything unusual."""
+    if dtype.kind in "biu":
+        return dtype.itemsize > 8
+    return dtype.itemsize > 4
+
+
+@dataclass
+class _Partial:
+    """What one chunk contributes (all zero / -inf for a chunk with nothing compared)."""
+
+    count_a: int = 0
+    count_b: int = 0
+    agreeing: int = 0
+    disagreeing: int = 0
+    compared: int = 0
+    max_abs: float = -math.inf
+    max_rel: float = -math.inf
+    below_1e3: int = 0
+    below_5e3: int = 0
+    ss_diff: float = 0.0
+    dot_ab: float = 0.0
+    ss_a: float = 0.0
+    ss_b: float = 0.0
+    scale_a: float = 0.0
+    scale_b: float = 0.0
+
+
+class _ChunkReader:
+    """Chunk ``k`` of two equal-size arrays as float64 (views into per-thread buffers).
+
+    Buffers are per thread (``threading.local``), created on a thread's first chunk.
+    """
+
+    def __init__(self, arr_a: np.ndarray, arr_b: np.ndarray) -> None:
+        self.sources = (arr_a, arr_b)
+        self.flats = tuple(x.reshape(-1) if x.flags.c_contiguous else None for x in (arr_a, arr_b))
+        self.numel = int(arr_a.size)
+        self.count = -(-self.numel // CHUNK_ELEMENTS)
+        self.local = threading.local()
+
+    def buffers(self) -> tuple[F64, F64, F64, F64, NDArray[np.bool_]]:
+        bufs = getattr(self.local, "bufs", None)
+        if bufs is None:
+            bufs = (*(np.empty(CHUNK_ELEMENTS, np.float64) for _ in range(4)), np.empty(CHUNK_ELEMENTS, np.bool_))
+            self.local.bufs = bufs
+        return bufs
+
+    def read(self, k: int) -> tuple[F64, F64, F64, F64, NDArray[np.bool_]]:
+        """Chunk ``k`` of ``a`` and ``b`` as float64, and two float64 and one bool scratch buffers."""
+        start = k * CHUNK_ELEMENTS
+        stop = min(start + CHUNK_ELEMENTS, self.numel)
+        n = stop - start
+        buf_a, buf_b, buf_d, buf_r, buf_m = self.buffers()
+        for flat, src, buf in zip(self.flats, self.sources, (buf_a, buf_b), strict=True):
+            np.copyto(buf[:n], flat[start:stop] if flat is not None else src.flat[start:stop], casting="unsafe")
+        return buf_a[:n], buf_b[:n], buf_d[:n], buf_r[:n], buf_m[:n]
+
+
+def _finite_part(ca: F64, cb: F64, part: _Partial) -> tuple[F64, F64] | None:
+    """Count the non-finite positions of a chunk into ``part``; the chunk's positions finite on both
+    sides (copies), or None when non-finite values disagree."""
+    nf = compute_nonfinite_agreement(ca, cb)
+    part.count_a, part.count_b, part.agreeing, part.disagreeing = (
+        nf.count_a, nf.count_b, nf.agreeing, nf.disagreeing)
+    if nf.disagreeing:
+        return None
+    if nf.agreeing:
+        keep = np.isfinite(ca) & np.isfinite(cb)
+        return ca[keep], cb[keep]
+    return ca, cb
+
+
+def _chunk_scales(reader: _ChunkReader, k: int) -> _Partial:
+    """First pass of the scaled path: non-finite counts and max-abs of each side's compared values."""
+    ca, cb, _, _, _ = reader.read(k)
+    part = _Partial()
+    scale_a = max(float(ca.max()), -float(ca.min()))
+    scale_b = max(float(cb.max()), -float(cb.min()))
+    if not (math.isfinite(scale_a) and math.isfinite(scale_b)):
+        pair = _finite_part(ca, cb, part)
+        if pair is None or pair[0].size == 0:
+            return part
+        ca, cb = pair
+        scale_a = max(float(ca.max()), -float(ca.min()))
+        scale_b = max(float(cb.max()), -float(cb.min()))
+    part.scale_a, part.scale_b = scale_a, scale_b
+    return part
+
+
+#: Block length of :func:`_blocked_dot`: below OpenBLAS's threading threshold for ``ddot`` (10,000 elements).
+_DOT_BLOCK = 8192
+
+
+def _blocked_dot(x: F64, y: F64) -> float:
+    """``Σ x·y`` of two contiguous float64 vectors: one BLAS ``ddot`` per block of :data:`_DOT_BLOCK`
+    elements (one batched ``matmul`` call), the block sums added by ``np.sum``, then the remainder's ``ddot``.
+
+    The blocks keep each ``ddot`` single-threaded, so the summation order does not depend on
+    OpenBLAS's thread count, and worker threads do not contend for OpenBLAS's threads.
+    """
+    n = x.size
+    full = n - n % _DOT_BLOCK
+    total = 0.0
+    if full:
+        with np.errstate(over="ignore"):  # an infinite sum is the result (np.dot does not warn either)
+            blocks = np.matmul(x[:full].reshape(-1, 1, _DOT_BLOCK), y[:full].reshape(-1, _DOT_BLOCK, 1))
+        total = float(blocks.sum())
+    if full < n:
+        total += float(np.dot(x[full:], y[full:]))
+    return total
+
+
+def _chunk_metrics(reader: _ChunkReader, k: int, floor: float, scales: tuple[float, float] | None) -> _Partial:
+    """Everything chunk ``k`` contributes; ``scales`` divide each side before the dot products."""
+    ca, cb, buf_d, buf_r, buf_m = reader.read(k)
+    part = _Partial()
+    with np.errstate(invalid="ignore"):  # inf - inf: such a chunk is rechecked below
+        d = np.subtract(ca, cb, out=buf_d)
+    np.abs(d, out=d)
+    max_abs = float(d.max())
+    if not math.isfinite(max_abs):  # a non-finite value on either side (or a float64 difference overflowed)
+        pair = _finite_part(ca, cb, part)
+        if pair is None or pair[0].size == 0:
+            return part
+        ca, cb = pair
+        d = np.subtract(ca, cb, out=buf_d[: ca.size])
+        np.abs(d, out=d)
+        max_abs = float(d.max())
+        buf_r, buf_m = buf_r[: ca.size], buf_m[: ca.size]
+    part.compared = int(ca.size)
+    part.max_abs = max_abs
+    part.ss_diff = _blocked_dot(d, d)
+    rel = np.abs(cb, out=buf_r)
+    if np.less(rel, floor, out=buf_m).any():  # = np.maximum(rel, floor) for these NaN-free values, and faster
+        np.putmask(rel, buf_m, floor)
+    np.divide(d, rel, out=rel)
+    part.max_rel = float(rel.max())
+    part.below_1e3 = int(np.count_nonzero(np.less(rel, 0.001, out=buf_m)))
+    part.below_5e3 = int(np.count_nonzero(np.less(rel, 0.005, out=buf_m)))
+    if scales is not None:
+        ca = np.divide(ca, scales[0], out=ca) if scales[0] > 0.0 else ca
+        cb = np.divide(cb, scales[1], out=cb) if scales[1] > 0.0 else cb
+    part.dot_ab = _blocked_dot(ca, cb)
+    part.ss_a = _blocked_dot(ca, ca)
+    part.ss_b = _blocked_dot(cb, cb)
+    return part
+
+
+def _map_chunks(reader: _ChunkReader, fn: Callable[[int], _Partial]) -> list[_Partial]:
+    """``fn`` of every chunk index, in chunk order (on up to :data:`CHUNK_WORKERS` threads)."""
+    workers = min(CHUNK_WORKERS, reader.count)
+    if workers <= 1:
+        return [fn(k) for k in range(reader.count)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, range(reader.count)))
+
+
+def _tensor_metrics_streamed(arr_a: np.ndarray, arr_b: np.ndarray, floor: float) -> TensorMetrics:
+    """The chunked computation (see :func:`compute_tensor_metrics`)."""
+    reader = _ChunkReader(arr_a, arr_b)
+    numel = reader.numel
+    scales: tuple[float, float] | None = None
+    if _needs_scaling(arr_a.dtype) or _needs_scaling(arr_b.dtype):
+        first = _map_chunks(reader, lambda k: _chunk_scales(reader, k))
+        if any(p.disagreeing for p in first):
+            return TensorMetrics(*_NOTHING, numel, 0, _sum_nonfinite(first), floor, ())
+        scales = (max(p.scale_a for p in first), max(p.scale_b for p in first))
+    parts = _map_chunks(reader, lambda k: _chunk_metrics(reader, k, floor, scales))
+    nonfinite = _sum_nonfinite(parts)
+    if nonfinite.disagreeing:
+        return TensorMetrics(*_NOTHING, numel, 0, nonfinite, floor, ())
+    compared = sum(p.compared for p in parts)
+    notes: list[str] = []
+    if nonfinite.agreeing:
+        notes.append(_left_out_note(nonfinite.agreeing, compared))
+    if compared == 0:
+        return TensorMetrics(*_NOTHING, numel, 0, nonfinite, floor, tuple(notes))
+    ss_diff = dot_ab = ss_a = ss_b = 0.0
+    for p in parts:  # in chunk order
+        ss_diff += p.ss_diff
+        dot_ab += p.dot_ab
+        ss_a += p.ss_a
+        ss_b += p.ss_b
+    max_abs = max(p.max_abs for p in parts)
+    a_zero, b_zero = (ss_a == 0.0, ss_b == 0.0) if scales is None else (scales[0] == 0.0, scales[1] == 0.0)
+    cosine: float | None
+    if compared < 2 or a_zero != b_zero:
+        cosine = None
+        notes.append(_cosine_note(compared, a_zero))
+    elif a_zero or max_abs == 0.0:  # both all zero, or identical
+        cosine = 1.0
+    else:
+        cosine = min(1.0, max(-1.0, dot_ab / (math.sqrt(ss_a) * math.sqrt(ss_b))))
+    return TensorMetrics(
+        cosine=cosine,
+        max_abs_err=max_abs,
+        max_relative_err=max(p.max_rel for p in parts),
+        one_thousandth_err_ratio=sum(p.below_1e3 for p in parts) / compared,
+        five_thousandths_err_ratio=sum(p.below_5e3 for p in parts) / compared,
+        euc_dist=math.sqrt(ss_diff),
+        numel=numel,
+        compared=compared,
+        nonfinite=nonfinite,
+        relative_floor=floor,
+        notes=tuple(notes),
+    )
+
+
+def _sum_nonfinite(parts: list[_Partial]) -> NonFiniteAgreement:
+    return NonFiniteAgreement(
+        sum(p.count_a for p in parts), sum(p.count_b for p in parts),
+        sum(p.agreeing for p in parts), sum(p.disagreeing for p in parts),
     )
 
 

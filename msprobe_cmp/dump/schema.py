@@ -70,6 +70,25 @@ def build_frozen(cls: type[T], values: dict[str, object]) -> T:
     return obj
 
 
+def compute_nonfinite_counts(extra: tuple[tuple[str, object], ...], numel: int) -> tuple[int, int, int] | None:
+    """``(NaN, +Inf, -Inf)`` from a leaf's extra fields (:data:`NONFINITE_COUNT_KEYS`), or None when a count is
+    absent or not a non-negative integer at most ``numel`` (an integral float such as ``1.0`` is accepted).
+
+    The rule of :attr:`TensorLeaf.nonfinite_counts`; the reader's fast path calls it once per leaf while
+    loading.  A key given twice counts with its last value.
+    """
+    values = dict(extra)
+    counts: list[int] = []
+    for key in NONFINITE_COUNT_KEYS:
+        value = values.get(key)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # another writer's 1.0
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= numel:
+            return None
+        counts.append(value)
+    return (counts[0], counts[1], counts[2])
+
+
 @dataclass(frozen=True)
 class TensorLeaf:
     """Summary of one tensor argument, as one dump.json leaf.
@@ -115,16 +134,7 @@ class TensorLeaf:
         """
         if not self.extra:
             return None
-        extra = dict(self.extra)
-        counts: list[int] = []
-        for key in NONFINITE_COUNT_KEYS:
-            value = extra.get(key)
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)  # another writer's 1.0
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= self.numel:
-                return None
-            counts.append(value)
-        return (counts[0], counts[1], counts[2])
+        return compute_nonfinite_counts(self.extra, self.numel)
 
     @property
     def has_invalid_nonfinite_counts(self) -> bool:

@@ -21,7 +21,7 @@ from msprobe_cmp.dump.schema import (
     Seq,
     TensorLeaf,
     ValueLeaf,
-    build_frozen,
+    compute_nonfinite_counts,
 )
 from msprobe_cmp.errors import DumpFormatError
 
@@ -188,13 +188,7 @@ def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
     """
     if type(obj) is dict:
         try:
-            quick: list[tuple[str, Node]] = []
-            for key, value in obj.items():
-                expected = _FIELD_TYPES.get(key)
-                if expected is not None and value is not None and not isinstance(value, expected[0]):
-                    raise _Unusual
-                quick.append((key, _fast_node(value, 0)))
-            return Entry(name, tuple(quick))
+            return _fast_entry(name, obj)
         except _Unusual:
             pass  # the general path below builds it again, or raises the error naming the field
     where = f"data[{name!r}]"
@@ -208,6 +202,21 @@ def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
     return Entry(name, fields)
 
 
+def entries_from_json_fast(data: dict[str, Any]) -> tuple[Entry, ...] | None:
+    """The entries of dump.json's ``data`` object when every one of them is well formed (the common case), built
+    without the error-path bookkeeping; None as soon as one entry is not (the caller then parses the file the
+    general way, which gives the same records or the error naming the field).
+
+    Stricter than :func:`entry_from_json`'s own fast path in one respect: an integral float of magnitude
+    ``>= 2**63`` where a value is kept as written (a non-tensor value, a leaf's extra field) gives None, since a
+    parser that reads integer literals beyond 64 bits as floats (orjson) may have produced it.
+    """
+    try:
+        return tuple([_fast_entry(name, obj) for name, obj in data.items()])
+    except _Unusual:
+        return None
+
+
 class _Unusual(Exception):
     """Raised by the fast path of :func:`entry_from_json` on anything it does not handle itself: the entry
     is then built again by the general path, which gives the same record or the same error."""
@@ -215,6 +224,35 @@ class _Unusual(Exception):
 
 _SCALARS = (str, int, float, bool, type(None))
 _LEAF_KEY_SET = frozenset(_LEAF_KEYS)
+_BIG = float(2**63)
+_new = object.__new__
+
+
+def _fast_entry(name: str, obj: Any) -> Entry:
+    if type(obj) is not dict:
+        raise _Unusual
+    fields: list[tuple[str, Node]] = []
+    for key, value in obj.items():
+        expected = _FIELD_TYPES.get(key)
+        if expected is not None and value is not None and not isinstance(value, expected[0]):
+            raise _Unusual
+        fields.append((key, _fast_node(value, 0)))
+    entry = _new(Entry)
+    entry.__dict__.update(name=name, fields=tuple(fields))
+    return entry
+
+
+def _kept_scalar(value: Any) -> Any:
+    """``value`` when it is a JSON scalar kept as written; :class:`_Unusual` otherwise, and for an integral float
+    of magnitude >= 2**63 (possibly an integer literal a 64-bit parser turned into a float)."""
+    t = type(value)
+    if t is float:
+        if value.is_integer() and abs(value) >= _BIG:
+            raise _Unusual
+        return value
+    if t not in _SCALARS:
+        raise _Unusual
+    return value
 
 
 def _fast_stat(value: Any) -> float | None:
@@ -231,9 +269,11 @@ def _fast_stat(value: Any) -> float | None:
 
 def _fast_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf:
     """:func:`tensor_leaf_from_json` for a well-formed leaf (plain statistics and scalar extra fields), without
-    building the error-message paths; anything else raises :class:`_Unusual`."""
-    dtype = obj.get("dtype")
-    shape = obj.get("shape")
+    building the error-message paths; anything else raises :class:`_Unusual`.  The leaf's NaN/Inf counts
+    (:attr:`TensorLeaf.nonfinite_counts`) are computed here, once."""
+    get = obj.get
+    dtype = get("dtype")
+    shape = get("shape")
     if type(dtype) is not str or type(shape) is not list:
         raise _Unusual
     numel = 1
@@ -243,25 +283,35 @@ def _fast_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf:
         numel *= d
     if numel >= 2**63:
         raise _Unusual
-    md5 = obj.get("md5")
-    data_name = obj.get("data_name")
-    rg = obj.get("requires_grad")
+    md5 = get("md5")
+    data_name = get("data_name")
+    rg = get("requires_grad")
     if (md5 is not None and type(md5) is not str) or (data_name is not None and type(data_name) is not str) or (
         rg is not None and type(rg) is not bool
     ):
         raise _Unusual
-    extra = []
-    if not obj.keys() <= _LEAF_KEY_SET:
-        for k, v in obj.items():
-            if k not in _LEAF_KEYS:
-                if type(v) not in _SCALARS:
-                    raise _Unusual
-                extra.append((k, v))
-    return build_frozen(TensorLeaf, {
-        "type": type_, "dtype": dtype, "shape": tuple(shape), "max": _fast_stat(obj.get("Max")),
-        "min": _fast_stat(obj.get("Min")), "mean": _fast_stat(obj.get("Mean")), "norm": _fast_stat(obj.get("Norm")),
-        "md5": md5, "data_name": data_name, "requires_grad": rg, "extra": tuple(extra),
-    })
+    mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
+    if type(mx) is not float:
+        mx = _fast_stat(mx)
+    if type(mn) is not float:
+        mn = _fast_stat(mn)
+    if type(me) is not float:
+        me = _fast_stat(me)
+    if type(no) is not float:
+        no = _fast_stat(no)
+    leaf = _new(TensorLeaf)
+    if obj.keys() <= _LEAF_KEY_SET:
+        leaf.__dict__.update(
+            type=type_, dtype=dtype, shape=tuple(shape), max=mx, min=mn, mean=me, norm=no, md5=md5,
+            data_name=data_name, requires_grad=rg, extra=(), nonfinite_counts=None,
+        )
+        return leaf
+    extra = tuple([(k, _kept_scalar(v)) for k, v in obj.items() if k not in _LEAF_KEY_SET])
+    leaf.__dict__.update(
+        type=type_, dtype=dtype, shape=tuple(shape), max=mx, min=mn, mean=me, norm=no, md5=md5,
+        data_name=data_name, requires_grad=rg, extra=extra, nonfinite_counts=compute_nonfinite_counts(extra, numel),
+    )
+    return leaf
 
 
 def _fast_node(obj: Any, depth: int) -> Node:
@@ -272,7 +322,9 @@ def _fast_node(obj: Any, depth: int) -> Node:
         return None
     t = type(obj)
     if t is list:
-        return Seq(tuple([_fast_node(v, depth + 1) for v in obj]))
+        seq = _new(Seq)
+        seq.__dict__["items"] = tuple([_fast_node(v, depth + 1) for v in obj])
+        return seq
     if t is dict:
         type_ = obj.get("type")
         if type(type_) is str:
@@ -281,17 +333,16 @@ def _fast_node(obj: Any, depth: int) -> Node:
             if "dtype" in obj and "shape" in obj and "value" not in obj:
                 raise _Unusual
             if len(obj) == 2 and "value" in obj:
-                value = obj["value"]
-                if type(value) not in _SCALARS:
-                    raise _Unusual
-                return ValueLeaf(type_, value)
-        return Map(tuple([(k, _fast_node(v, depth + 1)) for k, v in obj.items()]))
+                return ValueLeaf(type_, _kept_scalar(obj["value"]))
+        map_ = _new(Map)
+        map_.__dict__["items"] = tuple([(k, _fast_node(v, depth + 1)) for k, v in obj.items()])
+        return map_
     if t is bool:
         return ValueLeaf("bool", obj)
     if t is int:
         return ValueLeaf("int", obj)
     if t is float:
-        return ValueLeaf("float", obj)
+        return ValueLeaf("float", _kept_scalar(obj))
     if t is str:
         return ValueLeaf("str", obj)
     raise _Unusual
@@ -334,6 +385,34 @@ def meta_from_json(obj: dict[str, Any], file: str | Path) -> DumpMeta:
         raise DumpFormatError(file, "dump_data_dir", "expected a string or null")
     extra = tuple((k, _freeze(v, file, k)) for k, v in obj.items() if k not in _META_KEYS)
     return DumpMeta(task=task, level=level, framework=framework, dump_data_dir=ddd, extra=extra)
+
+
+def meta_from_json_fast(obj: dict[str, Any]) -> DumpMeta | None:
+    """:func:`meta_from_json` of a header that is well formed, or None (the caller then reads the file the
+    general way).  None too when an extra header field holds an integral float of magnitude ``>= 2**63``
+    (see :func:`entries_from_json_fast`) or is nested deeper than 64 levels."""
+    try:
+        for k, v in obj.items():
+            if k not in _META_KEYS:
+                _check_kept(v, 0)
+        return meta_from_json(obj, "-")
+    except (_Unusual, DumpFormatError):
+        return None
+
+
+def _check_kept(value: Any, depth: int) -> None:
+    """Raise :class:`_Unusual` when ``value`` holds an integral float >= 2**63 in magnitude or nests deeper
+    than :data:`_MAX_DEPTH`."""
+    if depth > _MAX_DEPTH:
+        raise _Unusual
+    if type(value) is list:
+        for v in value:
+            _check_kept(v, depth + 1)
+    elif type(value) is dict:
+        for v in value.values():
+            _check_kept(v, depth + 1)
+    elif type(value) is float:
+        _kept_scalar(value)
 
 
 def node_to_json(node: Node) -> Any:

@@ -1,0 +1,121 @@
+"""The reader's orjson path (``parse_json_fast`` + the builders' fast paths) gives exactly what the general json
+path gives, and hands every file it cannot vouch for to the general path; ``paused_gc`` freezes what it built."""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+
+import pytest
+
+from msprobe_cmp.dump import load_dump
+from msprobe_cmp.dump.reader import parse_json_fast, paused_gc, read_json
+from msprobe_cmp.dump.schema import TensorLeaf, ValueLeaf
+from msprobe_cmp.errors import DumpFormatError
+
+BIG = 123456789012345678901234567890  # beyond 64 bits: orjson reads it as a float
+
+
+def _leaf(**kw: object) -> dict:
+    return {"type": "mindspore.Tensor", "dtype": "Float32", "shape": [2, 3], "Max": 1.5, "Min": -0.25, "Mean": 0.125,
+            "Norm": 2.0, **kw}
+
+
+def _write(tmp_path: Path, data: dict, text: str | None = None, stack: str | None = None) -> Path:
+    rank = tmp_path / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    doc = {"task": "statistics", "level": "L1", "framework": "mindspore", "dump_data_dir": None, "data": data}
+    (rank / "dump.json").write_text(text if text is not None else json.dumps(doc))
+    if stack is not None:
+        (rank / "stack.json").write_text(stack)
+    return rank
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": 1, "b": [1.5, -0.0, null, true, "x:y"], "c": {"d": {}}}',
+    '{"a": 0.1000000000000000055511151231257827, "b": 1e-320, "c": -12345678901234567}',
+    '  [ {"k": "v"} ]  ',
+])
+def test_parse_json_fast_equals_json(text):
+    fast = parse_json_fast(text.encode())
+    assert fast == json.loads(text)
+    assert json.dumps(fast) == json.dumps(json.loads(text))  # same types and float bits, -0.0 kept
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": 1, "a": 2}',  # a repeated key: orjson keeps the last, read_json refuses
+    '{"x": {"b": [1], "c": 2, "b": [1]}}',
+    '{"a": "\\u003a", "a": 1}',  # an escaped colon could hide a dropped member: not vouched for
+    '{"a": "\\u003a"}',
+    '{"a": NaN}',  # msprobe's tokens: json accepts them, orjson does not
+    '{"a": Infinity}',
+    '\ufeff{}',
+    '{"a": 1e400}',
+])
+def test_parse_json_fast_declines_what_it_cannot_vouch_for(text):
+    assert parse_json_fast(text.encode()) is None
+
+
+def test_duplicate_key_inside_a_leaf_is_still_refused(tmp_path):
+    leaf = json.dumps(_leaf())[:-1] + ', "Max": 2.0}'
+    text = '{"task": "statistics", "data": {"Functional.f.0.forward": {"input_args": [' + leaf + "]}}}"
+    rank = _write(tmp_path, {}, text=text)
+    with pytest.raises(DumpFormatError, match="'Max'.*duplicate key"):
+        load_dump(rank)
+
+
+def test_integer_literals_beyond_64_bits_keep_their_type(tmp_path):
+    data = {"Functional.f.0.forward": {
+        "input_args": [_leaf(nan_count=0, pos_inf_count=0, neg_inf_count=0, note=BIG), {"type": "int", "value": BIG}],
+        "input_kwargs": {"n": {"type": "int", "value": -BIG}}, "output": [_leaf(Max=BIG)]}}
+    stack = json.dumps({"Functional.f.0.forward": ["File a.py", BIG]})
+    unit = load_dump(_write(tmp_path, data, stack=stack)).units[0]
+    leaves = dict(unit.entries[0].leaves())
+    assert leaves["input.1"] == ValueLeaf("int", BIG) and type(leaves["input.1"].value) is int
+    assert leaves["kwargs.n"] == ValueLeaf("int", -BIG)
+    first = leaves["input.0"]
+    assert isinstance(first, TensorLeaf) and dict(first.extra)["note"] == BIG and type(dict(first.extra)["note"]) is int
+    assert first.nonfinite_counts == (0, 0, 0)
+    assert leaves["output.0"].max == float(BIG)  # a statistic is a float either way, the same float
+    assert unit.stack["Functional.f.0.forward"] == ("File a.py", str(BIG))
+
+
+def test_fast_and_general_paths_build_equal_records(tmp_path):
+    data = {
+        "Functional.f.0.forward": {"input_args": [_leaf(nan_count=1, pos_inf_count=0, neg_inf_count=2), None],
+                                   "input_kwargs": {"dim": {"type": "int", "value": 1}, "s": {"type": "str", "value": "a"}},
+                                   "output": [_leaf(Max=3, md5="0000beef", requires_grad=True)]},
+        "Cell.fc.Dense.parameters_grad": {"weight": [_leaf()], "bias": [_leaf(nan_count=0.0, pos_inf_count=0,
+                                                                              neg_inf_count=0)]},
+    }
+    fast = load_dump(_write(tmp_path / "fast", data)).units[0]
+    # Pretty-printed with a NaN statistic elsewhere: read by json, built by the general path.
+    slow_data = dict(data, **{"Functional.g.0.forward": {"input_args": [_leaf(Max=float("nan"))]}})
+    slow = load_dump(_write(tmp_path / "slow", slow_data)).units[0]
+    assert fast.entries == slow.entries[:2]
+    for ef, es in zip(fast.entries, slow.entries, strict=False):
+        for (_, lf), (_, ls) in zip(ef.leaves(), es.leaves(), strict=True):
+            if isinstance(lf, TensorLeaf):
+                assert lf.nonfinite_counts == ls.nonfinite_counts and lf.numel == ls.numel
+    assert dict(fast.entries[0].leaves())["input.0"].nonfinite_counts == (1, 0, 2)
+    assert fast.meta == slow.meta
+
+
+def test_read_json_still_refuses_duplicates(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text('{"a": {"b": 1, "b": 2}}')
+    with pytest.raises(DumpFormatError, match="'b'.*duplicate key"):
+        read_json(f)
+
+
+def test_paused_gc_freezes_what_was_built_and_reenables_the_collector():
+    assert gc.isenabled()
+    before = gc.get_freeze_count()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():
+            kept = [[i] for i in range(1000)]
+        assert not gc.isenabled() and gc.get_freeze_count() == before  # only the outermost block freezes
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= before + len(kept)

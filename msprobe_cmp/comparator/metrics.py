@@ -501,11 +501,17 @@ def _chunk_metrics(reader: _ChunkReader, k: int, floor: float, scales: tuple[flo
 
 def _map_chunks(reader: _ChunkReader, fn: Callable[[int], _Partial]) -> list[_Partial]:
     """``fn`` of every chunk index, in chunk order (on up to :data:`CHUNK_WORKERS` threads)."""
-    workers = min(CHUNK_WORKERS, reader.count)
+    count = reader.count
+    workers = min(CHUNK_WORKERS, count)
     if workers <= 1:
-        return [fn(k) for k in range(reader.count)]
+        return [fn(k) for k in range(count)]
+
+    def stride(first: int) -> list[_Partial]:  # chunks first, first + workers, ...: one task per thread
+        return [fn(k) for k in range(first, count, workers)]
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(fn, range(reader.count)))
+        strides = list(pool.map(stride, range(workers)))
+    return [strides[k % workers][k // workers] for k in range(count)]
 
 
 def _tensor_metrics_streamed(arr_a: np.ndarray, arr_b: np.ndarray, floor: float) -> TensorMetrics:

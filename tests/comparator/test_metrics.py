@@ -171,6 +171,12 @@ def test_0d_tensor_metrics():
     assert m.euc_dist == 0.5
 
 
+def test_tensor_metrics_refuses_a_floor_not_above_zero():
+    for floor in (0.0, -1e-7, math.nan):
+        with pytest.raises(ValueError, match="floor"):
+            compute_tensor_metrics([1.0, 2.0], [1.0, 2.5], floor=floor)
+
+
 def test_tensor_metrics_one_side_zero_notes_it():
     m = compute_tensor_metrics(np.zeros(3), np.ones(3))
     assert m.cosine is None and any("all zero" in n for n in m.notes)

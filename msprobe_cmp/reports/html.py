@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
+import numpy as np
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
@@ -122,6 +124,53 @@ def _page_number(x: float | None) -> float | str | None:
     return r
 
 
+#: ``10.0**k`` for k = 0..22: exactly representable (10**22 < 2**53 * 2**22), built from exact integers.
+_EXACT_POW10 = np.array([float(10**k) for k in range(23)])
+
+
+def page_numbers(values: list[Any]) -> list[Any]:
+    """:func:`_page_number` of every item of ``values`` (floats, None, ints), the same values bit for bit, in bulk.
+
+    Most finite floats are rounded to 6 significant digits with numpy: with ``k = 5 - floor(log10|x|)`` and
+    ``|k| <= 22``, ``t = x * 10**k`` (or ``x / 10**-k``) is one correctly rounded operation, off from the exact
+    product by at most half an ulp of ``t`` (< 2**-33 for ``|t| < 2**20``).  When ``t`` lies in
+    ``[100000.5, 999999.4]`` and is more than 1e-9 away from the midpoint of two integers, ``m = rint(t)`` is the
+    exact product rounded to 6 significant digits, and ``m / 10**k`` (or ``m * 10**-k``), one correctly rounded
+    operation on two exact floats, is exactly the float nearest the decimal ``m * 10**-k``, which is what
+    ``float(f"{x:.6g}")`` returns (Python's ``float`` of a decimal text is correctly rounded).  Such an ``m`` is
+    never ±100000, so the ``.12g`` case of :func:`_page_number` (a result of exactly 0 or ±1) cannot arise.
+    Zeros are returned as they are (``.6g`` keeps their sign).  Every other item (None, ints, NaN, ±Inf, float
+    subclasses, exponents beyond ±17, values near a power of ten or near a rounding tie) goes through
+    :func:`_page_number` itself.
+    """
+    n = len(values)
+    if not n:
+        return []
+    x = np.array(values, dtype=np.float64)  # None -> NaN (then the exact path); ints are handled below
+    with np.errstate(all="ignore"):
+        ax = np.abs(x)
+        regular = np.isfinite(x) & (ax > 0.0)
+        k = 5.0 - np.floor(np.log10(np.where(regular, ax, 1.0)))
+        regular &= np.abs(k) <= 22.0
+        ki = np.where(regular, k, 0.0).astype(np.int64)
+        p = _EXACT_POW10[np.abs(ki)]
+        up = ki >= 0
+        t = np.where(up, x * p, x / p)
+        at = np.abs(t)
+        m = np.rint(t)
+        regular &= (at >= 100000.5) & (at <= 999999.4) & (np.abs(np.abs(t - m) - 0.5) > 1e-9)
+        r = np.where(up, m / p, m * p)
+    r = np.where(regular, r, x)
+    out: list[Any] = r.tolist()
+    exact = ~regular & (ax != 0.0)  # zeros are kept as they are; NaN (None too) compares unequal to 0
+    kinds = set(map(type, values))
+    if kinds - {float, type(None)}:  # ints, bools or float subclasses: each goes the exact way
+        exact |= np.fromiter((type(v) is not float for v in values), dtype=bool, count=n)
+    for i in np.flatnonzero(exact).tolist():
+        out[i] = _page_number(values[i])
+    return out
+
+
 @dataclass
 class _Strings:
     """Interned strings of the page data: each distinct string is written once."""
@@ -139,24 +188,6 @@ class _Strings:
         return k
 
 
-def _side_data(side: SideSummary | None, s: _Strings) -> list[Any] | None:
-    if side is None:
-        return None
-    shape = None if side.shape is None else str(list(side.shape))
-    return [
-        side.kind,
-        s.ref(side.dtype),
-        s.ref(shape),
-        _page_number(side.max),
-        _page_number(side.min),
-        _page_number(side.mean),
-        _page_number(side.norm),
-        s.ref(side.md5),
-        s.ref(side.data_name),
-        s.ref(side.value),
-    ]
-
-
 def _family_and_direction(entry: str) -> tuple[str, str]:
     """The API family (name prefix) and the direction of an entry, for the page's filters."""
     parsed = parse_name(entry)
@@ -166,33 +197,76 @@ def _family_and_direction(entry: str) -> tuple[str, str]:
     return parsed.prefix or "other", direction
 
 
+class _Interned(dict[Any, int]):
+    """``string -> index`` into ``table``; a missing string is appended to ``table`` when first looked up, and
+    None is -1.  ``interned[x]`` is :meth:`_Strings.ref` done by a dictionary lookup."""
+
+    def __init__(self, table: list[str]) -> None:
+        super().__init__()
+        self.table = table
+        self[None] = -1
+
+    def __missing__(self, key: str) -> int:
+        k = self[key] = len(self.table)
+        self.table.append(key)
+        return k
+
+
 def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
                     max_stack_chars: int = MAX_STACK_CHARS) -> dict[str, Any]:
     """The JSON document the page's script renders: rows, cells, stacks (interned strings, numbers as
     the page shows them), plus what was left out.
 
     Each row is a list (see ``ROW_FIELDS`` in the template's script); strings are indexes into
-    ``strings``; stacks are lists of indexes into ``frames``.
+    ``strings``; stacks are lists of indexes into ``frames``.  A first pass picks the rows and collects
+    their numbers, which are rounded in bulk (:func:`page_numbers`); the second pass builds the rows.
     """
     s = _Strings([], {})
     frames = _Strings([], {})
     metric_keys: list[str] = []
     metric_index: dict[str, int] = {}
-    for u in comparison.units:
+    total = 0
+    kept: list[tuple[int, ComparisonRow, tuple[str, ...]]] = []
+    rows_left_out = 0
+    numbers: list[Any] = []
+    extend = numbers.extend
+    known_keys: set[tuple[str, ...]] = set()
+    no_keys: tuple[str, ...] = ()
+    for ui, u in enumerate(comparison.units):
+        total += len(u.rows)
         for r in u.rows:
-            for k, _ in r.metrics:
-                if k not in metric_index:
-                    metric_index[k] = len(metric_keys)
-                    metric_keys.append(k)
+            if r.metrics:
+                keys, values = zip(*r.metrics, strict=True)
+                if keys not in known_keys:
+                    known_keys.add(keys)
+                    for k in keys:
+                        if k not in metric_index:
+                            metric_index[k] = len(metric_keys)
+                            metric_keys.append(k)
+            else:
+                keys = values = no_keys
+            if len(kept) >= max_rows and r.verdict != "fail":
+                rows_left_out += 1
+                continue
+            kept.append((ui, r, keys))
+            # in the order the second pass takes them: metrics, then A's and B's statistics
+            extend(values)
+            a, b = r.a, r.b
+            if a is not None:
+                extend((a.max, a.min, a.mean, a.norm))
+            if b is not None:
+                extend((b.max, b.min, b.mean, b.norm))
+    number_iter = iter(page_numbers(numbers))
+    next_number = number_iter.__next__
     stacks: list[list[int]] = []
     stack_of: dict[tuple[str, ...], int] = {}
     stack_chars = 0
     stacks_left_out = 0
     families: dict[str, str] = {}
-    directions: dict[str, str] = {}
-    total = sum(len(u.rows) for u in comparison.units)
+    family_of: dict[str, tuple[str, int]] = {}
     rows: list[list[Any]] = []
-    rows_left_out = 0
+    ref = _Interned(s.table)
+    s.index = ref  # the same mapping, with None -> -1
 
     def stack_ref(stack: tuple[str, ...]) -> int:
         """Index of ``stack`` in ``stacks`` (interned), -1 when empty or over the text budget."""
@@ -210,46 +284,98 @@ def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
             stacks.append([frames.ref(f) for f in stack])
         return found
 
-    for ui, u in enumerate(comparison.units):
-        chain_ids: dict[str, int] = {}
-        for r in u.rows:
-            if len(rows) >= max_rows and r.verdict != "fail":
-                rows_left_out += 1
-                continue
-            entry = r.entry_name
-            if entry not in families:
-                families[entry], directions[entry] = _family_and_direction(entry)
-            stack_id = stack_ref(r.stack)
-            stack_b_id = stack_ref(r.stack_b) if r.stack_b != r.stack else -2  # -2: the same as A's
-            chain_id = chain_ids.get(entry)
-            if chain_id is None:
-                chain = u.parent_chains.get(entry, ())
-                chain_id = chain_ids[entry] = s.ref(" < ".join(chain)) if chain else -1
-            metrics: list[Any] = [None] * len(metric_keys)
-            for k, v in r.metrics:
-                metrics[metric_index[k]] = _page_number(v)
-            rows.append([
-                ui,
-                r.index,
-                s.ref(entry),
-                s.ref(r.arg_path),
-                MATCH_CLASSES.index(r.match_class),
-                VERDICTS.index(r.verdict),
-                -1 if r.differs is None else int(r.differs),
-                s.ref(families[entry]),
-                _DIRECTIONS.index(directions[entry]),
-                s.ref(r.parent_cell),
-                stack_id,
-                _side_data(r.a, s),
-                _side_data(r.b, s),
-                metrics,
-                [s.ref(x) for x in r.reasons],
-                [s.ref(x) for x in r.notes],
-                s.ref(r.name_b if r.arg_path_b else r.entry_name_b),
-                r.compared_by,
-                chain_id,
-                stack_b_id,
-            ])
+    stack_by_id: dict[int, int] = {}  # id(stack tuple) -> its index, for stacks already kept
+
+    def stack_id_of(stack: tuple[str, ...]) -> int:
+        found = stack_by_id.get(id(stack))
+        if found is None:
+            found = stack_ref(stack)
+            if found >= 0:
+                stack_by_id[id(stack)] = found
+        return found
+
+    shapes: dict[tuple[int, ...], str] = {}
+
+    def side_data(side: SideSummary | None) -> list[Any] | None:
+        """:func:`_side_data`, its numbers taken from the bulk pass."""
+        if side is None:
+            return None
+        dtype_ref = ref[side.dtype]  # before the shape: strings are numbered in the order they are met
+        shape = side.shape
+        if shape is None:
+            shape_ref = -1
+        else:
+            text = shapes.get(shape)
+            if text is None:
+                text = shapes[shape] = str(list(shape))
+            shape_ref = ref[text]
+        return [side.kind, dtype_ref, shape_ref, next_number(), next_number(), next_number(), next_number(),
+                ref[side.md5], ref[side.data_name], ref[side.value]]
+
+    class_index = {c: k for k, c in enumerate(MATCH_CLASSES)}
+    verdict_index = {v: k for k, v in enumerate(VERDICTS)}
+    direction_index = {d: k for k, d in enumerate(_DIRECTIONS)}
+    n_metrics = len(metric_keys)
+    positions: dict[tuple[str, ...], tuple[int, ...] | None] = {}  # None: the keys are metric_keys, in order
+    for keys in known_keys:
+        pos = tuple(metric_index[k] for k in keys)
+        positions[keys] = None if pos == tuple(range(n_metrics)) else pos
+    positions[no_keys] = ()
+    chain_ids: dict[str, int] = {}
+    unit_index = -1
+    parent_chains: Any = {}
+    append = rows.append
+    for ui, r, keys in kept:
+        if ui != unit_index:
+            unit_index, chain_ids = ui, {}
+            parent_chains = comparison.units[ui].parent_chains
+        entry = r.entry_name
+        stack = r.stack
+        stack_id = stack_id_of(stack)
+        stack_b = r.stack_b
+        stack_b_id = -2 if stack_b is stack or stack_b == stack else stack_id_of(stack_b)  # -2: the same as A's
+        chain_id = chain_ids.get(entry)
+        if chain_id is None:
+            chain = parent_chains.get(entry, ())
+            chain_id = chain_ids[entry] = ref[" < ".join(chain)] if chain else -1
+        row_positions = positions[keys]
+        if row_positions is None:
+            metrics = list(islice(number_iter, n_metrics))
+        else:
+            metrics = [None] * n_metrics
+            for k in row_positions:
+                metrics[k] = next_number()
+        entry_ref = ref[entry]
+        arg_ref = ref[r.arg_path]
+        family = family_of.get(entry)
+        if family is None:
+            name, direction = _family_and_direction(entry)
+            families[entry] = name
+            family = family_of[entry] = (name, direction_index[direction])
+        differs = r.differs
+        reasons, notes = r.reasons, r.notes
+        append([
+            ui,
+            r.index,
+            entry_ref,
+            arg_ref,
+            class_index[r.match_class],
+            verdict_index[r.verdict],
+            -1 if differs is None else int(differs),
+            ref[family[0]],
+            family[1],
+            ref[r.parent_cell],
+            stack_id,
+            side_data(r.a),
+            side_data(r.b),
+            metrics,
+            [ref[x] for x in reasons] if reasons else [],
+            [ref[x] for x in notes] if notes else [],
+            ref[r.name_b if r.arg_path_b else r.entry_name_b],
+            r.compared_by,
+            chain_id,
+            stack_b_id,
+        ])
     cells = []
     for u in comparison.units:
         position = {c.cell: k for k, c in enumerate(u.cells)}

@@ -40,6 +40,8 @@ from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
+import orjson
+
 from msprobe_cmp.comparator.compare import (
     LOWER_BOUND_NAME,
     STAT_METRIC_NAMES,
@@ -199,7 +201,56 @@ def _json_cell(cell: CellRollup) -> dict[str, Any]:
     }
 
 
-def _json_unit(unit: UnitComparison) -> dict[str, Any]:
+def _json_side_fast(side: SideSummary | None) -> SideSummary | dict[str, Any] | None:
+    """``side`` itself when orjson writes it as :func:`_json_side` would (its fields by name, in order, all four
+    statistics finite numbers), else :func:`_json_side`'s dictionary."""
+    if side is None:
+        return None
+    mx, mn, mean, norm = side.max, side.min, side.mean, side.norm
+    if (mx is not None and mn is not None and mean is not None and norm is not None
+            and (mx + mn + mean + norm) * 0 == 0):  # NaN / ±Inf (or an overflowing sum): the careful path
+        return side
+    return _json_side(side)
+
+
+def _json_metrics_fast(metrics: tuple[tuple[str, float | None], ...]) -> dict[str, Any]:
+    """``{key: value}`` of a row's metrics as :func:`_json_row` writes them (non-finite values as text)."""
+    out: dict[str, Any] = dict(metrics)
+    values = out.values()
+    if None in values:
+        if any(v is not None and v - v != 0 for v in values):
+            return {k: _json_number(v) for k, v in metrics}
+    elif not (sum(values) * 0 == 0):  # a NaN / ±Inf (or an overflowing sum): the careful path
+        return {k: _json_number(v) for k, v in metrics}
+    return out
+
+
+def _json_row_fast(row: ComparisonRow) -> dict[str, Any]:
+    """:func:`_json_row` for orjson: the same document once written, built with less copying (sides as the
+    dataclasses themselves where :func:`_json_side_fast` allows, tuples for lists)."""
+    entry, arg_path = row.entry_name, row.arg_path
+    return {
+        "index": row.index,
+        "name": f"{entry}.{arg_path}",
+        "entry": entry,
+        "entry_b": row.entry_name_b or entry,
+        "arg_path": arg_path,
+        "arg_path_b": row.arg_path_b or arg_path,
+        "mapped_by": row.mapped_by,
+        "match_class": row.match_class,
+        "compared_by": row.compared_by,
+        "a": _json_side_fast(row.a),
+        "b": _json_side_fast(row.b),
+        "metrics": _json_metrics_fast(row.metrics),
+        "verdict": row.verdict,
+        "reasons": row.reasons,
+        "notes": row.notes,
+        "differs": row.differs,
+        "parent_cell": row.parent_cell,
+    }
+
+
+def _json_unit(unit: UnitComparison, fast: bool = False) -> dict[str, Any]:
     stacks: dict[str, list[str]] = {}
     stacks_b: dict[str, list[str]] = {}
     for row in unit.rows:
@@ -217,7 +268,7 @@ def _json_unit(unit: UnitComparison) -> dict[str, Any]:
         "first_divergent": unit.first_divergent,
         "first_failing": unit.first_failing,
         "notes": list(unit.notes),
-        "rows": [_json_row(r) for r in unit.rows],
+        "rows": [_json_row_fast(r) for r in unit.rows] if fast else [_json_row(r) for r in unit.rows],
         "cells": [_json_cell(c) for c in unit.cells],
         "stacks": stacks,
         "stacks_b": stacks_b,
@@ -225,16 +276,8 @@ def _json_unit(unit: UnitComparison) -> dict[str, Any]:
     }
 
 
-def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
-    """The whole comparison as a versioned, strict JSON document (module docstring).
-
-    Top-level keys: ``schema``, ``version``, ``verdict``, ``mode``, ``input_a`` (target),
-    ``input_b`` (baseline), ``thresholds``, ``class_counts``, ``verdict_counts``, ``compared_count``,
-    ``first_divergent`` / ``first_failing`` (``{"unit", "row", "name", "step", "rank"}`` or null),
-    ``unpaired``, ``notes``, ``units`` (each with its ``rows``, the per-cell roll-up ``cells`` and the
-    ``stacks`` of their entries).
-    """
-    doc = {
+def _json_document(comparison: Comparison, fast: bool) -> dict[str, Any]:
+    return {
         "schema": JSON_SCHEMA,
         "version": JSON_VERSION,
         "verdict": comparison.verdict,
@@ -251,11 +294,30 @@ def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
         "first_failing": _json_row_ref(comparison, comparison.first_failing),
         "unpaired": [_json_unit_ref(u) for u in comparison.unpaired],
         "notes": list(comparison.notes),
-        "units": [_json_unit(u) for u in comparison.units],
+        "units": [_json_unit(u, fast) for u in comparison.units],
     }
+
+
+def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
+    """The whole comparison as a versioned, strict JSON document (module docstring).
+
+    Top-level keys: ``schema``, ``version``, ``verdict``, ``mode``, ``input_a`` (target),
+    ``input_b`` (baseline), ``thresholds``, ``class_counts``, ``verdict_counts``, ``compared_count``,
+    ``first_divergent`` / ``first_failing`` (``{"unit", "row", "name", "step", "rank"}`` or null),
+    ``unpaired``, ``notes``, ``units`` (each with its ``rows``, the per-cell roll-up ``cells`` and the
+    ``stacks`` of their entries).
+
+    The compact form is written by orjson from a document that holds the rows' sides as the dataclasses
+    themselves; when orjson refuses it (a lone surrogate, an integer beyond 64 bits, a number type orjson does
+    not know), the document is rebuilt from plain dictionaries and lists and written by
+    :func:`~msprobe_cmp.reports.common.dumps_compact`: the same JSON value either way.
+    """
     if indent is None:
-        return dumps_compact(doc)
-    return json.dumps(doc, indent=indent, allow_nan=False, ensure_ascii=False)
+        try:
+            return orjson.dumps(_json_document(comparison, fast=True)).decode("utf-8")
+        except (orjson.JSONEncodeError, TypeError):
+            return dumps_compact(_json_document(comparison, fast=False))
+    return json.dumps(_json_document(comparison, fast=False), indent=indent, allow_nan=False, ensure_ascii=False)
 
 
 def _text(value: object) -> str:
@@ -310,19 +372,116 @@ def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[object]:
     return cells
 
 
+def _csv_quoted_shape(side: SideSummary, cache: dict[tuple[int, ...], str]) -> str:
+    """The shape cell of a tensor side as the csv module writes it (``"[64, 512]"`` is quoted: it holds a comma;
+    a shape text never holds a quote or a line break, so quoting it is wrapping it in quotes)."""
+    shape = side.shape
+    if shape is None:
+        return ""
+    text = cache.get(shape)
+    if text is None:
+        text = str(list(shape))
+        text = cache[shape] = f'"{text}"' if "," in text else text
+    return text
+
+
+def _csv_stats(side: SideSummary | None) -> str:
+    """The four statistic cells of a side (``max,min,mean,l2norm``), numbers as ``str`` writes them."""
+    if side is None:
+        return ",,,"
+    mx, mn, mean, norm = side.max, side.min, side.mean, side.norm
+    if mx is None or mn is None or mean is None or norm is None:
+        return ",".join("" if v is None else str(v) for v in (mx, mn, mean, norm))
+    return f"{mx!s},{mn!s},{mean!s},{norm!s}"
+
+
+# A text cell holding one of these makes the csv module quote it (QUOTE_MINIMAL: the delimiter, the quote
+# character, a line-terminator character); NUL is listed too, to leave every unusual cell to the csv module.
+_CSV_SPECIAL = (",", '"', "\n", "\r", "\x00")
+
+
+def _csv_fast_line(
+    unit_cells: str, row: ComparisonRow, metric_pos: dict[str, int], blank: list[str],
+    shapes: dict[tuple[int, ...], str],
+) -> str | None:
+    """The CSV line of ``row`` (without the line break) exactly as ``csv.writer`` writes :func:`_csv_row`'s
+    cells, or None when a text cell needs the csv module's quoting (the caller then uses it).
+
+    Numbers are written with ``str`` (what the csv module does for floats and ints); the only cells quoted here
+    are shapes (:func:`_csv_quoted_shape`); every text cell is checked for :data:`_CSV_SPECIAL`.
+    """
+    a, b = row.a, row.b
+    entry = row.entry_name
+    if a is not None:
+        name_a = f"{entry}.{row.arg_path}"
+        if name_a.startswith(_FORMULA_START):
+            name_a = "'" + name_a
+        dtype_a = "" if a.dtype is None else neutralize_cell(a.dtype)
+        md5_a = "" if a.md5 is None else neutralize_cell(a.md5)
+        shape_a = _csv_quoted_shape(a, shapes)
+    else:
+        name_a = dtype_a = md5_a = shape_a = ""
+    if b is not None:
+        name_b = row.name_b
+        if name_b.startswith(_FORMULA_START):
+            name_b = "'" + name_b
+        dtype_b = "" if b.dtype is None else neutralize_cell(b.dtype)
+        md5_b = "" if b.md5 is None else neutralize_cell(b.md5)
+        shape_b = _csv_quoted_shape(b, shapes)
+    else:
+        name_b = dtype_b = md5_b = shape_b = ""
+    value_a = "" if a is None or a.value is None else str(_value_cell(a))
+    value_b = "" if b is None or b.value is None else str(_value_cell(b))
+    why = "; ".join((*row.reasons, *row.notes)) if (row.reasons or row.notes) else ""
+    if why and why.startswith(_FORMULA_START):
+        why = "'" + why
+    parent = "" if row.parent_cell is None else neutralize_cell(row.parent_cell)
+    data_name = (a.data_name if a else None) or (b.data_name if b else None)
+    data_name = "" if data_name is None else neutralize_cell(data_name)
+    texts = (f"{name_a}{name_b}{dtype_a}{dtype_b}{md5_a}{md5_b}{value_a}{value_b}{why}{parent}{data_name}"
+             f"{row.verdict}{row.match_class}{row.compared_by}")
+    for ch in _CSV_SPECIAL:
+        if ch in texts:
+            return None
+    metrics = blank.copy()
+    for k, v in reversed(row.metrics):  # the first of a repeated key wins, as in row.metric()
+        metrics[metric_pos.get(k, -1)] = "" if v is None else str(v)
+    metrics.pop()  # the slot of metric names without a column
+    return (f"{name_a},{name_b},{dtype_a},{dtype_b},{shape_a},{shape_b},{','.join(metrics)},{_csv_stats(a)},"
+            f"{_csv_stats(b)},{md5_a},{md5_b},{value_a},{value_b},{row.verdict},{why},{row.match_class},"
+            f"{row.compared_by},{unit_cells},{parent},{data_name}")
+
+
 def render_csv(comparison: Comparison) -> str:
     """Every row of every unit as CSV text with :data:`CSV_COLUMNS` (module docstring).
 
     Row names are ``<entry>.<arg path>``; ``Bench Name`` / ``NPU Name`` are empty when the row is
     absent from that side.  ``Step`` and ``Rank`` are A's ids (empty when None).
+
+    The text is what ``csv.writer(lineterminator="\\n")`` writes for :func:`_csv_row`'s cells, byte for byte:
+    lines are joined directly (:func:`_csv_fast_line`) and a row with a text cell that needs quoting is
+    written by the csv module itself.
     """
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
+    lines = [buf.getvalue()]
+    metric_pos = {name: k for k, name in enumerate(METRIC_COLUMNS)}
+    blank = [""] * (len(METRIC_COLUMNS) + 1)  # + 1: a slot for metric names without a column
+    shapes: dict[tuple[int, ...], str] = {}
     for unit in comparison.units:
+        step, rank = unit.unit_a.step, unit.unit_a.rank
+        unit_cells = f"{'' if step is None else step},{'' if rank is None else rank}"
         for row in unit.rows:
-            writer.writerow(_csv_row(unit, row))
-    return buf.getvalue()
+            line = _csv_fast_line(unit_cells, row, metric_pos, blank, shapes)
+            if line is None:
+                buf.seek(0)
+                buf.truncate()
+                writer.writerow(_csv_row(unit, row))
+                lines.append(buf.getvalue())
+            else:
+                lines.append(line + "\n")
+    return "".join(lines)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -238,9 +238,14 @@ class TensorMetrics:
 #: per worker stay in a core's L2 cache; 2**14..2**18 measured in bench/tensor_metrics_speed.py).
 CHUNK_ELEMENTS = 1 << 16
 
-#: Worker threads of :func:`compute_tensor_metrics` for arrays of more than one chunk (numpy releases the
+#: Worker threads of :func:`compute_tensor_metrics` for arrays of at least 16 chunks (numpy releases the
 #: GIL in its ufuncs and BLAS ``ddot``); results do not depend on it (see the function's docstring).
-CHUNK_WORKERS = 2
+#: 1 by default: on the project's shared 2-core machine 2 threads measured no faster (the other core
+#: was busy, and each chunk's ~25 numpy calls hand the GIL over as often); raise it where cores are idle.
+CHUNK_WORKERS = 1
+
+#: Fewest chunks per worker thread: starting a thread and its buffers costs about one chunk's work.
+_CHUNKS_PER_WORKER = 8
 
 _NOTHING: tuple[None, None, None, None, None, None] = (None, None, None, None, None, None)
 
@@ -502,15 +507,16 @@ def _chunk_metrics(reader: _ChunkReader, k: int, floor: float, scales: tuple[flo
 def _map_chunks(reader: _ChunkReader, fn: Callable[[int], _Partial]) -> list[_Partial]:
     """``fn`` of every chunk index, in chunk order (on up to :data:`CHUNK_WORKERS` threads)."""
     count = reader.count
-    workers = min(CHUNK_WORKERS, count)
+    workers = min(CHUNK_WORKERS, count // _CHUNKS_PER_WORKER)
     if workers <= 1:
         return [fn(k) for k in range(count)]
 
-    def stride(first: int) -> list[_Partial]:  # chunks first, first + workers, ...: one task per thread
+    def stride(first: int) -> list[_Partial]:  # chunks first, first + workers, ...
         return [fn(k) for k in range(first, count, workers)]
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        strides = list(pool.map(stride, range(workers)))
+    with ThreadPoolExecutor(max_workers=workers - 1) as pool:  # this thread takes the first stride
+        others = [pool.submit(stride, first) for first in range(1, workers)]
+        strides = [stride(0), *(f.result() for f in others)]
     return [strides[k % workers][k // workers] for k in range(count)]
 
 

@@ -489,8 +489,8 @@ def _chunk_metrics(reader: _ChunkReader, k: int, floor: float, scales: tuple[flo
     part.max_abs = max_abs
     part.ss_diff = _blocked_dot(d, d)
     rel = np.abs(cb, out=buf_r)
-    if np.less(rel, floor, out=buf_m).any():  # = np.maximum(rel, floor) for these NaN-free values, and faster
-        np.putmask(rel, buf_m, floor)
+    if float(rel.min()) < floor:  # most chunks have no |b| below the floor: skip the slower np.maximum
+        np.maximum(rel, floor, out=rel)
     np.divide(d, rel, out=rel)
     part.max_rel = float(rel.max())
     part.below_1e3 = int(np.count_nonzero(np.less(rel, 0.001, out=buf_m)))

@@ -74,6 +74,8 @@ def _noisy_pair(n: int, dtype: str | type = np.float32, seed: int = 0) -> tuple[
 def test_float32_over_several_real_chunks_matches_the_whole_array_reference():
     n = 3 * metrics.CHUNK_ELEMENTS + 12345  # a partial last chunk, and a partial last dot block
     a, b = _noisy_pair(n)
+    b[n // 2:: 9999] = 0.0  # relative errors against the floor, in some chunks only
+    a[n // 2:: 19998] = 0.0
     m = compute_tensor_metrics(a, b)
     _assert_matches(m, _reference(a, b))
     assert (m.numel, m.compared, m.notes) == (n, n, ())
@@ -180,6 +182,7 @@ def test_zero_sides_and_identical_arrays(small_chunks: int, dtype: type):
     assert m.max_abs_err == 1.0 and m.euc_dist == math.sqrt(n)
     m = compute_tensor_metrics(ones, zeros)
     assert m.cosine is None and m.notes == ("cosine undefined: the baseline (B) is all zero",)
+    assert m.max_relative_err == 1.0 / DEFAULT_RELATIVE_FLOOR
     m = compute_tensor_metrics(zeros, -zeros)
     assert m.cosine == 1.0 and m.max_abs_err == 0.0 and m.euc_dist == 0.0 and not m.differs
     rng = np.random.default_rng(9)

@@ -234,8 +234,9 @@ class TensorMetrics:
         return self.nonfinite.disagreeing > 0 or (self.max_abs_err is not None and self.max_abs_err != 0.0)
 
 
-#: Elements per chunk of :func:`compute_tensor_metrics` (2**16: five float64/bool buffers of 512 KB or less
-#: per worker stay in a core's L2 cache; 2**14..2**18 measured in bench/tensor_metrics_speed.py).
+#: Elements per chunk of :func:`compute_tensor_metrics`.  2**16 measured fastest of 2**13..2**18 (float32,
+#: bench/tensor_metrics_speed.py): smaller chunks pay the ~25 numpy calls per chunk more often (2**13: 2x
+#: slower), larger ones spill the four float64 buffers out of the caches.
 CHUNK_ELEMENTS = 1 << 16
 
 #: Worker threads of :func:`compute_tensor_metrics` for arrays of at least 16 chunks (numpy releases the
@@ -268,10 +269,11 @@ def compute_tensor_metrics(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_RE
     :data:`CHUNK_ELEMENTS` elements is upcast to float64 into preallocated buffers, its non-finite
     positions counted (and, when they agree, left out of that chunk), and it contributes its max
     ``|a - b|``, max relative error, the two below-threshold counts, and the sums ``Σ(a-b)²``,
-    ``Σab``, ``Σa²``, ``Σb²`` (one BLAS ``ddot`` per chunk).  The maxima and counts are exact, so
-    equal to the whole-array computation bit for bit; the four sums are added chunk by chunk in
-    chunk order, so the cosine and EucDist can differ from a whole-array ``dot`` in the last bits
-    (relative error of a sum of n non-negative terms ≤ ~n·2⁻⁵³ either way).  Chunks run on up to
+    ``Σab``, ``Σa²``, ``Σb²`` (one single-threaded BLAS ``ddot`` per block of 8192 elements, see
+    :func:`_blocked_dot`).  The maxima and counts are exact, so equal to the whole-array computation
+    bit for bit; the four sums are added block by block and chunk by chunk in chunk order, so the
+    cosine and EucDist can differ from a whole-array ``dot`` in the last bits (relative error of a
+    sum of n non-negative terms ≤ ~n·2⁻⁵³ either way, ~sqrt(n)·2⁻⁵³ in practice).  Chunks run on up to
     :data:`CHUNK_WORKERS` threads; the per-chunk results are combined in chunk order, so the result
     is the same for any number of threads.
 

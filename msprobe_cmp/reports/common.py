@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import weakref
 from typing import Any
 
 import orjson
@@ -46,19 +47,27 @@ def _finite(value: float | None, default: float) -> float:
 
 def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
     """Sort key, most disagreeing first (see :func:`select_largest_disagreements`)."""
-    metrics = dict(reversed(row.metrics))  # the first of a repeated key wins, as in row.metric()
-    rel = [v for v in (metrics.get(k) for k in _REL_STATS) if v is not None and not math.isnan(v)]
+    metrics = row.metrics
+    m = dict(metrics)
+    if len(m) != len(metrics):
+        m = dict(reversed(metrics))  # the first of a repeated key wins, as in row.metric()
+    get = m.get
+    rel = None  # the largest relative statistic difference (NaN left out), the first of equal ones as max()
+    for k in _REL_STATS:
+        v = get(k)
+        if v is not None and v == v and (rel is None or v > rel):
+            rel = v
     if row.compared_by == "tensor":
         return (
             _SEVERITY.get(row.verdict, 4),
-            _finite(metrics.get("Cosine"), 2.0),
-            -_finite(metrics.get("MaxAbsErr"), 0.0),
-            -(max(rel) if rel else 0.0),
+            _finite(get("Cosine"), 2.0),
+            -_finite(get("MaxAbsErr"), 0.0),
+            -(0.0 if rel is None else rel),
         )
     return (
         _SEVERITY.get(row.verdict, 4),
-        -_finite(metrics.get(LOWER_BOUND_NAME), 0.0),
-        -(max(rel) if rel else 0.0),
+        -_finite(get(LOWER_BOUND_NAME), 0.0),
+        -(0.0 if rel is None else rel),
     )
 
 
@@ -71,6 +80,11 @@ RANKING = {
 }
 
 
+#: The last ranking computed: (the comparison, weakly; the limit; the rows).  The HTML page and the Markdown summary
+#: of one comparison rank the same rows; the shorter list is a prefix of the longer one (a stable sort's prefix).
+_last_ranking: tuple[weakref.ref[Comparison], int, list[tuple[int, ComparisonRow]]] | None = None
+
+
 def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[tuple[int, ComparisonRow]]:
     """The ``limit`` rows whose two sides disagree most, as ``(unit index, row)``, worst first.
 
@@ -78,15 +92,31 @@ def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) 
     differ.  Order (:data:`RANKING`): verdict severity (fail, warning, pass), then for rows compared as
     tensors the lowest Cosine and the largest MaxAbsErr, for rows compared by statistics the largest
     MaxAbsErr lower bound and the largest relative statistic difference (a selection of existing rows, no new
-    numbers).
+    numbers); rows of equal keys keep their execution order (``sorted(...)[:limit]``).  The result for the last
+    comparison is remembered, so that the page and the summary rank its rows once.
     """
+    global _last_ranking
+    if limit >= 0 and _last_ranking is not None:
+        ref, cached_limit, cached = _last_ranking
+        if ref() is comparison and (limit <= cached_limit or len(cached) < cached_limit):
+            return cached[:limit]
     rows = [
         (ui, r) for ui, u in enumerate(comparison.units) for r in u.rows
         if r.verdict == "fail" or (r.differs and r.verdict != "skip")
     ]
     if limit < 0:
         return sorted(rows, key=lambda item: _disagreement_key(item[1]))[:limit]
-    return heapq.nsmallest(limit, rows, key=lambda item: _disagreement_key(item[1]))  # = sorted(...)[:limit]
+    # = sorted(...)[:limit]
+    out = heapq.nsmallest(limit, rows, key=lambda item: _disagreement_key(item[1]))
+    _last_ranking = (weakref.ref(comparison, _forget_ranking), limit, out)
+    return list(out)
+
+
+def _forget_ranking(ref: weakref.ref[Comparison]) -> None:
+    """Drop the remembered ranking once its comparison is gone."""
+    global _last_ranking
+    if _last_ranking is not None and _last_ranking[0] is ref:
+        _last_ranking = None
 
 
 def select_error_metric(comparison: Comparison) -> str:

@@ -18,9 +18,11 @@ number of rows.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from markupsafe import Markup, escape
 
 from msprobe_cmp.comparator.compare import Comparison
@@ -33,13 +35,6 @@ _FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 _COLOR_ALL = "#4a6fa5"
 _COLOR_FAIL = "#cf222e"
 _COLOR_MARK = "#0969da"
-
-
-@dataclass(frozen=True)
-class _Point:
-    pos: int  # global execution-order position
-    value: float
-    failing: bool
 
 
 def _fmt(x: float) -> str:
@@ -102,6 +97,20 @@ class _LogAxis:
         px = frac * self.inner_length
         return self.inner_start + (self.inner_length - px if self.flip else px)
 
+    def place_all(self, values: Sequence[float]) -> np.ndarray:
+        """:meth:`place` of every value (float64), computed with the same operations in the same order:
+        ``math.log10`` for the logarithms, then IEEE arithmetic element by element."""
+        v = np.array(values, dtype=np.float64)
+        finite = np.isfinite(v)
+        positive = finite & (v > 0)
+        logs = np.zeros(len(v))
+        logs[positive] = list(map(math.log10, v[positive].tolist()))
+        frac = (logs - self.lo) / (self.hi - self.lo)
+        frac[finite & ~positive] = -self.band / 2 / self.inner_length
+        frac[~finite] = 1.0 + self.band / 2 / self.inner_length
+        px = frac * self.inner_length
+        return self.inner_start + (self.inner_length - px if self.flip else px)
+
     def ticks(self) -> list[tuple[float, str]]:
         """(pixel, label) of the decade ticks (at most about 10) and of the two bands."""
         span = self.hi - self.lo
@@ -128,15 +137,74 @@ def _positions(comparison: Comparison) -> tuple[list[int], int]:
     return offsets, total
 
 
-def _points(comparison: Comparison, key: str) -> list[_Point]:
-    offsets, _ = _positions(comparison)
-    out = []
-    for off, u in zip(offsets, comparison.units, strict=True):
+@dataclass
+class _Columns:
+    """Per row, in execution order over all units: global position, failing or not, B's recorded norm, and for
+    each plotted metric its value as ``row.metric(key)`` (the first of a repeated key) and as
+    ``dict(row.metrics)[key]`` (the last), None where the row has no such metric."""
+
+    pos: list[int]
+    failing: list[bool]
+    b_norm: list[float | None]
+    first: dict[str, list[float | None]]
+    last: dict[str, list[float | None]]
+
+
+#: The columns of the last comparison drawn (weakly held): its three plots read the rows once.
+_last_columns: tuple[weakref.ref[Comparison], _Columns] | None = None
+
+
+def _columns(comparison: Comparison) -> _Columns:
+    """:class:`_Columns` of ``comparison`` for every metric its plots use (one pass over the rows)."""
+    global _last_columns
+    if _last_columns is not None and _last_columns[0]() is comparison:
+        return _last_columns[1]
+    keys = [select_error_metric(comparison), select_relative_metric(comparison)]
+    if comparison.mode == "tensor":
+        keys.append("Cosine")
+    keys = list(dict.fromkeys(keys))
+    pos: list[int] = []
+    failing: list[bool] = []
+    b_norm: list[float | None] = []
+    first: dict[str, list[float | None]] = {k: [] for k in keys}
+    last: dict[str, list[float | None]] = {k: [] for k in keys}
+    appenders = [(k, first[k].append, last[k].append) for k in keys]
+    offset = 0
+    for u in comparison.units:
         for r in u.rows:
-            v = dict(r.metrics).get(key)
-            if v is not None:
-                out.append(_Point(off + r.index, v, r.verdict == "fail"))
-    return out
+            pos.append(offset + r.index)
+            failing.append(r.verdict == "fail")
+            b = r.b
+            b_norm.append(None if b is None else b.norm)
+            metrics = r.metrics
+            m = dict(metrics)
+            repeated = len(m) != len(metrics)
+            for k, add_first, add_last in appenders:
+                v = m.get(k)
+                add_last(v)
+                add_first(r.metric(k) if repeated else v)
+        offset += len(u.rows)
+    columns = _Columns(pos, failing, b_norm, first, last)
+    _last_columns = (weakref.ref(comparison, _forget_columns), columns)
+    return columns
+
+
+def _forget_columns(ref: weakref.ref[Comparison]) -> None:
+    """Drop the remembered columns once their comparison is gone."""
+    global _last_columns
+    if _last_columns is not None and _last_columns[0] is ref:
+        _last_columns = None
+
+
+def _points(comparison: Comparison, key: str) -> tuple[list[int], list[float], list[bool]]:
+    """Position, value and failing flag of every row with the metric ``key`` (the last of a repeated key)."""
+    cols = _columns(comparison)
+    values = cols.last.get(key)
+    if values is None:  # a metric the columns do not hold: read the rows
+        values = [dict(r.metrics).get(key) for u in comparison.units for r in u.rows]
+    keep = [i for i, v in enumerate(values) if v is not None]
+    return ([cols.pos[i] for i in keep], [values[i] for i in keep],  # type: ignore[misc]
+            [cols.failing[i] for i in keep])
 
 
 def _column_path(marks: dict[int, tuple[float, float]]) -> str:
@@ -149,17 +217,30 @@ def _column_path(marks: dict[int, tuple[float, float]]) -> str:
     return "".join(d)
 
 
+def _column_marks(xs: np.ndarray, ys: np.ndarray) -> dict[int, tuple[float, float]]:
+    """``{pixel column: (min y, max y)}`` of the points ``(xs[i], ys[i])``."""
+    if not len(xs):
+        return {}
+    order = np.argsort(xs, kind="stable")
+    xs, ys = xs[order], ys[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    lo = np.minimum.reduceat(ys, starts)
+    hi = np.maximum.reduceat(ys, starts)
+    return dict(zip(xs[starts].tolist(), zip(lo.tolist(), hi.tolist(), strict=True), strict=True))
+
+
 def _trace_panel(
-    parts: list[str], points: Sequence[_Point], key: str, total: int, top: float, height: float,
-    log: bool, guides: Sequence[tuple[float, str]],
+    parts: list[str], points: tuple[list[int], list[float], list[bool]], key: str, total: int, top: float,
+    height: float, log: bool, guides: Sequence[tuple[float, str]],
 ) -> None:
     plot_w = WIDTH - _LEFT - _RIGHT
-    values = [p.value for p in points]
+    positions, values, failing = points
     log_axis: _LogAxis | None = None
     if log:
         log_axis = _LogAxis(values, top, height, flip=True)
         place = log_axis.place
         ticks = log_axis.ticks()
+        ys = log_axis.place_all(values)
     else:
         finite = [v for v in values if math.isfinite(v)]
         lo = min([*finite, *(g for g, _ in guides), 1.0]) if finite else 0.0
@@ -175,20 +256,22 @@ def _trace_panel(
 
         ticks = [(place(lo + span * k / 4), format_number(lo + span * k / 4)) for k in range(5)]
         ticks.append((top + _BAND / 2, "NaN/inf"))
+        v = np.array(values, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            # the same operations as place(), element by element (min/max of equal values may pick the other
+            # zero's sign, which the subtraction below makes the same number)
+            ys = inner_top + inner_h * (1.0 - (np.minimum(np.maximum(v, lo), hi) - lo) / span)
+        ys[~np.isfinite(v)] = top + _BAND / 2
     _y_axis(parts, ticks, _LEFT, WIDTH - _RIGHT)
     for g, label in guides:
         y = place(g)
         parts.append(f'<line x1="{_LEFT}" y1="{_fmt(y)}" x2="{WIDTH - _RIGHT}" y2="{_fmt(y)}" stroke="{_COLOR_FAIL}" '
                      'stroke-width="0.8" stroke-dasharray="4 3"/>')
         parts.append(_text(WIDTH - _RIGHT - 2, y - 3, label, "end", f' fill="{_COLOR_FAIL}"'))
-    layers: tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]] = ({}, {})
     scale = plot_w / max(total, 1)
-    for p in points:
-        x = int(_LEFT + p.pos * scale)
-        y = place(p.value)
-        for layer in (layers[0], layers[1]) if p.failing else (layers[0],):
-            old = layer.get(x)
-            layer[x] = (y, y) if old is None else (min(old[0], y), max(old[1], y))
+    xs = (_LEFT + np.array(positions, dtype=np.float64) * scale).astype(np.int64)  # int(): truncation (all > 0)
+    bad = np.array(failing, dtype=bool)
+    layers = (_column_marks(xs, ys), _column_marks(xs[bad], ys[bad]))
     for layer, color in zip(layers, (_COLOR_ALL, _COLOR_FAIL), strict=True):
         if layer:
             parts.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="1" '
@@ -222,9 +305,9 @@ def render_trace_svg(comparison: Comparison) -> Markup:
     drawn = 0
     for k, (key, log, guides) in enumerate(panels):
         points = _points(comparison, key)
-        drawn += len(points)
+        drawn += len(points[0])
         top = top0 + k * (panel_h + gap)
-        if not points:
+        if not points[0]:
             parts.append(_text(_LEFT, top + panel_h / 2, f"{key}: no row has this metric", extra=' fill="#57606a"'))
             continue
         _trace_panel(parts, points, key, total, top, panel_h, log, guides)
@@ -260,6 +343,14 @@ def render_trace_svg(comparison: Comparison) -> Markup:
     return Markup("".join(parts))
 
 
+def _cell_counts(cx: np.ndarray, cy: np.ndarray) -> dict[tuple[int, int], int]:
+    """``{(cell x, cell y): number of points}``, sorted by cell."""
+    if not len(cx):
+        return {}
+    uniq, counts = np.unique(np.stack([cx, cy], axis=1), axis=0, return_counts=True)
+    return {(int(x), int(y)): int(n) for (x, y), n in zip(uniq.tolist(), counts.tolist(), strict=True)}
+
+
 def render_scatter_svg(comparison: Comparison) -> Markup:
     """Each row's relative error (y) against the baseline's recorded L2 norm (x), both log axes.
 
@@ -267,18 +358,18 @@ def render_scatter_svg(comparison: Comparison) -> Markup:
     """
     key = select_relative_metric(comparison)
     title = f"{key} against the baseline's L2 norm"
-    pairs: list[tuple[float, float, bool]] = []
-    for u in comparison.units:
-        for r in u.rows:
-            v = r.metric(key)
-            if v is None or r.b is None or r.b.norm is None:
-                continue
-            pairs.append((r.b.norm, v, r.verdict == "fail"))
-    if not pairs:
+    cols = _columns(comparison)
+    metric = cols.first.get(key)
+    if metric is None:  # not a column: read the rows
+        metric = [r.metric(key) for u in comparison.units for r in u.rows]
+    keep = [i for i, (v, n) in enumerate(zip(metric, cols.b_norm, strict=True)) if v is not None and n is not None]
+    if not keep:
         return _empty("plot-scatter", title, f"no row has both {key} and a recorded baseline norm")
+    norms: list[float] = [cols.b_norm[i] for i in keep]  # type: ignore[misc]
+    values: list[float] = [metric[i] for i in keep]  # type: ignore[misc]
     height = 320
-    x_axis = _LogAxis((p[0] for p in pairs), _LEFT, WIDTH - _LEFT - _RIGHT, flip=False, band=60)
-    y_axis = _LogAxis((p[1] for p in pairs), _TOP, height - _TOP - _BOTTOM, flip=True)
+    x_axis = _LogAxis(norms, _LEFT, WIDTH - _LEFT - _RIGHT, flip=False, band=60)
+    y_axis = _LogAxis(values, _TOP, height - _TOP - _BOTTOM, flip=True)
     parts = _svg_open("plot-scatter", height, title)
     _y_axis(parts, y_axis.ticks(), _LEFT, WIDTH - _RIGHT)
     bottom = height - _BOTTOM
@@ -287,11 +378,12 @@ def render_scatter_svg(comparison: Comparison) -> Markup:
                      'stroke-width="0.5"/>')
         parts.append(_text(x, bottom + 16, label, "middle"))
     cell = 5
-    cells: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] = ({}, {})
-    for bx, v, failing in pairs:
-        key_xy = (int(x_axis.place(bx) // cell), int(y_axis.place(v) // cell))
-        layer = cells[1] if failing else cells[0]
-        layer[key_xy] = layer.get(key_xy, 0) + 1
+    # int(place(...) // cell): numpy's float floor division follows Python's (fmod-based) definition
+    cells_x = np.floor_divide(x_axis.place_all(norms), cell).astype(np.int64)
+    cells_y = np.floor_divide(y_axis.place_all(values), cell).astype(np.int64)
+    bad = np.array([cols.failing[i] for i in keep], dtype=bool)
+    cells: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] = (
+        _cell_counts(cells_x[~bad], cells_y[~bad]), _cell_counts(cells_x[bad], cells_y[bad]))
     most = max([*cells[0].values(), *cells[1].values()])
     for layer, color in zip(cells, (_COLOR_ALL, _COLOR_FAIL), strict=True):
         for (cx, cy), n in sorted(layer.items()):
@@ -312,25 +404,29 @@ def render_histogram_svg(comparison: Comparison) -> Markup:
     """
     key = select_error_metric(comparison)
     title = f"Histogram of {key} (log axis)"
-    values: list[tuple[float, bool]] = [
-        (v, r.verdict == "fail") for u in comparison.units for r in u.rows if (v := r.metric(key)) is not None
-    ]
-    if not values:
+    cols = _columns(comparison)
+    metric = cols.first.get(key)
+    if metric is None:  # not a column: read the rows
+        metric = [r.metric(key) for u in comparison.units for r in u.rows]
+    keep = [i for i, v in enumerate(metric) if v is not None]
+    if not keep:
         return _empty("plot-histogram", title, f"no row has {key}")
-    axis = _LogAxis((v for v, _ in values), 0, 1, flip=False)
+    values: list[float] = [metric[i] for i in keep]  # type: ignore[misc]
+    axis = _LogAxis(values, 0, 1, flip=False)
     # bins: "0", one per decade [1e(e), 1e(e+1)), "NaN/inf"
     labels = ["0", *(_decade_label(e) for e in range(axis.lo, axis.hi)), "NaN/inf"]
-    totals = [0] * len(labels)
-    failing = [0] * len(labels)
-    for v, bad in values:
-        if not math.isfinite(v):
-            b = len(labels) - 1
-        elif v <= 0:
-            b = 0
-        else:
-            b = 1 + min(max(math.floor(math.log10(v)) - axis.lo, 0), axis.hi - axis.lo - 1)
-        totals[b] += 1
-        failing[b] += bad
+    v = np.array(values, dtype=np.float64)
+    finite = np.isfinite(v)
+    positive = finite & (v > 0)
+    decades = np.zeros(len(v))
+    decades[positive] = np.floor(list(map(math.log10, v[positive].tolist())))  # math.floor(math.log10(v))
+    bins = 1 + np.minimum(np.maximum(decades - axis.lo, 0), axis.hi - axis.lo - 1)
+    bins[finite & ~positive] = 0
+    bins[~finite] = len(labels) - 1
+    bin_index = bins.astype(np.int64)
+    bad = np.array([cols.failing[i] for i in keep], dtype=bool)
+    totals = np.bincount(bin_index, minlength=len(labels)).tolist()
+    failing = np.bincount(bin_index[bad], minlength=len(labels)).tolist()
     height = 260
     plot_w = WIDTH - _LEFT - _RIGHT
     plot_h = height - _TOP - _BOTTOM

@@ -35,7 +35,6 @@ import io
 import json
 import math
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from importlib import resources
 from typing import Any
@@ -514,11 +513,54 @@ def _metrics_text(row: ComparisonRow) -> str:
     return ", ".join(f"{k}={format_number(v)}" for k, v in row.metrics if v is not None)
 
 
-def _sub(parent: ET.Element, tag: str, attrs: dict[str, str] | None = None, text: str | None = None) -> ET.Element:
-    el = ET.SubElement(parent, tag, {k: xml_text(v) for k, v in (attrs or {}).items()})
-    if text is not None:
-        el.text = xml_text(text)
-    return el
+def _xml_attr(text: str) -> str:
+    """``text`` as an XML attribute value between double quotes: :func:`xml_text`, then ``& < > "`` as entities
+    and CR, LF, tab as character references (what ``xml.etree.ElementTree`` writes, so that they survive
+    attribute-value normalisation)."""
+    text = xml_text(text)
+    if "&" in text:
+        text = text.replace("&", "&amp;")
+    if "<" in text:
+        text = text.replace("<", "&lt;")
+    if ">" in text:
+        text = text.replace(">", "&gt;")
+    if '"' in text:
+        text = text.replace('"', "&quot;")
+    if "\r" in text:
+        text = text.replace("\r", "&#13;")
+    if "\n" in text:
+        text = text.replace("\n", "&#10;")
+    if "\t" in text:
+        text = text.replace("\t", "&#09;")
+    return text
+
+
+def _xml_cdata(text: str) -> str:
+    """``text`` as XML character data: :func:`xml_text`, then ``& < >`` as entities."""
+    text = xml_text(text)
+    if "&" in text:
+        text = text.replace("&", "&amp;")
+    if "<" in text:
+        text = text.replace("<", "&lt;")
+    if ">" in text:
+        text = text.replace(">", "&gt;")
+    return text
+
+
+def _xml_element(tag: str, attrs: dict[str, str], text: str | None = None) -> str:
+    """An element without children: ``<tag a="v">text</tag>``, or ``<tag a="v" />`` without text."""
+    head = "".join(f' {k}="{_xml_attr(v)}"' for k, v in attrs.items())
+    if text:
+        return f"<{tag}{head}>{_xml_cdata(text)}</{tag}>"
+    return f"<{tag}{head} />"
+
+
+def _xml_parent(tag: str, attrs: dict[str, str], children: list[str], level: int) -> str:
+    """An element holding ``children`` (already written), indented as ``ElementTree.indent(space=" ")`` does at
+    nesting ``level``: each child on its own line one space deeper, the end tag on a line of its own."""
+    head = "".join(f' {k}="{_xml_attr(v)}"' for k, v in attrs.items())
+    inner = "\n" + " " * (level + 1)
+    return f"<{tag}{head}>{inner}{inner.join(children)}\n{' ' * level}</{tag}>"
 
 
 def _suite_attrs(name: str, tests: int, failures: int, skipped: int) -> dict[str, str]:
@@ -526,67 +568,92 @@ def _suite_attrs(name: str, tests: int, failures: int, skipped: int) -> dict[str
             "time": "0"}
 
 
-def render_junit(comparison: Comparison) -> str:
-    """The comparison as JUnit XML (module docstring): CI systems show failing rows as failed tests."""
-    root = ET.Element("testsuites")
-    suites: list[tuple[ET.Element, str, int, int, int]] = []
+def _junit_case(r: ComparisonRow, head: str) -> str:
+    """The ``<testcase>`` of a row (``head``: its start tag's attributes, written), at nesting level 2."""
+    if r.verdict == "pass":
+        return f"<testcase{head} />"
+    why = "; ".join((*r.reasons, *r.notes))
+    if r.verdict == "fail":
+        details = [f"class: {r.match_class}", f"A: {format_side(r.a)}", f"B: {format_side(r.b)}"]
+        if r.metrics:
+            details.append(f"metrics: {_metrics_text(r)}")
+        if r.parent_cell:
+            details.append(f"parent cell: {r.parent_cell}")
+        child = _xml_element("failure", {"message": why or "fail", "type": r.match_class}, "\n".join(details))
+    elif r.verdict == "skip":
+        child = _xml_element("skipped", {"message": why or r.match_class})
+    elif r.verdict == "warning":
+        child = _xml_element("system-out", {}, f"warning: {why}\nmetrics: {_metrics_text(r)}")
+    else:
+        return f"<testcase{head} />"
+    return f"<testcase{head}>\n   {child}\n  </testcase>"
 
-    overall = ET.SubElement(root, "testsuite")
-    props = _sub(overall, "properties")
-    for name, value in (("verdict", comparison.verdict), ("mode", comparison.mode), ("input_a", comparison.input_a),
-                        ("input_b", comparison.input_b), ("compared_count", str(comparison.compared_count))):
-        _sub(props, "property", {"name": name, "value": value})
-    case = _sub(overall, "testcase", {"classname": "msprobe-cmp", "name": "overall verdict", "time": "0"})
+
+def render_junit(comparison: Comparison) -> str:
+    """The comparison as JUnit XML (module docstring): CI systems show failing rows as failed tests.
+
+    Written as text, element by element, in the form ``xml.etree.ElementTree`` gives the same tree after
+    ``ElementTree.indent(space=" ")``: attributes in the order given, elements without content as
+    ``<tag ... />``, one space of indentation per level.
+    """
+    suites: list[str] = []
+    totals = [0, 0, 0]
+
+    def suite(name: str, tests: int, failures: int, skipped: int, children: list[str]) -> None:
+        suites.append(_xml_parent("testsuite", _suite_attrs(name, tests, failures, skipped), children, 1))
+        totals[0] += tests
+        totals[1] += failures
+        totals[2] += skipped
+
+    props = [_xml_element("property", {"name": name, "value": value}) for name, value in (
+        ("verdict", comparison.verdict), ("mode", comparison.mode), ("input_a", comparison.input_a),
+        ("input_b", comparison.input_b), ("compared_count", str(comparison.compared_count)))]
+    case_attrs = {"classname": "msprobe-cmp", "name": "overall verdict", "time": "0"}
     failed = comparison.verdict != "pass"
     if failed:
         first = comparison.first_failing
         message = f"verdict {comparison.verdict}" + (f": first failing row {first.label}" if first else "")
-        _sub(case, "failure", {"message": message, "type": comparison.verdict}, "\n".join(comparison.notes) or None)
-    suites.append((overall, "msprobe-cmp verdict", 1, int(failed), 0))
+        failure = _xml_element("failure", {"message": message, "type": comparison.verdict},
+                               "\n".join(comparison.notes) or None)
+        case = _xml_parent("testcase", case_attrs, [failure], 2)
+    else:
+        case = _xml_element("testcase", case_attrs)
+    suite("msprobe-cmp verdict", 1, int(failed), 0, [_xml_parent("properties", {}, props, 2), case])
 
+    entries: dict[str, str] = {}  # entry name -> its classname attribute, written
+    paths: dict[str, str] = {}  # argument path -> its name attribute, written
     for u in comparison.units:
-        suite = ET.SubElement(root, "testsuite")
-        props = _sub(suite, "properties")
-        _sub(props, "property", {"name": "verdict", "value": u.verdict})
-        _sub(props, "property", {"name": "directory_a", "value": u.unit_a.directory})
-        _sub(props, "property", {"name": "directory_b", "value": u.unit_b.directory})
+        props = [_xml_element("property", {"name": name, "value": value}) for name, value in (
+            ("verdict", u.verdict), ("directory_a", u.unit_a.directory), ("directory_b", u.unit_b.directory))]
+        children = [_xml_parent("properties", {}, props, 2)]
+        add = children.append
         failures = skipped = 0
         for r in u.rows:
-            case = _sub(suite, "testcase", {"classname": r.entry_name, "name": r.arg_path, "time": "0"})
-            why = "; ".join((*r.reasons, *r.notes))
-            if r.verdict == "fail":
+            classname = entries.get(r.entry_name)
+            if classname is None:
+                classname = entries[r.entry_name] = _xml_attr(r.entry_name)
+            name = paths.get(r.arg_path)
+            if name is None:
+                name = paths[r.arg_path] = _xml_attr(r.arg_path)
+            verdict = r.verdict
+            if verdict == "fail":
                 failures += 1
-                details = [f"class: {r.match_class}", f"A: {format_side(r.a)}", f"B: {format_side(r.b)}"]
-                if r.metrics:
-                    details.append(f"metrics: {_metrics_text(r)}")
-                if r.parent_cell:
-                    details.append(f"parent cell: {r.parent_cell}")
-                _sub(case, "failure", {"message": why or "fail", "type": r.match_class}, "\n".join(details))
-            elif r.verdict == "skip":
+            elif verdict == "skip":
                 skipped += 1
-                _sub(case, "skipped", {"message": why or r.match_class})
-            elif r.verdict == "warning":
-                _sub(case, "system-out", None, f"warning: {why}\nmetrics: {_metrics_text(r)}")
-        suites.append((suite, f"{u.unit_a.label} vs {u.unit_b.label}", len(u.rows), failures, skipped))
+            add(_junit_case(r, f' classname="{classname}" name="{name}" time="0"'))
+        suite(f"{u.unit_a.label} vs {u.unit_b.label}", len(u.rows), failures, skipped, children)
 
     if comparison.unpaired:
-        suite = ET.SubElement(root, "testsuite")
-        for ref in comparison.unpaired:
-            case = _sub(suite, "testcase", {"classname": "unpaired", "name": f"{ref.side.upper()} {ref.label}",
-                                            "time": "0"})
-            _sub(case, "skipped", {"message": "no partner unit on the other side: not compared"})
+        children = [
+            _xml_parent("testcase", {"classname": "unpaired", "name": f"{ref.side.upper()} {ref.label}", "time": "0"},
+                        [_xml_element("skipped", {"message": "no partner unit on the other side: not compared"})], 2)
+            for ref in comparison.unpaired
+        ]
         n = len(comparison.unpaired)
-        suites.append((suite, "unpaired units", n, 0, n))
+        suite("unpaired units", n, 0, n, children)
 
-    for suite, name, tests, failures, skipped in suites:
-        for k, v in _suite_attrs(name, tests, failures, skipped).items():
-            suite.set(k, xml_text(v))
-    totals = _suite_attrs("msprobe-cmp", sum(x[2] for x in suites), sum(x[3] for x in suites),
-                          sum(x[4] for x in suites))
-    for k, v in totals.items():
-        root.set(k, v)
-    ET.indent(root, space=" ")
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    root = _xml_parent("testsuites", _suite_attrs("msprobe-cmp", *totals), suites, 0)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + root + "\n"
 
 
 # --------------------------------------------------------------------------------------------------

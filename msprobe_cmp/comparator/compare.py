@@ -25,6 +25,7 @@ import fnmatch
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -62,12 +63,13 @@ from msprobe_cmp.comparator.rules import (
     Rules,
     Thresholds,
     Verdict,
+    compute_finite_statistics_verdict,
     compute_md5_verdict,
     compute_statistics_verdict,
     compute_tensor_verdict,
     compute_value_verdict,
 )
-from msprobe_cmp.dump.naming import parse_name
+from msprobe_cmp.dump.naming import CELL_PREFIXES, parse_name
 from msprobe_cmp.dump.reader import (
     Dump,
     RankDump,
@@ -209,6 +211,28 @@ class SideSummary:
             "kind": "tensor", "dtype": leaf.dtype, "shape": tuple(leaf.shape), "max": leaf.max, "min": leaf.min,
             "mean": leaf.mean, "norm": leaf.norm, "md5": leaf.md5, "data_name": leaf.data_name, "value": None,
         })
+
+
+_new = object.__new__
+
+
+def _summary_of(leaf: Leaf) -> SideSummary:
+    """:meth:`SideSummary.of`, built without the frozen ``__init__`` for tensor leaves."""
+    if type(leaf) is not TensorLeaf:
+        return SideSummary.of(leaf)
+    summary = _new(SideSummary)
+    shape = leaf.shape
+    summary.__dict__.update(
+        kind="tensor", dtype=leaf.dtype, shape=shape if type(shape) is tuple else tuple(shape), max=leaf.max,
+        min=leaf.min, mean=leaf.mean, norm=leaf.norm, md5=leaf.md5, data_name=leaf.data_name, value=None,
+    )
+    return summary
+
+
+@lru_cache(maxsize=1024)
+def _relative_floor_of(dtype_a: str, dtype_b: str) -> float:
+    """:func:`compute_relative_floor` of two stated dtypes (any spelling), computed once per pair of spellings."""
+    return compute_relative_floor(normalize_dtype(dtype_a), normalize_dtype(dtype_b))
 
 
 @dataclass(frozen=True)
@@ -414,8 +438,10 @@ def compute_cell_rollups(
     is_cell: dict[str, bool] = {}
     for r in rows:
         cell_row = is_cell.get(r.entry_name)
-        if cell_row is None:
-            cell_row = is_cell[r.entry_name] = parse_name(r.entry_name).kind == "cell"
+        if cell_row is None:  # parse_name gives kind "cell" only to names with a cell prefix
+            cell_row = is_cell[r.entry_name] = (
+                r.entry_name.partition(".")[0] in CELL_PREFIXES and parse_name(r.entry_name).kind == "cell"
+            )
         own = (r.entry_name,) if cell_row else ()
         for cell in (*own, *chain_of(r.entry_name)):
             if cell not in acc:
@@ -626,20 +652,21 @@ def pair_units(
     return pairs, [*still_a, *dup_a], left_b, notes
 
 
-def _tensor_leaves(units: Iterable[RankDump]) -> Iterable[TensorLeaf]:
+def _has_md5(units: Iterable[RankDump]) -> bool:
+    """True when some tensor leaf of ``units`` carries a checksum."""
     for u in units:
         for e in u.entries:
-            for _, leaf in e.leaves():
-                if isinstance(leaf, TensorLeaf):
-                    yield leaf
+            for _, leaf in e.leaf_tuple():
+                if isinstance(leaf, TensorLeaf) and leaf.md5 is not None:
+                    return True
+    return False
 
 
 def detect_mode(units_a: tuple[RankDump, ...], units_b: tuple[RankDump, ...]) -> Mode:
     """The comparison mode of two sides' units (module docstring)."""
     if units_a and units_b and all(u.meta.task == "tensor" for u in (*units_a, *units_b)):
         return "tensor"
-    has_md5_a = any(leaf.md5 is not None for leaf in _tensor_leaves(units_a))
-    if has_md5_a and any(leaf.md5 is not None for leaf in _tensor_leaves(units_b)):
+    if _has_md5(units_a) and _has_md5(units_b):
         return "md5"
     return "statistics"
 
@@ -721,46 +748,51 @@ def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[Tenso
     return notes
 
 
-def _plain_statistics_outcome(
+def _finite_statistics_outcome(
     pair: RowPair, la: TensorLeaf, lb: TensorLeaf, t: Thresholds, floor: float
 ) -> _Outcome | None:
     """The statistics-mode outcome of the common row, computed without the per-statistic records: both sides
-    non-empty with all four statistics finite floats, equal or no NaN/Inf counts, no statistic difference
-    above ``max_abs_err_suspect_above`` (so no warning) and a MaxAbsErr bound not above
-    ``max_abs_err_fail_above`` (so a pass).  The numbers are those of :func:`compute_stat_diffs` and
-    :func:`compute_max_abs_err_lower_bound`, the same operations in the same order; None for any other row
-    (the general path then decides, with its reasons and notes).
+    non-empty with all four statistics finite floats and valid NaN/Inf counts that agree (or none).  The numbers,
+    verdict, reasons and notes are those of :func:`_compare_statistics` (:func:`compute_stat_diffs`,
+    :func:`compute_max_abs_err_lower_bound`, :func:`compute_statistics_verdict`: the same operations in the same
+    order); None for any other row (the general path then decides).
     """
     a0, a1, a2, a3 = la.max, la.min, la.mean, la.norm
     b0, b1, b2, b3 = lb.max, lb.min, lb.mean, lb.norm
+    if not (type(a0) is float and type(a1) is float and type(a2) is float and type(a3) is float
+            and type(b0) is float and type(b1) is float and type(b2) is float and type(b3) is float):
+        return None
+    total = a0 + a1 + a2 + a3 + b0 + b1 + b2 + b3
+    if total - total != 0.0:  # some statistic is NaN or ±Inf (or the sum overflowed: the general path decides)
+        return None
     numel = la.numel
     if numel == 0:
         return None
-    for x in (a0, a1, a2, a3, b0, b1, b2, b3):
-        if type(x) is not float or x - x != 0.0:  # None, NaN or ±Inf
-            return None
     if (la.extra or lb.extra) and (
         la.nonfinite_counts != lb.nonfinite_counts or la.has_invalid_nonfinite_counts or lb.has_invalid_nonfinite_counts
     ):
         return None
-    d0, d1, d2, d3 = a0 - b0, a1 - b1, a2 - b2, a3 - b3  # type: ignore[operator]
+    d0, d1, d2, d3 = a0 - b0, a1 - b1, a2 - b2, a3 - b3
     m0, m1, m2, m3 = abs(d0), abs(d1), abs(d2), abs(d3)
-    suspect = t.max_abs_err_suspect_above
-    if m0 > suspect or m1 > suspect or m2 > suspect or m3 > suspect:
-        return None
     bound = max(m0, m1, m2, m3 / math.sqrt(numel))
-    if bound > t.max_abs_err_fail_above:
-        return None
     metrics = (
         ("Max diff", d0), ("Min diff", d1), ("Mean diff", d2), ("L2norm diff", d3),
-        ("Max relative diff", m0 / max(abs(b0), floor)),  # type: ignore[arg-type]
-        ("Min relative diff", m1 / max(abs(b1), floor)),  # type: ignore[arg-type]
-        ("Mean relative diff", m2 / max(abs(b2), floor)),  # type: ignore[arg-type]
-        ("L2norm relative diff", m3 / max(abs(b3), floor)),  # type: ignore[arg-type]
+        ("Max relative diff", m0 / max(abs(b0), floor)),
+        ("Min relative diff", m1 / max(abs(b1), floor)),
+        ("Mean relative diff", m2 / max(abs(b2), floor)),
+        ("L2norm relative diff", m3 / max(abs(b3), floor)),
         (LOWER_BOUND_NAME, bound),
     )
+    if bound <= t.max_abs_err_fail_above and m0 <= t.max_abs_err_suspect_above and \
+            m1 <= t.max_abs_err_suspect_above and m2 <= t.max_abs_err_suspect_above and \
+            m3 <= t.max_abs_err_suspect_above:
+        rule = _PASS
+    else:
+        rule = compute_finite_statistics_verdict(
+            (a0, a1, a2, a3), (b0, b1, b2, b3), (d0, d1, d2, d3), bound, t
+        )
     differs = d0 != 0.0 or d1 != 0.0 or d2 != 0.0 or d3 != 0.0
-    return _Outcome("statistics", metrics, _PASS, tuple(pair.notes), differs)
+    return _Outcome("statistics", metrics, rule, pair.notes, differs)
 
 
 _PASS = RuleOutcome("pass")
@@ -770,9 +802,9 @@ def _compare_tensors(
     pair: RowPair, la: TensorLeaf, lb: TensorLeaf, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules
 ) -> _Outcome:
     t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype)) if rules.overrides else rules.default
-    floor = t.relative_floor or compute_relative_floor(normalize_dtype(la.dtype), normalize_dtype(lb.dtype))
+    floor = t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)
     if mode == "statistics":
-        fast = _plain_statistics_outcome(pair, la, lb, t, floor)
+        fast = _finite_statistics_outcome(pair, la, lb, t, floor)
         if fast is not None:
             return fast
     diffs = compute_stat_diffs(la.stats, lb.stats, floor)
@@ -1035,8 +1067,21 @@ def compare_units(
     )
     rows: list[ComparisonRow] = []
     undefined = _undefined_output_patterns(unit_a, unit_b)
+    # Statistics rows of two tensors with the default thresholds go straight to the finite-statistics outcome,
+    # as _compare_pair -> _compare_tensors would send them (None: the general path decides).
+    fast_t = rules.default if mode == "statistics" and not rules.overrides else None
+    construct_a, construct_b = unit_a.construct.get, unit_b.construct.get
+    stack_a, stack_b_get = unit_a.stack.get, unit_b.stack.get
+    summary_of = _summary_of
+    append = rows.append
     for i, pair in enumerate(pairs):
-        out = _compare_pair(pair, unit_a, unit_b, mode, rules)
+        la, lb = pair.leaf_a, pair.leaf_b
+        out = None
+        if fast_t is not None and pair.match_class == "matched" and type(la) is TensorLeaf and type(lb) is TensorLeaf:
+            floor = fast_t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)
+            out = _finite_statistics_outcome(pair, la, lb, fast_t, floor)
+        if out is None:
+            out = _compare_pair(pair, unit_a, unit_b, mode, rules)
         if undefined and out.rule.verdict == "fail":
             why = next((reason for pattern, reason in undefined if fnmatch.fnmatchcase(pair.name, pattern)), None)
             if why is not None:
@@ -1049,34 +1094,38 @@ def compare_units(
                 noise_mae = noise[pair.name][1]
                 out = replace(out, notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
                                                        f"MaxAbsErr {noise_mae if noise_mae is not None else '-'})"))
-        name_b = pair.entry_name_b or pair.entry_name
-        parent = unit_a.construct.get(pair.entry_name) if pair.in_a else None
-        if parent is None and pair.in_b:
-            parent = unit_b.construct.get(name_b)
-        stack_b = tuple(unit_b.stack.get(name_b, ())) if pair.in_b else ()
-        stack = unit_a.stack.get(pair.entry_name, ()) if pair.in_a else ()
+        entry_name = pair.entry_name
+        name_b = pair.entry_name_b or entry_name
+        in_a, in_b = pair.in_a, pair.in_b
+        parent = construct_a(entry_name) if in_a else None
+        if parent is None and in_b:
+            parent = construct_b(name_b)
+        stack_b = tuple(stack_b_get(name_b, ())) if in_b else ()
+        stack = stack_a(entry_name, ()) if in_a else ()
         if not stack:
             stack = stack_b
-        rows.append(build_frozen(ComparisonRow, {
-            "index": i,
-            "entry_name": pair.entry_name,
-            "arg_path": pair.arg_path,
-            "match_class": pair.match_class,
-            "a": SideSummary.of(pair.leaf_a) if pair.in_a else None,
-            "b": SideSummary.of(pair.leaf_b) if pair.in_b else None,
-            "compared_by": out.compared_by,
-            "metrics": out.metrics,
-            "verdict": out.rule.verdict,
-            "reasons": out.rule.reasons,
-            "notes": out.notes,
-            "differs": out.differs,
-            "parent_cell": parent,
-            "stack": tuple(stack),
-            "entry_name_b": pair.entry_name_b,
-            "stack_b": stack_b,
-            "arg_path_b": pair.arg_path_b,
-            "mapped_by": pair.mapped_by,
-        }))
+        row = _new(ComparisonRow)
+        row.__dict__.update(
+            index=i,
+            entry_name=entry_name,
+            arg_path=pair.arg_path,
+            match_class=pair.match_class,
+            a=summary_of(la) if in_a else None,
+            b=summary_of(lb) if in_b else None,
+            compared_by=out.compared_by,
+            metrics=out.metrics,
+            verdict=out.rule.verdict,
+            reasons=out.rule.reasons,
+            notes=out.notes,
+            differs=out.differs,
+            parent_cell=parent,
+            stack=tuple(stack),
+            entry_name_b=pair.entry_name_b,
+            stack_b=stack_b,
+            arg_path_b=pair.arg_path_b,
+            mapped_by=pair.mapped_by,
+        )
+        append(row)
     frozen_rows = tuple(rows)
     first_failing = _first(frozen_rows, "failing")
     compared = sum(1 for r in frozen_rows if r.match_class == "matched" and r.verdict != "skip")

@@ -188,6 +188,8 @@ def execution_order(entries: Sequence[E]) -> list[E]:
         The same entries; a ``<stem>.parameters_grad`` entry now stands right before the first
         ``<stem>.backward.<n>`` entry, or last when there is none (module docstring).
     """
+    if not any("parameters_grad" in entry.name for entry in entries):
+        return list(entries)  # no parameters_grad entry (parse_name gives that kind only to such names)
     backward_at: dict[str, int] = {}
     names = [parse_name(entry.name) for entry in entries]
     for i, parsed in enumerate(names):
@@ -371,7 +373,23 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
         One :class:`RowPair` per row of either side, in execution order (module docstring).
     """
     out: list[RowPair] = []
+    append = out.append
     for ea, eb in align_entries(entries_a, entries_b):
+        if ea is not None and eb is not None and ea.name == eb.name:
+            same = _same_paths(ea, eb)
+            if same is not None:
+                # Both entries hold the same argument paths, once each, in the same order: row k of A pairs with
+                # row k of B, which is what the keyed pairing below gives (and no B row is left over).
+                name = ea.name
+                for (path, leaf_a), (_, leaf_b) in zip(same[0], same[1], strict=True):
+                    cls, notes = _classify_same(leaf_a, leaf_b)
+                    row = _new(RowPair)
+                    row.__dict__.update(
+                        entry_name=name, arg_path=path, match_class=cls, leaf_a=leaf_a, leaf_b=leaf_b, in_a=True,
+                        in_b=True, notes=notes, entry_name_b=None, arg_path_b=None, mapped_by=None, transpose_b=False,
+                    )
+                    append(row)
+                continue
         leaves_a = _keyed_leaves(ea)
         leaves_b = dict(_keyed_leaves(eb))
         name = ea.name if ea is not None else eb.name  # type: ignore[union-attr]
@@ -390,6 +408,38 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
             if key not in seen:
                 out.append(RowPair(name, key[0], "only_in_b", None, leaf_b, False, True, aligned, name_b))
     return tuple(out)
+
+
+_new = object.__new__
+_MATCHED: tuple[MatchClass, tuple[str, ...]] = ("matched", ())
+
+
+def _classify_same(leaf_a: Leaf, leaf_b: Leaf) -> tuple[MatchClass, tuple[str, ...]]:
+    """:func:`classify_pair` (no transpose), with a shortcut for two captured tensors of one dtype and shape."""
+    if (
+        type(leaf_a) is TensorLeaf
+        and type(leaf_b) is TensorLeaf
+        and leaf_a.dtype == leaf_b.dtype
+        and leaf_a.shape == leaf_b.shape
+        and (leaf_a.max is not None or not is_uncaptured(leaf_a))
+        and (leaf_b.max is not None or not is_uncaptured(leaf_b))
+    ):
+        return _MATCHED
+    return classify_pair(leaf_a, leaf_b)
+
+
+def _same_paths(
+    ea: Entry, eb: Entry
+) -> tuple[list[tuple[str, Leaf]], list[tuple[str, Leaf]]] | None:
+    """Both entries' leaves in causal order (:func:`_causal_leaves`) when their argument paths are the same,
+    in the same order, each path once; else None."""
+    ta, tb = ea.leaf_tuple(), eb.leaf_tuple()
+    if len(ta) != len(tb):
+        return None
+    paths = [p for p, _ in ta]
+    if paths != [p for p, _ in tb] or len(set(paths)) != len(paths):
+        return None
+    return _causal_leaves(ea), _causal_leaves(eb)
 
 
 def _keyed_items(view: EntryView | None) -> list[tuple[tuple[str, int], ViewItem]]:

@@ -263,6 +263,8 @@ class Entry:
     @property
     def is_parameters_grad(self) -> bool:
         """True for ``...parameters_grad`` (and 26.x ``...parameters_grad.<k>``) entries."""
+        if "parameters_grad" not in self.name:
+            return False
         tokens = self.name.split(".")
         return tokens[-1] == "parameters_grad" or (len(tokens) > 1 and tokens[-2] == "parameters_grad")
 
@@ -290,17 +292,42 @@ class Entry:
             object.__setattr__(self, "_leaves", cached)
         return iter(cached)
 
-    def _flatten(self) -> Iterator[tuple[str, Leaf]]:
+    def leaf_tuple(self) -> tuple[tuple[str, Leaf], ...]:
+        """:meth:`leaves` as a tuple (the cached flattening itself: do not rely on its identity)."""
+        cached: tuple[tuple[str, Leaf], ...] | None = self.__dict__.get("_leaves")
+        if cached is None:
+            cached = tuple(self._flatten())
+            object.__setattr__(self, "_leaves", cached)
+        return cached
+
+    def _flatten(self) -> list[tuple[str, Leaf]]:
+        out: list[tuple[str, Leaf]] = []
         if self.is_parameters_grad:
             for key, node in self.fields:
                 if isinstance(node, Seq) and len(node.items) == 1:
-                    yield from iter_leaves(node.items[0], key)
+                    _flatten_into(out, node.items[0], key)
                 else:
-                    yield from iter_leaves(node, key)
-            return
+                    _flatten_into(out, node, key)
+            return out
         for key, node in self.fields:
             if key not in ENTRY_FLAG_FIELDS:
-                yield from iter_leaves(node, _FIELD_PATH.get(key, key))
+                _flatten_into(out, node, _FIELD_PATH.get(key, key))
+        return out
+
+
+def _flatten_into(out: list[tuple[str, Leaf]], node: Node, path: str) -> None:
+    """Append :func:`iter_leaves` of ``node`` to ``out`` (the same pairs, without nested generators)."""
+    if isinstance(node, Seq):
+        for i, item in enumerate(node.items):
+            if isinstance(item, (Seq, Map)):
+                _flatten_into(out, item, f"{path}.{i}")
+            else:
+                out.append((f"{path}.{i}", item))
+    elif isinstance(node, Map):
+        for key, value in node.items:
+            _flatten_into(out, value, f"{path}.{key}")
+    else:
+        out.append((path, node))
 
 
 @dataclass(frozen=True)

@@ -462,8 +462,7 @@ def _blocked_dot(x: F64, y: F64) -> float:
     full = n - n % _DOT_BLOCK
     total = 0.0
     if full:
-        with np.errstate(over="ignore"):  # an infinite sum is the result (np.dot does not warn either)
-            blocks = np.matmul(x[:full].reshape(-1, 1, _DOT_BLOCK), y[:full].reshape(-1, _DOT_BLOCK, 1))
+        blocks = np.matmul(x[:full].reshape(-1, 1, _DOT_BLOCK), y[:full].reshape(-1, _DOT_BLOCK, 1))
         total = float(blocks.sum())
     if full < n:
         total += float(np.dot(x[full:], y[full:]))
@@ -474,8 +473,7 @@ def _chunk_metrics(reader: _ChunkReader, k: int, floor: float, scales: tuple[flo
     """Everything chunk ``k`` contributes; ``scales`` divide each side before the dot products."""
     ca, cb, buf_d, buf_r, buf_m = reader.read(k)
     part = _Partial()
-    with np.errstate(invalid="ignore"):  # inf - inf: such a chunk is rechecked below
-        d = np.subtract(ca, cb, out=buf_d)
+    d = np.subtract(ca, cb, out=buf_d)  # inf - inf gives NaN (no warning: see _map_chunks); rechecked below
     np.abs(d, out=d)
     max_abs = float(d.max())
     if not math.isfinite(max_abs):  # a non-finite value on either side (or a float64 difference overflowed)
@@ -509,12 +507,17 @@ def _chunk_metrics(reader: _ChunkReader, k: int, floor: float, scales: tuple[flo
 def _map_chunks(reader: _ChunkReader, fn: Callable[[int], _Partial]) -> list[_Partial]:
     """``fn`` of every chunk index, in chunk order (on up to :data:`CHUNK_WORKERS` threads)."""
     count = reader.count
-    workers = min(CHUNK_WORKERS, count // _CHUNKS_PER_WORKER)
-    if workers <= 1:
-        return [fn(k) for k in range(count)]
+    workers = max(1, min(CHUNK_WORKERS, count // _CHUNKS_PER_WORKER))
 
     def stride(first: int) -> list[_Partial]:  # chunks first, first + workers, ...
-        return [fn(k) for k in range(first, count, workers)]
+        # NumPy's floating-point error state is per thread.  Overflow (float64 differences or sums beyond
+        # 1.8e308) and invalid operations (inf - inf in a chunk holding non-finite values, which is then
+        # rechecked) show in the results as inf / NaN, so they are not also warned about.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return [fn(k) for k in range(first, count, workers)]
+
+    if workers == 1:
+        return stride(0)
 
     with ThreadPoolExecutor(max_workers=workers - 1) as pool:  # this thread takes the first stride
         others = [pool.submit(stride, first) for first in range(1, workers)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -212,7 +213,9 @@ def test_agreeing_nonfinite_across_chunk_boundaries_are_left_out(small_chunks: i
     a[[c + 1, 5 * c]] = b[[c + 1, 5 * c]] = np.inf
     a[[3 * c - 1, 3 * c]] = b[[3 * c - 1, 3 * c]] = -np.inf
     a[4 * c: 5 * c] = b[4 * c: 5 * c] = np.nan  # a whole chunk left out
-    m = compute_tensor_metrics(a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inf - inf on the way is not warned about
+        m = compute_tensor_metrics(a, b)
     keep = np.isfinite(a)
     left_out = int((~keep).sum())
     assert left_out == c + 9
@@ -299,5 +302,7 @@ def test_memory_stays_bounded_by_the_chunk_buffers(tmp_path: Path, monkeypatch: 
             tracemalloc.stop()
         assert m.compared == n - 3
     assert max(peaks) < bound, (peaks, bound)
-    assert abs(peaks[1] - peaks[0]) < 256 * 1024, peaks  # three times the data, the same peak
+    # Three times the data, the same peak up to one chunk's non-finite handling (masks and finite copies),
+    # which with 2 threads may or may not overlap the other thread's in time.
+    assert abs(peaks[1] - peaks[0]) < (workers - 1) * chunk_buffers + 256 * 1024, peaks
     assert bound < 3_000_000 * 4  # the bound is below one tensor's size

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -222,10 +222,11 @@ def _summary_of(leaf: Leaf) -> SideSummary:
         return SideSummary.of(leaf)
     summary = _new(SideSummary)
     shape = leaf.shape
-    summary.__dict__.update(
-        kind="tensor", dtype=leaf.dtype, shape=shape if type(shape) is tuple else tuple(shape), max=leaf.max,
-        min=leaf.min, mean=leaf.mean, norm=leaf.norm, md5=leaf.md5, data_name=leaf.data_name, value=None,
-    )
+    summary.__dict__.update({
+        "kind": "tensor", "dtype": leaf.dtype, "shape": shape if type(shape) is tuple else tuple(shape),
+        "max": leaf.max, "min": leaf.min, "mean": leaf.mean, "norm": leaf.norm, "md5": leaf.md5,
+        "data_name": leaf.data_name, "value": None,
+    })
     return summary
 
 
@@ -675,8 +676,9 @@ def detect_mode(units_a: tuple[RankDump, ...], units_b: tuple[RankDump, ...]) ->
 # rows
 
 
-@dataclass(frozen=True)
-class _Outcome:
+class _Outcome(NamedTuple):
+    """How one row was compared (internal; a tuple, cheaper to make than a frozen dataclass)."""
+
     compared_by: ComparedBy
     metrics: tuple[tuple[str, float | None], ...]
     rule: RuleOutcome
@@ -768,10 +770,13 @@ def _finite_statistics_outcome(
     numel = la.numel
     if numel == 0:
         return None
-    if (la.extra or lb.extra) and (
-        la.nonfinite_counts != lb.nonfinite_counts or la.has_invalid_nonfinite_counts or lb.has_invalid_nonfinite_counts
-    ):
-        return None
+    if la.extra or lb.extra:
+        counts = la.nonfinite_counts
+        if counts != lb.nonfinite_counts:
+            return None
+        # equal and not None: both valid; both None: either side may carry invalid counts (then a note)
+        if counts is None and (la.has_invalid_nonfinite_counts or lb.has_invalid_nonfinite_counts):
+            return None
     d0, d1, d2, d3 = a0 - b0, a1 - b1, a2 - b2, a3 - b3
     m0, m1, m2, m3 = abs(d0), abs(d1), abs(d2), abs(d3)
     bound = max(m0, m1, m2, m3 / math.sqrt(numel))
@@ -1074,6 +1079,10 @@ def compare_units(
     stack_a, stack_b_get = unit_a.stack.get, unit_b.stack.get
     summary_of = _summary_of
     append = rows.append
+    last_key: tuple[str, str | None, bool, bool] | None = None
+    parent: str | None = None
+    stack: tuple[str, ...] = ()
+    stack_b: tuple[str, ...] = ()
     for i, pair in enumerate(pairs):
         la, lb = pair.leaf_a, pair.leaf_b
         out = None
@@ -1085,46 +1094,51 @@ def compare_units(
         if undefined and out.rule.verdict == "fail":
             why = next((reason for pattern, reason in undefined if fnmatch.fnmatchcase(pair.name, pattern)), None)
             if why is not None:
-                out = replace(out, rule=RuleOutcome("warning", (*out.rule.reasons, why)))
+                out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
         if noise is not None and out.rule.verdict == "fail" and pair.name in noise:
             why = _within_noise(out.metrics, noise[pair.name], rules.noise_factor)
             if why is not None:
-                out = replace(out, rule=RuleOutcome("warning", (*out.rule.reasons, why)))
+                out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
             else:
                 noise_mae = noise[pair.name][1]
-                out = replace(out, notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
+                out = out._replace(notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
                                                        f"MaxAbsErr {noise_mae if noise_mae is not None else '-'})"))
         entry_name = pair.entry_name
-        name_b = pair.entry_name_b or entry_name
+        entry_name_b = pair.entry_name_b
         in_a, in_b = pair.in_a, pair.in_b
-        parent = construct_a(entry_name) if in_a else None
-        if parent is None and in_b:
-            parent = construct_b(name_b)
-        stack_b = tuple(stack_b_get(name_b, ())) if in_b else ()
-        stack = stack_a(entry_name, ()) if in_a else ()
-        if not stack:
-            stack = stack_b
+        key = (entry_name, entry_name_b, in_a, in_b)
+        if key != last_key:  # consecutive rows of one entry share its parent cell and stacks
+            last_key = key
+            name_b = entry_name_b or entry_name
+            parent = construct_a(entry_name) if in_a else None
+            if parent is None and in_b:
+                parent = construct_b(name_b)
+            stack_b = tuple(stack_b_get(name_b, ())) if in_b else ()
+            stack = stack_a(entry_name, ()) if in_a else ()
+            if not stack:
+                stack = stack_b
+            stack = tuple(stack)
         row = _new(ComparisonRow)
-        row.__dict__.update(
-            index=i,
-            entry_name=entry_name,
-            arg_path=pair.arg_path,
-            match_class=pair.match_class,
-            a=summary_of(la) if in_a else None,
-            b=summary_of(lb) if in_b else None,
-            compared_by=out.compared_by,
-            metrics=out.metrics,
-            verdict=out.rule.verdict,
-            reasons=out.rule.reasons,
-            notes=out.notes,
-            differs=out.differs,
-            parent_cell=parent,
-            stack=tuple(stack),
-            entry_name_b=pair.entry_name_b,
-            stack_b=stack_b,
-            arg_path_b=pair.arg_path_b,
-            mapped_by=pair.mapped_by,
-        )
+        row.__dict__.update({
+            "index": i,
+            "entry_name": entry_name,
+            "arg_path": pair.arg_path,
+            "match_class": pair.match_class,
+            "a": summary_of(la) if in_a else None,
+            "b": summary_of(lb) if in_b else None,
+            "compared_by": out.compared_by,
+            "metrics": out.metrics,
+            "verdict": out.rule.verdict,
+            "reasons": out.rule.reasons,
+            "notes": out.notes,
+            "differs": out.differs,
+            "parent_cell": parent,
+            "stack": stack,
+            "entry_name_b": entry_name_b,
+            "stack_b": stack_b,
+            "arg_path_b": pair.arg_path_b,
+            "mapped_by": pair.mapped_by,
+        })
         append(row)
     frozen_rows = tuple(rows)
     first_failing = _first(frozen_rows, "failing")

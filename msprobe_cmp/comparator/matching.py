@@ -384,10 +384,11 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
                 for (path, leaf_a), (_, leaf_b) in zip(same[0], same[1], strict=True):
                     cls, notes = _classify_same(leaf_a, leaf_b)
                     row = _new(RowPair)
-                    row.__dict__.update(
-                        entry_name=name, arg_path=path, match_class=cls, leaf_a=leaf_a, leaf_b=leaf_b, in_a=True,
-                        in_b=True, notes=notes, entry_name_b=None, arg_path_b=None, mapped_by=None, transpose_b=False,
-                    )
+                    row.__dict__.update({
+                        "entry_name": name, "arg_path": path, "match_class": cls, "leaf_a": leaf_a, "leaf_b": leaf_b,
+                        "in_a": True, "in_b": True, "notes": notes, "entry_name_b": None, "arg_path_b": None,
+                        "mapped_by": None, "transpose_b": False,
+                    })
                     append(row)
                 continue
         leaves_a = _keyed_leaves(ea)
@@ -439,7 +440,13 @@ def _same_paths(
     paths = [p for p, _ in ta]
     if paths != [p for p, _ in tb] or len(set(paths)) != len(paths):
         return None
-    return _causal_leaves(ea), _causal_leaves(eb)
+    if ea.is_parameters_grad:
+        return list(ta), list(tb)
+    outputs = [p.startswith("output") for p in paths]
+    if True not in outputs or all(outputs[outputs.index(True):]):
+        return list(ta), list(tb)  # outputs already last: the causal order is the file order
+    order = [k for k, o in enumerate(outputs) if not o] + [k for k, o in enumerate(outputs) if o]
+    return [ta[k] for k in order], [tb[k] for k in order]
 
 
 def _keyed_items(view: EntryView | None) -> list[tuple[tuple[str, int], ViewItem]]:

@@ -39,7 +39,8 @@ from msprobe_cmp.dump.reader import (
 )
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
-from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_json, render_junit, render_markdown
+from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_junit, render_markdown
+from msprobe_cmp.reports.tables import render_json_utf8
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -163,16 +164,16 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
 
 
 def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
+    # backslashreplace: a lone surrogate escape ("\ud800") in a dump's names cannot be UTF-8 encoded.
     files = {
-        "html": (out / "report.html", render_html(comparison)),
-        "json": (out / "comparison.json", render_json(comparison)),
-        "csv": (out / "comparison.csv", render_csv(comparison)),
-        "junit": (out / "junit.xml", render_junit(comparison)),
-        "markdown": (out / "summary.md", render_markdown(comparison)),
+        "html": (out / "report.html", render_html(comparison).encode("utf-8", errors="backslashreplace")),
+        "json": (out / "comparison.json", render_json_utf8(comparison)),  # encoded the same way
+        "csv": (out / "comparison.csv", render_csv(comparison).encode("utf-8", errors="backslashreplace")),
+        "junit": (out / "junit.xml", render_junit(comparison).encode("utf-8", errors="backslashreplace")),
+        "markdown": (out / "summary.md", render_markdown(comparison).encode("utf-8", errors="backslashreplace")),
     }
-    for path, text in files.values():
-        # backslashreplace: a lone surrogate escape ("\ud800") in a dump's names cannot be UTF-8 encoded.
-        write_bytes_atomic(path, text.encode("utf-8", errors="backslashreplace"))
+    for path, data in files.values():
+        write_bytes_atomic(path, data)
     return {k: v[0] for k, v in files.items()}
 
 

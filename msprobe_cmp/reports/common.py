@@ -119,6 +119,27 @@ def _forget_ranking(ref: weakref.ref[Comparison]) -> None:
         _last_ranking = None
 
 
+_last_counts: tuple[weakref.ref[Comparison], tuple[int, tuple[int, ...]]] | None = None
+
+
+def compared_counts(comparison: Comparison) -> tuple[int, tuple[int, ...]]:
+    """``(comparison.compared_count, (unit.compared_count for each unit))``, counted once for the last comparison
+    rendered (each of those properties walks every row; the five reports ask for them several times)."""
+    global _last_counts
+    if _last_counts is not None and _last_counts[0]() is comparison:
+        return _last_counts[1]
+    units = tuple(u.compared_count for u in comparison.units)
+    counts = (sum(units), units)
+    _last_counts = (weakref.ref(comparison, _forget_counts), counts)
+    return counts
+
+
+def _forget_counts(ref: weakref.ref[Comparison]) -> None:
+    global _last_counts
+    if _last_counts is not None and _last_counts[0] is ref:
+        _last_counts = None
+
+
 def select_error_metric(comparison: Comparison) -> str:
     """The row metric that stands for "the error" of a row in plots: ``MaxAbsErr`` in tensor mode,
     its statistics lower bound otherwise (a metric name, not a number)."""

@@ -31,6 +31,7 @@ from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.reports.common import (
     RANKING,
     TOP_ROWS,
+    compared_counts,
     dumps_compact,
     format_number,
     format_side,
@@ -484,8 +485,11 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
     )
     data = build_page_data(comparison, max_rows, max_stack_chars)
     template = _environment().get_template("report.html.j2")
+    compared, unit_compared = compared_counts(comparison)
     return template.render(
         c=comparison,
+        compared=compared,
+        unit_compared=unit_compared,
         columns=HTML_COLUMNS[comparison.mode],
         thresholds=thresholds,
         largest=select_largest_disagreements(comparison),

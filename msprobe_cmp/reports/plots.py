@@ -70,10 +70,11 @@ class _LogAxis:
 
     def __init__(self, values: Iterable[float], start: float, length: float, *, flip: bool,
                  band: float = _BAND) -> None:
-        positive = [v for v in values if math.isfinite(v) and v > 0]
-        if positive:
-            lo = math.floor(math.log10(min(positive)))
-            hi = math.ceil(math.log10(max(positive)))
+        v = np.asarray(values if isinstance(values, (list, tuple)) else list(values), dtype=np.float64)
+        positive = v[np.isfinite(v) & (v > 0)]
+        if len(positive):
+            lo = math.floor(math.log10(float(positive.min())))
+            hi = math.ceil(math.log10(float(positive.max())))
         else:
             lo, hi = -6, 0
         if hi <= lo:
@@ -347,8 +348,10 @@ def _cell_counts(cx: np.ndarray, cy: np.ndarray) -> dict[tuple[int, int], int]:
     """``{(cell x, cell y): number of points}``, sorted by cell."""
     if not len(cx):
         return {}
-    uniq, counts = np.unique(np.stack([cx, cy], axis=1), axis=0, return_counts=True)
-    return {(int(x), int(y)): int(n) for (x, y), n in zip(uniq.tolist(), counts.tolist(), strict=True)}
+    x0, y0 = int(cx.min()), int(cy.min())
+    height = int(cy.max()) - y0 + 1
+    keys, counts = np.unique((cx - x0) * height + (cy - y0), return_counts=True)  # sorted by (x, y)
+    return {(x0 + k // height, y0 + k % height): n for k, n in zip(keys.tolist(), counts.tolist(), strict=True)}
 
 
 def render_scatter_svg(comparison: Comparison) -> Markup:

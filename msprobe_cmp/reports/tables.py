@@ -56,6 +56,7 @@ from msprobe_cmp.comparator.compare import (
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.reports.common import (
     RANKING,
+    compared_counts,
     dumps_compact,
     format_number,
     format_side,
@@ -249,7 +250,7 @@ def _json_row_fast(row: ComparisonRow) -> dict[str, Any]:
     }
 
 
-def _json_unit(unit: UnitComparison, fast: bool = False) -> dict[str, Any]:
+def _json_unit(unit: UnitComparison, fast: bool = False, compared: int | None = None) -> dict[str, Any]:
     stacks: dict[str, list[str]] = {}
     stacks_b: dict[str, list[str]] = {}
     for row in unit.rows:
@@ -263,7 +264,7 @@ def _json_unit(unit: UnitComparison, fast: bool = False) -> dict[str, Any]:
         "verdict": unit.verdict,
         "class_counts": dict(unit.counts),
         "verdict_counts": dict(unit.verdict_counts),
-        "compared_count": unit.compared_count,
+        "compared_count": unit.compared_count if compared is None else compared,
         "first_divergent": unit.first_divergent,
         "first_failing": unit.first_failing,
         "notes": list(unit.notes),
@@ -276,6 +277,7 @@ def _json_unit(unit: UnitComparison, fast: bool = False) -> dict[str, Any]:
 
 
 def _json_document(comparison: Comparison, fast: bool) -> dict[str, Any]:
+    compared, unit_compared = compared_counts(comparison)
     return {
         "schema": JSON_SCHEMA,
         "version": JSON_VERSION,
@@ -286,15 +288,24 @@ def _json_document(comparison: Comparison, fast: bool) -> dict[str, Any]:
         "thresholds": _json_rules(comparison.rules),
         "class_counts": dict(comparison.counts),
         "verdict_counts": dict(comparison.verdict_counts),
-        "compared_count": comparison.compared_count,
+        "compared_count": compared,
         "matched_share": comparison.matched_share,
         "matched_share_of": comparison.matched_share_of,
         "first_divergent": _json_row_ref(comparison, comparison.first_divergent),
         "first_failing": _json_row_ref(comparison, comparison.first_failing),
         "unpaired": [_json_unit_ref(u) for u in comparison.unpaired],
         "notes": list(comparison.notes),
-        "units": [_json_unit(u, fast) for u in comparison.units],
+        "units": [_json_unit(u, fast, n) for u, n in zip(comparison.units, unit_compared, strict=True)],
     }
+
+
+def render_json_utf8(comparison: Comparison) -> bytes:
+    """``render_json(comparison).encode("utf-8", errors="backslashreplace")`` (how the CLI writes the file),
+    without the text copy in between when orjson writes the document (its bytes are that encoding)."""
+    try:
+        return orjson.dumps(_json_document(comparison, fast=True))
+    except (orjson.JSONEncodeError, TypeError):
+        return dumps_compact(_json_document(comparison, fast=False)).encode("utf-8", errors="backslashreplace")
 
 
 def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
@@ -607,7 +618,7 @@ def render_junit(comparison: Comparison) -> str:
 
     props = [_xml_element("property", {"name": name, "value": value}) for name, value in (
         ("verdict", comparison.verdict), ("mode", comparison.mode), ("input_a", comparison.input_a),
-        ("input_b", comparison.input_b), ("compared_count", str(comparison.compared_count)))]
+        ("input_b", comparison.input_b), ("compared_count", str(compared_counts(comparison)[0])))]
     case_attrs = {"classname": "msprobe-cmp", "name": "overall verdict", "time": "0"}
     failed = comparison.verdict != "pass"
     if failed:
@@ -685,7 +696,7 @@ def markdown_text(text: str) -> str:
 def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS) -> str:
     """A short Markdown summary (module docstring), for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
     lines = [f"## msprobe-cmp: {comparison.verdict.upper()}", ""]
-    lines.append(f"**Verdict: {comparison.verdict}** ({comparison.mode} mode, {comparison.compared_count} rows "
+    lines.append(f"**Verdict: {comparison.verdict}** ({comparison.mode} mode, {compared_counts(comparison)[0]} rows "
                  "compared)  ")
     lines.append(f"A (target): {markdown_text(comparison.input_a)}  ")
     lines.append(f"B (baseline): {markdown_text(comparison.input_b)}")

@@ -301,16 +301,39 @@ def _fast_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf:
         no = _fast_stat(no)
     leaf = _new(TensorLeaf)
     if obj.keys() <= _LEAF_KEY_SET:
-        leaf.__dict__.update(
-            type=type_, dtype=dtype, shape=tuple(shape), max=mx, min=mn, mean=me, norm=no, md5=md5,
-            data_name=data_name, requires_grad=rg, extra=(), nonfinite_counts=None,
-        )
+        leaf.__dict__.update({
+            "type": type_, "dtype": dtype, "shape": tuple(shape), "max": mx, "min": mn, "mean": me, "norm": no,
+            "md5": md5, "data_name": data_name, "requires_grad": rg, "extra": (), "nonfinite_counts": None,
+        })
         return leaf
-    extra = tuple([(k, _kept_scalar(v)) for k, v in obj.items() if k not in _LEAF_KEY_SET])
-    leaf.__dict__.update(
-        type=type_, dtype=dtype, shape=tuple(shape), max=mx, min=mn, mean=me, norm=no, md5=md5,
-        data_name=data_name, requires_grad=rg, extra=extra, nonfinite_counts=compute_nonfinite_counts(extra, numel),
-    )
+    pairs = []
+    for k, v in obj.items():
+        if k not in _LEAF_KEY_SET:
+            tv = type(v)
+            if tv is float:
+                if v.is_integer() and abs(v) >= _BIG:
+                    raise _Unusual  # see _kept_scalar
+            elif not (tv is int or tv is str or tv is bool or v is None):
+                raise _Unusual
+            pairs.append((k, v))
+    extra = tuple(pairs)
+    counts: tuple[int, int, int] | None = None
+    if len(extra) == 3 and extra[0][0] == "nan_count" and extra[1][0] == "pos_inf_count" and (
+        extra[2][0] == "neg_inf_count"
+    ):  # our recorder's three counts, in its order: compute_nonfinite_counts' rule for plain ints
+        n, p, m = extra[0][1], extra[1][1], extra[2][1]
+        if type(n) is int and type(p) is int and type(m) is int and 0 <= n <= numel and 0 <= p <= numel and (
+            0 <= m <= numel
+        ):
+            counts = (n, p, m)
+        else:
+            counts = compute_nonfinite_counts(extra, numel)
+    else:
+        counts = compute_nonfinite_counts(extra, numel)
+    leaf.__dict__.update({
+        "type": type_, "dtype": dtype, "shape": tuple(shape), "max": mx, "min": mn, "mean": me, "norm": no,
+        "md5": md5, "data_name": data_name, "requires_grad": rg, "extra": extra, "nonfinite_counts": counts,
+    })
     return leaf
 
 
@@ -322,8 +345,18 @@ def _fast_node(obj: Any, depth: int) -> Node:
         return None
     t = type(obj)
     if t is list:
+        if depth >= _MAX_DEPTH:
+            raise _Unusual  # its elements would be too deep (the general path says so, or builds it)
+        items: list[Node] = []
+        for v in obj:
+            if type(v) is dict:
+                type_ = v.get("type")
+                if type(type_) is str and type_ in TENSOR_TYPES:  # the common element: a tensor leaf
+                    items.append(_fast_tensor_leaf(v, type_))
+                    continue
+            items.append(_fast_node(v, depth + 1))
         seq = _new(Seq)
-        seq.__dict__["items"] = tuple([_fast_node(v, depth + 1) for v in obj])
+        seq.__dict__["items"] = tuple(items)
         return seq
     if t is dict:
         type_ = obj.get("type")

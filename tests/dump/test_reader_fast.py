@@ -119,3 +119,17 @@ def test_paused_gc_freezes_what_was_built_and_reenables_the_collector():
         assert not gc.isenabled() and gc.get_freeze_count() == before  # only the outermost block freezes
     assert gc.isenabled()
     assert gc.get_freeze_count() >= before + len(kept)
+
+
+@pytest.mark.parametrize("depth", [63, 64, 65])
+def test_nesting_limit_is_the_same_on_the_fast_path(tmp_path, depth):
+    value: object = _leaf()
+    for _ in range(depth):
+        value = [value]
+    rank = _write(tmp_path, {"Functional.f.0.forward": {"input_args": value}})
+    if depth <= 64:
+        leaves = list(load_dump(rank).units[0].entries[0].leaves())
+        assert [p for p, _ in leaves] == ["input" + ".0" * depth]
+    else:
+        with pytest.raises(DumpFormatError, match="nested deeper than 64 levels"):
+            load_dump(rank)

@@ -40,6 +40,7 @@ from msprobe_cmp.dump.reader import (
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
 from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_junit, render_markdown
+from msprobe_cmp.reports.common import ReportFacts
 from msprobe_cmp.reports.tables import render_json_utf8
 
 EXIT_OK = 0
@@ -164,13 +165,15 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
 
 
 def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
+    facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot columns), derived once
     # backslashreplace: a lone surrogate escape ("\ud800") in a dump's names cannot be UTF-8 encoded.
     files = {
-        "html": (out / "report.html", render_html(comparison).encode("utf-8", errors="backslashreplace")),
-        "json": (out / "comparison.json", render_json_utf8(comparison)),  # encoded the same way
+        "html": (out / "report.html", render_html(comparison, facts=facts).encode("utf-8", errors="backslashreplace")),
+        "json": (out / "comparison.json", render_json_utf8(comparison, facts=facts)),  # encoded the same way
         "csv": (out / "comparison.csv", render_csv(comparison).encode("utf-8", errors="backslashreplace")),
-        "junit": (out / "junit.xml", render_junit(comparison).encode("utf-8", errors="backslashreplace")),
-        "markdown": (out / "summary.md", render_markdown(comparison).encode("utf-8", errors="backslashreplace")),
+        "junit": (out / "junit.xml", render_junit(comparison, facts=facts).encode("utf-8", errors="backslashreplace")),
+        "markdown": (out / "summary.md",
+                     render_markdown(comparison, facts=facts).encode("utf-8", errors="backslashreplace")),
     }
     for path, data in files.values():
         write_bytes_atomic(path, data)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import weakref
 from typing import Any
 
 import orjson
@@ -80,11 +79,6 @@ RANKING = {
 }
 
 
-#: The last ranking computed: (the comparison, weakly; the limit; the rows).  The HTML page and the Markdown summary
-#: of one comparison rank the same rows; the shorter list is a prefix of the longer one (a stable sort's prefix).
-_last_ranking: tuple[weakref.ref[Comparison], int, list[tuple[int, ComparisonRow]]] | None = None
-
-
 def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[tuple[int, ComparisonRow]]:
     """The ``limit`` rows whose two sides disagree most, as ``(unit index, row)``, worst first.
 
@@ -92,52 +86,64 @@ def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) 
     differ.  Order (:data:`RANKING`): verdict severity (fail, warning, pass), then for rows compared as
     tensors the lowest Cosine and the largest MaxAbsErr, for rows compared by statistics the largest
     MaxAbsErr lower bound and the largest relative statistic difference (a selection of existing rows, no new
-    numbers); rows of equal keys keep their execution order (``sorted(...)[:limit]``).  The result for the last
-    comparison is remembered, so that the page and the summary rank its rows once.
+    numbers); rows of equal keys keep their execution order (``sorted(...)[:limit]``, so a shorter list is a
+    prefix of a longer one).
     """
-    global _last_ranking
-    if limit >= 0 and _last_ranking is not None:
-        ref, cached_limit, cached = _last_ranking
-        if ref() is comparison and (limit <= cached_limit or len(cached) < cached_limit):
-            return cached[:limit]
     rows = [
         (ui, r) for ui, u in enumerate(comparison.units) for r in u.rows
         if r.verdict == "fail" or (r.differs and r.verdict != "skip")
     ]
     if limit < 0:
         return sorted(rows, key=lambda item: _disagreement_key(item[1]))[:limit]
-    # = sorted(...)[:limit]
-    out = heapq.nsmallest(limit, rows, key=lambda item: _disagreement_key(item[1]))
-    _last_ranking = (weakref.ref(comparison, _forget_ranking), limit, out)
-    return list(out)
-
-
-def _forget_ranking(ref: weakref.ref[Comparison]) -> None:
-    """Drop the remembered ranking once its comparison is gone."""
-    global _last_ranking
-    if _last_ranking is not None and _last_ranking[0] is ref:
-        _last_ranking = None
-
-
-_last_counts: tuple[weakref.ref[Comparison], tuple[int, tuple[int, ...]]] | None = None
+    return heapq.nsmallest(limit, rows, key=lambda item: _disagreement_key(item[1]))  # = sorted(...)[:limit]
 
 
 def compared_counts(comparison: Comparison) -> tuple[int, tuple[int, ...]]:
-    """``(comparison.compared_count, (unit.compared_count for each unit))``, counted once for the last comparison
-    rendered (each of those properties walks every row; the five reports ask for them several times)."""
-    global _last_counts
-    if _last_counts is not None and _last_counts[0]() is comparison:
-        return _last_counts[1]
+    """``(comparison.compared_count, (unit.compared_count for each unit))`` (each property walks every row)."""
     units = tuple(u.compared_count for u in comparison.units)
-    counts = (sum(units), units)
-    _last_counts = (weakref.ref(comparison, _forget_counts), counts)
-    return counts
+    return sum(units), units
 
 
-def _forget_counts(ref: weakref.ref[Comparison]) -> None:
-    global _last_counts
-    if _last_counts is not None and _last_counts[0] is ref:
-        _last_counts = None
+class ReportFacts:
+    """What several reports of one comparison derive from all of its rows, derived once and shared.
+
+    ``msprobe_cmp.cli.write_reports`` makes one and passes it to the five renderers; a renderer called without
+    one makes its own.  It holds the comparison it was made for (renderers check that they get the same one).
+
+    Attributes:
+        comparison: the comparison.
+        plot_columns: the plots' per-row columns (``msprobe_cmp.reports.plots``), once drawn.
+    """
+
+    def __init__(self, comparison: Comparison) -> None:
+        self.comparison = comparison
+        self.plot_columns: object | None = None
+        self._counts: tuple[int, tuple[int, ...]] | None = None
+        self._ranking: tuple[int, list[tuple[int, ComparisonRow]]] | None = None
+
+    @classmethod
+    def of(cls, comparison: Comparison, facts: ReportFacts | None) -> ReportFacts:
+        """``facts`` when it was made for ``comparison``, else new facts for it."""
+        return facts if facts is not None and facts.comparison is comparison else cls(comparison)
+
+    def compared_counts(self) -> tuple[int, tuple[int, ...]]:
+        """:func:`compared_counts` of the comparison."""
+        if self._counts is None:
+            self._counts = compared_counts(self.comparison)
+        return self._counts
+
+    def largest_disagreements(self, limit: int) -> list[tuple[int, ComparisonRow]]:
+        """:func:`select_largest_disagreements` of the comparison; a shorter list is taken from a longer one
+        already ranked (the prefix of a stable sort)."""
+        if limit < 0:
+            return select_largest_disagreements(self.comparison, limit)
+        if self._ranking is not None:
+            ranked_limit, ranked = self._ranking
+            if limit <= ranked_limit or len(ranked) < ranked_limit:
+                return ranked[:limit]
+        ranked = select_largest_disagreements(self.comparison, limit)
+        self._ranking = (limit, ranked)
+        return list(ranked)
 
 
 def select_error_metric(comparison: Comparison) -> str:

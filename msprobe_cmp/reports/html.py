@@ -31,7 +31,7 @@ from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.reports.common import (
     RANKING,
     TOP_ROWS,
-    compared_counts,
+    ReportFacts,
     dumps_compact,
     format_number,
     format_side,
@@ -461,7 +461,8 @@ def _not_comparable(comparison: Comparison) -> list[tuple[str, int, str, list[tu
     return out
 
 
-def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS) -> str:
+def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS,
+                facts: ReportFacts | None = None) -> str:
     """The comparison as one self-contained HTML page (summary, plots, cell tree, every row).
 
     Args:
@@ -469,7 +470,10 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         max_rows: at most this many rows are embedded (plus every failing row); the page says how many
             were left out.
         max_stack_chars: budget of call-stack text embedded in the page.
+        facts: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`),
+            made here when not given.
     """
+    facts = ReportFacts.of(comparison, facts)
     t = comparison.rules.default
     floor = "eps of the coarser dtype" if t.relative_floor is None else format_number(t.relative_floor)
     thresholds = (
@@ -485,14 +489,14 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
     )
     data = build_page_data(comparison, max_rows, max_stack_chars)
     template = _environment().get_template("report.html.j2")
-    compared, unit_compared = compared_counts(comparison)
+    compared, unit_compared = facts.compared_counts()
     return template.render(
         c=comparison,
         compared=compared,
         unit_compared=unit_compared,
         columns=HTML_COLUMNS[comparison.mode],
         thresholds=thresholds,
-        largest=select_largest_disagreements(comparison),
+        largest=facts.largest_disagreements(TOP_ROWS),
         ranking=RANKING.get(comparison.mode, RANKING["md5"]),
         top_rows=TOP_ROWS,
         highlights=(
@@ -503,7 +507,8 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         examples_cap=NOT_COMPARABLE_EXAMPLES,
         left_out=data["left_out"],
         data_json=render_script_json(data),
-        plots=(render_trace_svg(comparison), render_scatter_svg(comparison), render_histogram_svg(comparison)),
+        plots=(render_trace_svg(comparison, facts), render_scatter_svg(comparison, facts),
+               render_histogram_svg(comparison, facts)),
     )
 
 

@@ -18,7 +18,6 @@ number of rows.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ import numpy as np
 from markupsafe import Markup, escape
 
 from msprobe_cmp.comparator.compare import Comparison
-from msprobe_cmp.reports.common import format_number, select_error_metric, select_relative_metric
+from msprobe_cmp.reports.common import ReportFacts, format_number, select_error_metric, select_relative_metric
 
 WIDTH = 960
 _LEFT, _RIGHT, _TOP, _BOTTOM = 78, 20, 26, 34
@@ -151,15 +150,11 @@ class _Columns:
     last: dict[str, list[float | None]]
 
 
-#: The columns of the last comparison drawn (weakly held): its three plots read the rows once.
-_last_columns: tuple[weakref.ref[Comparison], _Columns] | None = None
-
-
-def _columns(comparison: Comparison) -> _Columns:
-    """:class:`_Columns` of ``comparison`` for every metric its plots use (one pass over the rows)."""
-    global _last_columns
-    if _last_columns is not None and _last_columns[0]() is comparison:
-        return _last_columns[1]
+def _columns(comparison: Comparison, facts: ReportFacts | None = None) -> _Columns:
+    """:class:`_Columns` of ``comparison`` for every metric its plots use (one pass over the rows), kept in
+    ``facts`` for the other plots."""
+    if facts is not None and facts.comparison is comparison and isinstance(facts.plot_columns, _Columns):
+        return facts.plot_columns
     keys = [select_error_metric(comparison), select_relative_metric(comparison)]
     if comparison.mode == "tensor":
         keys.append("Cosine")
@@ -186,20 +181,15 @@ def _columns(comparison: Comparison) -> _Columns:
                 add_first(r.metric(k) if repeated else v)
         offset += len(u.rows)
     columns = _Columns(pos, failing, b_norm, first, last)
-    _last_columns = (weakref.ref(comparison, _forget_columns), columns)
+    if facts is not None and facts.comparison is comparison:
+        facts.plot_columns = columns
     return columns
 
 
-def _forget_columns(ref: weakref.ref[Comparison]) -> None:
-    """Drop the remembered columns once their comparison is gone."""
-    global _last_columns
-    if _last_columns is not None and _last_columns[0] is ref:
-        _last_columns = None
-
-
-def _points(comparison: Comparison, key: str) -> tuple[list[int], list[float], list[bool]]:
+def _points(comparison: Comparison, key: str, facts: ReportFacts | None = None,
+            ) -> tuple[list[int], list[float], list[bool]]:
     """Position, value and failing flag of every row with the metric ``key`` (the last of a repeated key)."""
-    cols = _columns(comparison)
+    cols = _columns(comparison, facts)
     values = cols.last.get(key)
     if values is None:  # a metric the columns do not hold: read the rows
         values = [dict(r.metrics).get(key) for u in comparison.units for r in u.rows]
@@ -280,12 +270,13 @@ def _trace_panel(
     parts.append(_text(_LEFT, top - 6, f"{key}{' (log axis)' if log else ''}", extra=' font-weight="600"'))
 
 
-def render_trace_svg(comparison: Comparison) -> Markup:
+def render_trace_svg(comparison: Comparison, facts: ReportFacts | None = None) -> Markup:
     """Cosine (tensor mode) and the relative error along execution order, one panel each.
 
     The x axis is the row position in execution order over all units (unit boundaries are drawn);
     failing rows are red; the first divergent row is a blue vertical line.  On log axes exact zeros
     are drawn in a band marked "0" and NaN/±Inf in a band marked "NaN/inf".
+    ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
     title = "Metrics along execution order"
     offsets, total = _positions(comparison)
@@ -305,7 +296,7 @@ def render_trace_svg(comparison: Comparison) -> Markup:
     parts = _svg_open("plot-trace", height, title)
     drawn = 0
     for k, (key, log, guides) in enumerate(panels):
-        points = _points(comparison, key)
+        points = _points(comparison, key, facts)
         drawn += len(points[0])
         top = top0 + k * (panel_h + gap)
         if not points[0]:
@@ -354,14 +345,15 @@ def _cell_counts(cx: np.ndarray, cy: np.ndarray) -> dict[tuple[int, int], int]:
     return {(x0 + k // height, y0 + k % height): n for k, n in zip(keys.tolist(), counts.tolist(), strict=True)}
 
 
-def render_scatter_svg(comparison: Comparison) -> Markup:
+def render_scatter_svg(comparison: Comparison, facts: ReportFacts | None = None) -> Markup:
     """Each row's relative error (y) against the baseline's recorded L2 norm (x), both log axes.
 
     Rows sharing a 5-pixel cell are one square, darker the more rows it holds; failing rows are red.
+    ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
     key = select_relative_metric(comparison)
     title = f"{key} against the baseline's L2 norm"
-    cols = _columns(comparison)
+    cols = _columns(comparison, facts)
     metric = cols.first.get(key)
     if metric is None:  # not a column: read the rows
         metric = [r.metric(key) for u in comparison.units for r in u.rows]
@@ -399,15 +391,16 @@ def render_scatter_svg(comparison: Comparison) -> Markup:
     return Markup("".join(parts))
 
 
-def render_histogram_svg(comparison: Comparison) -> Markup:
+def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = None) -> Markup:
     """How many rows have their error (MaxAbsErr, or its statistics lower bound) in each decade.
 
     Exact zeros get their own bar marked "0" and NaN/±Inf one marked "NaN/inf", so neither breaks the
     log axis; the failing rows of each bar are drawn in red; the MaxAbsErr thresholds are marked.
+    ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
     key = select_error_metric(comparison)
     title = f"Histogram of {key} (log axis)"
-    cols = _columns(comparison)
+    cols = _columns(comparison, facts)
     metric = cols.first.get(key)
     if metric is None:  # not a column: read the rows
         metric = [r.metric(key) for u in comparison.units for r in u.rows]

@@ -56,11 +56,10 @@ from msprobe_cmp.comparator.compare import (
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.reports.common import (
     RANKING,
-    compared_counts,
+    ReportFacts,
     dumps_compact,
     format_number,
     format_side,
-    select_largest_disagreements,
 )
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
@@ -276,8 +275,8 @@ def _json_unit(unit: UnitComparison, fast: bool = False, compared: int | None = 
     }
 
 
-def _json_document(comparison: Comparison, fast: bool) -> dict[str, Any]:
-    compared, unit_compared = compared_counts(comparison)
+def _json_document(comparison: Comparison, fast: bool, facts: ReportFacts | None = None) -> dict[str, Any]:
+    compared, unit_compared = ReportFacts.of(comparison, facts).compared_counts()
     return {
         "schema": JSON_SCHEMA,
         "version": JSON_VERSION,
@@ -299,13 +298,14 @@ def _json_document(comparison: Comparison, fast: bool) -> dict[str, Any]:
     }
 
 
-def render_json_utf8(comparison: Comparison) -> bytes:
+def render_json_utf8(comparison: Comparison, *, facts: ReportFacts | None = None) -> bytes:
     """``render_json(comparison).encode("utf-8", errors="backslashreplace")`` (how the CLI writes the file),
-    without the text copy in between when orjson writes the document (its bytes are that encoding)."""
+    without the text copy in between when orjson writes the document (its bytes are that encoding).
+    ``facts``: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`)."""
     try:
-        return orjson.dumps(_json_document(comparison, fast=True))
+        return orjson.dumps(_json_document(comparison, True, facts))
     except (orjson.JSONEncodeError, TypeError):
-        return dumps_compact(_json_document(comparison, fast=False)).encode("utf-8", errors="backslashreplace")
+        return dumps_compact(_json_document(comparison, False, facts)).encode("utf-8", errors="backslashreplace")
 
 
 def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
@@ -600,12 +600,13 @@ def _junit_case(r: ComparisonRow, head: str) -> str:
     return f"<testcase{head}>\n   {child}\n  </testcase>"
 
 
-def render_junit(comparison: Comparison) -> str:
+def render_junit(comparison: Comparison, *, facts: ReportFacts | None = None) -> str:
     """The comparison as JUnit XML (module docstring): CI systems show failing rows as failed tests.
 
     Written as text, element by element, in the form ``xml.etree.ElementTree`` gives the same tree after
     ``ElementTree.indent(space=" ")``: attributes in the order given, elements without content as
-    ``<tag ... />``, one space of indentation per level.
+    ``<tag ... />``, one space of indentation per level.  ``facts``: what the reports of this comparison share
+    (:class:`~msprobe_cmp.reports.common.ReportFacts`).
     """
     suites: list[str] = []
     totals = [0, 0, 0]
@@ -616,9 +617,10 @@ def render_junit(comparison: Comparison) -> str:
         totals[1] += failures
         totals[2] += skipped
 
+    compared = ReportFacts.of(comparison, facts).compared_counts()[0]
     props = [_xml_element("property", {"name": name, "value": value}) for name, value in (
         ("verdict", comparison.verdict), ("mode", comparison.mode), ("input_a", comparison.input_a),
-        ("input_b", comparison.input_b), ("compared_count", str(compared_counts(comparison)[0])))]
+        ("input_b", comparison.input_b), ("compared_count", str(compared)))]
     case_attrs = {"classname": "msprobe-cmp", "name": "overall verdict", "time": "0"}
     failed = comparison.verdict != "pass"
     if failed:
@@ -693,10 +695,12 @@ def markdown_text(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", flat)
 
 
-def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS) -> str:
-    """A short Markdown summary (module docstring), for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
+def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, facts: ReportFacts | None = None) -> str:
+    """A short Markdown summary (module docstring), for ``$GITHUB_STEP_SUMMARY`` or a PR comment.
+    ``facts``: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`)."""
+    facts = ReportFacts.of(comparison, facts)
     lines = [f"## msprobe-cmp: {comparison.verdict.upper()}", ""]
-    lines.append(f"**Verdict: {comparison.verdict}** ({comparison.mode} mode, {compared_counts(comparison)[0]} rows "
+    lines.append(f"**Verdict: {comparison.verdict}** ({comparison.mode} mode, {facts.compared_counts()[0]} rows "
                  "compared)  ")
     lines.append(f"A (target): {markdown_text(comparison.input_a)}  ")
     lines.append(f"B (baseline): {markdown_text(comparison.input_b)}")
@@ -720,7 +724,7 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS) -> str
         listed = ", ".join(f"{u.side.upper()} {u.label}" for u in comparison.unpaired)
         lines.append(f"- **Unpaired units** (not compared): {markdown_text(listed)}")
     lines.append("")
-    largest = select_largest_disagreements(comparison, top)
+    largest = facts.largest_disagreements(top)
     if largest:
         keys = MARKDOWN_METRICS[comparison.mode]
         lines.append(f"### Largest disagreements (top {len(largest)})")

@@ -9,7 +9,6 @@ the plots' bulk placement against the one-value placement.
 from __future__ import annotations
 
 import csv
-import gc
 import io
 import json
 import math
@@ -26,7 +25,7 @@ from hypothesis import strategies as st
 
 from msprobe_cmp.comparator import Comparison, compare
 from msprobe_cmp.dump import DumpMeta, Entry, Map, RankDump, Seq, TensorLeaf, ValueLeaf
-from msprobe_cmp.reports import common, plots, render_csv, render_json, render_junit
+from msprobe_cmp.reports import common, plots, render_csv, render_json, render_junit, render_markdown
 from msprobe_cmp.reports.html import build_page_data, page_numbers
 from msprobe_cmp.reports.tables import CSV_COLUMNS, _csv_row, _json_document, render_json_utf8
 
@@ -286,7 +285,7 @@ def test_column_marks_and_cell_counts_equal_a_loop():
     assert list(counts) == sorted(counts)
 
 
-def test_largest_disagreements_are_the_sorted_prefix_and_forgotten_with_the_comparison():
+def test_largest_disagreements_are_the_sorted_prefix_and_shared_through_the_facts():
     a = [fwd(f"Functional.f.{k}.forward", t(mx=1.0 + k / 7)) for k in range(40)]
     b = [fwd(f"Functional.f.{k}.forward", t()) for k in range(40)]
     c = compare(unit(a), unit(b))
@@ -294,11 +293,14 @@ def test_largest_disagreements_are_the_sorted_prefix_and_forgotten_with_the_comp
                   or (r.differs and r.verdict != "skip")]
     full = sorted(candidates, key=lambda item: common._disagreement_key(item[1]))
     assert common.select_largest_disagreements(c, 15) == full[:15]
-    assert common.select_largest_disagreements(c, 10) == full[:10]  # from the remembered 15
-    assert common.select_largest_disagreements(c, 20) == full[:20]
     assert [r.entry_name for _, r in full[:3]] == ["Functional.f.39.forward", "Functional.f.38.forward",
                                                   "Functional.f.37.forward"]
-    assert common.compared_counts(c) == (c.compared_count, tuple(u.compared_count for u in c.units))
-    del c, candidates, full
-    gc.collect()
-    assert common._last_ranking is None and common._last_counts is None
+    facts = common.ReportFacts(c)
+    assert facts.largest_disagreements(15) == full[:15]
+    assert facts.largest_disagreements(10) == full[:10]  # the prefix of the ranked 15
+    assert facts.largest_disagreements(20) == full[:20]
+    assert facts.compared_counts() == (c.compared_count, tuple(u.compared_count for u in c.units))
+    assert common.ReportFacts.of(c, facts) is facts
+    other = compare(unit(a[:3]), unit(b[:3]))
+    assert common.ReportFacts.of(other, facts) is not facts  # facts of another comparison are not used
+    assert render_markdown(other, facts=facts) == render_markdown(other)

@@ -7,7 +7,9 @@
    API entries with 3 tensors each (two inputs, one output: msprobe's measurement) with
    :class:`msprobe_cmp.dump.DumpWriter`; B's statistics differ from A's by about 1e-4 relative.
    A fresh child process then times ``load_dump`` (both sides), ``compare`` and writing the five reports
-   (``msprobe_cmp.cli.write_reports``) separately and reports its peak RSS (VmHWM; see ``_peak_rss_mb``).
+   (``msprobe_cmp.cli.write_reports``) separately and reports its peak RSS (VmHWM; see ``_peak_rss_mb``), and the
+   CPU time (``time.process_time``) of loading and of comparing: on a host shared with other work the wall time
+   swings by 2x from run to run, the CPU time much less.
 2. Tensor mode: a pair of dumps holding ``--tensor-gb`` GB of float32 npy files in total (both sides;
    4 MB tensors and one entry of 16 MB tensors, the largest), B = A + small noise.  One child reads
    every npy file of both sides with ``np.load`` (the reference throughput), another compares them.
@@ -163,15 +165,16 @@ def worker_compare(root: str, out: str, profile: str | None, jobs: int = 1) -> d
     baseline_mb = _rss_now_mb()
 
     def run() -> dict[str, float]:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         a = load_dump(Path(root) / "A")
         b = load_dump(Path(root) / "B")
-        t1 = time.perf_counter()
+        c1, t1 = time.process_time(), time.perf_counter()
         comparison = compare(a, b, CompareOptions(jobs=jobs)) if jobs > 1 else compare(a, b)
-        t2 = time.perf_counter()
+        c2, t2 = time.process_time(), time.perf_counter()
         cli.write_reports(comparison, Path(out))
         t3 = time.perf_counter()
         return {"load_s": t1 - t0, "compare_s": t2 - t1, "report_s": t3 - t2, "total_s": t3 - t0,
+                "load_cpu_s": c1 - c0, "compare_cpu_s": c2 - c1,
                 "rows": sum(len(u.rows) for u in comparison.units), "mode": comparison.mode,
                 "verdict": comparison.verdict}
 
@@ -263,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
             r.update(entries=n, dump_json_mb=json_mb, generate_s=gen_s)
             results["statistics"].append(r)
             print(f"  {n:>7} entries: load {r['load_s']:.2f} s, compare {r['compare_s']:.2f} s, reports "
-                  f"{r['report_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+                  f"{r['report_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB (CPU time: load "
+                  f"{r.get('load_cpu_s', float('nan')):.2f} s, compare {r.get('compare_cpu_s', float('nan')):.2f} s)",
+                  flush=True)
             if prof:
                 results["profile"] = Path(prof).read_text()
             shutil.rmtree(root)

@@ -780,17 +780,18 @@ def _finite_statistics_outcome(
     d0, d1, d2, d3 = a0 - b0, a1 - b1, a2 - b2, a3 - b3
     m0, m1, m2, m3 = abs(d0), abs(d1), abs(d2), abs(d3)
     bound = max(m0, m1, m2, m3 / math.sqrt(numel))
+    # max(|b|, floor), spelt out: floor when floor > |b| (what max() returns; every value here is finite)
+    r0, r1, r2, r3 = abs(b0), abs(b1), abs(b2), abs(b3)
     metrics = (
         ("Max diff", d0), ("Min diff", d1), ("Mean diff", d2), ("L2norm diff", d3),
-        ("Max relative diff", m0 / max(abs(b0), floor)),
-        ("Min relative diff", m1 / max(abs(b1), floor)),
-        ("Mean relative diff", m2 / max(abs(b2), floor)),
-        ("L2norm relative diff", m3 / max(abs(b3), floor)),
+        ("Max relative diff", m0 / (floor if floor > r0 else r0)),
+        ("Min relative diff", m1 / (floor if floor > r1 else r1)),
+        ("Mean relative diff", m2 / (floor if floor > r2 else r2)),
+        ("L2norm relative diff", m3 / (floor if floor > r3 else r3)),
         (LOWER_BOUND_NAME, bound),
     )
-    if bound <= t.max_abs_err_fail_above and m0 <= t.max_abs_err_suspect_above and \
-            m1 <= t.max_abs_err_suspect_above and m2 <= t.max_abs_err_suspect_above and \
-            m3 <= t.max_abs_err_suspect_above:
+    suspect = t.max_abs_err_suspect_above
+    if bound <= t.max_abs_err_fail_above and m0 <= suspect and m1 <= suspect and m2 <= suspect and m3 <= suspect:
         rule = _PASS
     else:
         rule = compute_finite_statistics_verdict(

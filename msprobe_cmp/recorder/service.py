@@ -99,6 +99,26 @@ def backward_name_of(forward_name: str | None) -> str | None:
     return None
 
 
+class TrainingError(Exception):
+    """An error of the training's own that surfaced inside a recording hook: :meth:`RecorderService.run_guarded`
+    re-raises :attr:`original` instead of reporting a hook failure.
+
+    MindSpore PyNative runs kernels asynchronously: a failing kernel of the user's raises at the next
+    synchronisation, whoever makes it, and only there (the next one succeeds).  Without the recorder that is the
+    user's own next ``asnumpy()`` (or any other sync); with it, it is often the recorder's copy of a tensor.  If
+    the recorder swallowed the error there, the user would never see it.  The adapter therefore synchronises
+    before touching a tensor and wraps what that raises in this class (errors of the recorder's own operations,
+    which come after that synchronisation, stay hook failures).
+
+    Attributes:
+        original: the framework's exception, re-raised unchanged.
+    """
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
 def describe_error(exc: BaseException, limit: int = MAX_ERROR_CHARS) -> str:
     """``"<Type>: <message>"`` on one line (whitespace runs collapsed), cut to ``limit`` characters: some
     framework errors (torch's dispatcher) carry several kilobytes of text."""
@@ -250,6 +270,8 @@ class RecorderService:
         #: Set when writing the dump failed (:meth:`stop_for_write_error`); recording is then off for good.
         self.write_error: str | None = None
         self._stack_cache: dict[tuple[tuple[CodeType, int], ...], tuple[str, ...]] = {}
+        # How many run_guarded calls are active (a TrainingError is handed back by the outermost one).
+        self._guard_depth = 0
 
     # ----------------------------------------------------------------- switches and steps
 
@@ -497,14 +519,31 @@ class RecorderService:
 
     def run_guarded(self, key: str, fn: Callable[[], T], *, disable: bool = True, what: str | None = None) -> T | None:
         """Run ``fn`` unless ``key`` is disabled in this step; on an exception report it
-        (:meth:`hook_failed`, with ``disable`` and ``what``) and return None."""
+        (:meth:`hook_failed`, with ``disable`` and ``what``) and return None.
+
+        Raises:
+            BaseException: the training's own error when ``fn`` raises :class:`TrainingError` (its ``original``;
+                ``what`` or ``key`` is then listed in ``not_captured``, the hook stays enabled).
+        """
         if key in self._disabled:
             return None
+        self._guard_depth += 1
         try:
             return fn()
+        except TrainingError as exc:  # the user's error, surfaced at the recorder's synchronisation: give it back
+            if self._guard_depth > 1:
+                raise  # an enclosing guard hands it back (and notes the call)
+            self.note_not_captured(
+                what or key,
+                "the training raised an error while this call was being recorded (a failing kernel of its own, "
+                f"surfaced at the recorder's synchronisation and re-raised): {describe_error(exc.original)}",
+            )
+            raise exc.original from None
         except Exception as exc:  # a hook must never break training
             self.hook_failed(key, exc, disable=disable, what=what)
             return None
+        finally:
+            self._guard_depth -= 1
 
     @property
     def disabled_hooks(self) -> frozenset[str]:

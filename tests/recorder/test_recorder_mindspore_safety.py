@@ -104,6 +104,79 @@ def test_user_errors_inside_recorded_calls_propagate_unchanged(tmp_path: Path, m
     assert "Functional.square.0.forward" in data
 
 
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0]
+
+
+def test_a_failing_kernel_of_the_training_reaches_the_user_and_the_dump_says_so(tmp_path: Path, ms: Any) -> None:
+    # PyNative dispatch is asynchronous: a kernel's error surfaces at the next synchronisation, once. Without the
+    # recorder that is the user's own asnumpy(); with it, the recorder's copy of the next tensor, which must not
+    # swallow it (it used to: the user's asnumpy() then succeeded).
+    a = ms.Tensor(np.ones((2, 3), np.float32))
+    b = ms.Tensor(np.ones((4, 5), np.float32))
+
+    def failing_then_sync() -> None:
+        ms.ops.matmul(a, b)  # shapes (2, 3) @ (4, 5): fails in the kernel, not at the call
+        (ms.ops.square(a) + 1).asnumpy()
+
+    with pytest.raises(RuntimeError) as plain:
+        failing_then_sync()
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore") as dbg:
+        dbg.start()
+        before = ms.ops.square(a)
+        with pytest.raises(RuntimeError) as recorded:
+            failing_then_sync()
+        after = ms.ops.square(a)  # the recorder keeps recording after the user's error
+        dbg.stop()
+    assert "MatMul" in _first_line(plain.value)
+    assert _first_line(recorded.value) == _first_line(plain.value)
+    np.testing.assert_array_equal(after.asnumpy(), np.ones((2, 3), np.float32))
+    doc = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())
+    data = doc["data"]
+    assert data["Functional.square.0.forward"]["output"][0]["Max"] == 1.0  # captured before the error
+    assert "Functional.square.1.forward" in data or "Functional.square.2.forward" in data  # and after it
+    reasons = {item["what"]: item["reason"] for item in doc["not_captured"]}
+    assert "Functional.matmul" in reasons and "the training raised an error" in reasons["Functional.matmul"]
+    assert "MatMul" in reasons["Functional.matmul"]
+    np.testing.assert_array_equal(before.asnumpy(), np.ones((2, 3), np.float32))
+
+
+def test_a_failing_kernel_met_while_an_api_backward_is_prepared_reaches_the_user(tmp_path: Path, ms: Any) -> None:
+    # data_mode backward only: the first synchronisation after the failing kernel is the gradient-hook set-up of
+    # an API call, a guarded step nested in the call's own guard.
+    a = ms.Tensor(np.ones((2, 3), np.float32))
+    b = ms.Tensor(np.ones((4, 5), np.float32))
+    x = ms.Tensor(np.ones((2, 3), np.float32))
+
+    def forward(x: Any) -> Any:
+        ms.ops.matmul(a, b)
+        return ms.ops.square(x).sum()
+
+    def train_step() -> None:
+        loss, _grad = ms.value_and_grad(forward)(x)
+        loss.asnumpy()
+
+    with pytest.raises(RuntimeError) as plain:
+        train_step()
+    cfg = tmp_path / "config.json"
+    dump = tmp_path / "dump"
+    cfg.write_text(
+        json.dumps({"dump_path": str(dump), "level": "L1", "task": "statistics", "statistics": {"data_mode": ["backward"]}})
+    )
+    dbg = PrecisionDebugger(cfg, framework="mindspore")
+    try:
+        dbg.start()
+        with pytest.raises(RuntimeError) as recorded:
+            train_step()
+        dbg.stop()
+    finally:
+        dbg.close()
+    assert _first_line(recorded.value) == _first_line(plain.value)
+    doc = json.loads((dump / "step0" / "rank" / "dump.json").read_text())
+    reasons = {item["what"]: item["reason"] for item in doc["not_captured"]}
+    assert any("the training raised an error" in r and "MatMul" in r for r in reasons.values()), reasons
+
+
 def test_close_removes_everything(tmp_path: Path, ms: Any, build_net: Callable[[], Any]) -> None:
     net = build_net()
     originals = {

@@ -20,6 +20,13 @@ step ends with ``loss.asnumpy()`` so the asynchronous CPU dispatch is finished i
 Prints one table per workload: ms/step, ratio recorded/plain, dump size and entries recorded per step.
 Default (20 steps, both workloads) takes about 3-4 minutes on 2 cores; ``--quick`` runs 6 steps and
 fewer configurations.
+
+``--alternate ROUNDS``: the measure least disturbed by other load on the machine.  One process per recorded
+configuration (the step-filter ones excepted) alternates blocks of plain and recorded steps: ROUNDS times,
+``--block`` plain steps with the model hooks removed (as on a step the filter excludes; the API wrappers stay
+installed and only check their switch) and then ``--block`` recorded steps; the first step of each block
+(hook reinstallation, caches) is not counted.  Prints the median plain and recorded step times and their
+ratio, and the ratio of the two fastest steps (what the machine's other load disturbs least).
 """
 
 from __future__ import annotations
@@ -197,6 +204,63 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
             "dump_bytes": _dir_size(dump) if dump.exists() else 0, "entries_per_step": entries}
 
 
+def run_alternating_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Alternate blocks of plain and recorded steps of ``spec["workload"]`` in this process (see ``--alternate``)."""
+    import statistics
+
+    import mindspore as ms
+
+    from msprobe_cmp import PrecisionDebugger
+
+    net, loss_fn, x, y = _build(spec["workload"])
+    optimizer = ms.nn.Adam(net.trainable_params(), learning_rate=1e-3)
+
+    def forward(x: Any, y: Any) -> Any:
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+    task = spec["task"]
+    dump = Path(spec["dump_path"])
+    cfg = dump.parent / f"{dump.name}.config.json"
+    cfg.write_text(json.dumps({"dump_path": str(dump), "task": task, "level": spec["level"],
+                               task: {"summary_mode": spec["summary_mode"]}}))
+    debugger = PrecisionDebugger(cfg, framework="mindspore")
+    adapter = debugger._adapter  # the bench removes the model hooks for its plain steps
+
+    def plain_step() -> float:
+        t0 = time.perf_counter()
+        loss, grads = grad_fn(x, y)
+        optimizer(grads)
+        loss.asnumpy()
+        return time.perf_counter() - t0
+
+    def recorded_step() -> float:
+        t0 = time.perf_counter()
+        debugger.start(net)
+        loss, grads = grad_fn(x, y)
+        debugger.stop()
+        optimizer(grads)
+        debugger.step()
+        loss.asnumpy()
+        return time.perf_counter() - t0
+
+    plain: list[float] = []
+    recorded: list[float] = []
+    block = max(2, spec["block"])
+    for round_ in range(spec["rounds"] + 1):  # round 0 warms up
+        adapter._park_model_hooks()
+        p = [plain_step() for _ in range(block)][1:]
+        r = [recorded_step() for _ in range(block)][1:]
+        if round_:
+            plain += p
+            recorded += r
+    debugger.close()
+    shutil.rmtree(dump, ignore_errors=True)
+    return {"plain_ms": 1000 * statistics.median(plain), "recorded_ms": 1000 * statistics.median(recorded),
+            "ratio": statistics.median(recorded) / statistics.median(plain), "min_ratio": min(recorded) / min(plain),
+            "steps": len(recorded)}
+
+
 # ----------------------------------------------------------------------------------------------
 # Driver side.
 
@@ -215,6 +279,44 @@ def run_config(workload: str, cfg: tuple[str, str | None, str, str, list[int]], 
     if res.returncode != 0 or not lines:
         raise RuntimeError(f"{workload} / {label} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
     return dict(json.loads(lines[-1]), label=label)
+
+
+def alternate(workloads: tuple[str, ...], configs: list[tuple[str, str | None, str, str, list[int]]], rounds: int,
+              block: int, workdir: Path | None, json_out: Path | None) -> int:
+    """``--alternate``: one process per (workload, configuration), plain and recorded steps alternating."""
+    print(f"python {sys.version.split()[0]}, nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}, "
+          f"alternating {rounds} blocks of {block} plain and {block} recorded steps (first of each not counted)",
+          flush=True)
+    results: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for workload in workloads:
+            rows = []
+            for label, level, task, summary_mode, _step in configs:
+                dump = Path(tmp) / f"{workload}_{''.join(ch if ch.isalnum() else '_' for ch in label)}"
+                spec = {"workload": workload, "level": level, "task": task, "summary_mode": summary_mode,
+                        "dump_path": str(dump), "rounds": rounds, "block": block}
+                env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                res = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True,
+                                     text=True, env=env, timeout=1800)
+                lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+                if res.returncode != 0 or not lines:
+                    raise RuntimeError(f"{workload} / {label} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+                row = dict(json.loads(lines[-1]), label=label)
+                rows.append(row)
+                print(f"  {workload:11s} {label:16s} plain {row['plain_ms']:7.1f} ms, "
+                      f"recorded {row['recorded_ms']:7.1f} ms: {row['ratio']:.2f}x "
+                      f"(fastest steps {row['min_ratio']:.2f}x)",
+                      flush=True)
+            results[workload] = rows
+            print(f"\n{workload}:\n| config | plain ms/step | recorded ms/step | recorded/plain | fastest/fastest |")
+            print("| --- | ---: | ---: | ---: | ---: |")
+            for r in rows:
+                print(f"| {r['label']} | {r['plain_ms']:.1f} | {r['recorded_ms']:.1f} | {r['ratio']:.2f}x "
+                      f"| {r['min_ratio']:.2f}x |")
+            print(flush=True)
+    if json_out:
+        json_out.write_text(json.dumps(results, indent=1))
+    return 0
 
 
 def _size(n: int) -> str:
@@ -237,10 +339,15 @@ def main(argv: list[str] | None = None) -> int:
                    "median step time (default: %(default)s)")
     p.add_argument("--workdir", type=Path, help="where the dumps go while measured (default: a temporary directory)")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
+    p.add_argument("--alternate", type=int, metavar="ROUNDS", help="instead: alternate plain and recorded steps "
+                   "in one process per configuration, ROUNDS blocks of each (see the module docstring)")
+    p.add_argument("--block", type=int, default=4, help="steps per block with --alternate, the first not counted "
+                   "(default: %(default)s)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(run_worker(json.loads(args.worker))))
+        spec = json.loads(args.worker)
+        print(json.dumps(run_alternating_worker(spec) if spec.get("rounds") else run_worker(spec)))
         return 0
     steps = 6 if args.quick and args.steps == 20 else args.steps
     if steps < 2:
@@ -253,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--configs: unknown {', '.join(sorted(unknown))}; known: {'; '.join(c[0] for c in CONFIGS)}")
         configs = [c for c in CONFIGS if c[0] in wanted]
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
+    if args.alternate:
+        return alternate(workloads, [c for c in configs if c[1] is not None and not c[4]], args.alternate, args.block,
+                         args.workdir, args.json)
     print(f"python {sys.version.split()[0]}, nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}, "
           f"{steps} steps per run (mean of steps 2..{steps})", flush=True)
     all_results: dict[str, list[dict[str, Any]]] = {}

@@ -267,10 +267,47 @@ def _fast_stat(value: Any) -> float | None:
     raise _Unusual
 
 
+#: The keys, in order, of a statistics leaf as our recorder writes it (``node_to_json``): the common leaf.
+_OUR_LEAF_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "nan_count", "pos_inf_count",
+                  "neg_inf_count")
+
+
+def _our_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf | None:
+    """:func:`_fast_tensor_leaf` of a leaf whose keys are :data:`_OUR_LEAF_KEYS` in that order, when its values
+    are plain (string dtype, list of non-negative int dims, float statistics, int counts within the element
+    count); None otherwise (the caller then takes the general fast path, which gives the same leaf or raises)."""
+    _, dtype, shape, mx, mn, me, no, n, p, m = obj.values()
+    if type(dtype) is not str or type(shape) is not list:
+        return None
+    if not (type(mx) is float and type(mn) is float and type(me) is float and type(no) is float):
+        return None
+    numel = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return None
+        numel *= d
+    if numel >= 2**63:
+        return None
+    if not (type(n) is int and type(p) is int and type(m) is int and 0 <= n <= numel and 0 <= p <= numel
+            and 0 <= m <= numel):
+        return None
+    leaf = _new(TensorLeaf)
+    leaf.__dict__.update({
+        "type": type_, "dtype": dtype, "shape": tuple(shape), "max": mx, "min": mn, "mean": me, "norm": no,
+        "md5": None, "data_name": None, "requires_grad": None,
+        "extra": (("nan_count", n), ("pos_inf_count", p), ("neg_inf_count", m)), "nonfinite_counts": (n, p, m),
+    })
+    return leaf
+
+
 def _fast_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf:
     """:func:`tensor_leaf_from_json` for a well-formed leaf (plain statistics and scalar extra fields), without
     building the error-message paths; anything else raises :class:`_Unusual`.  The leaf's NaN/Inf counts
     (:attr:`TensorLeaf.nonfinite_counts`) are computed here, once."""
+    if len(obj) == 10 and tuple(obj) == _OUR_LEAF_KEYS:
+        leaf = _our_tensor_leaf(obj, type_)
+        if leaf is not None:
+            return leaf
     get = obj.get
     dtype = get("dtype")
     shape = get("shape")

@@ -133,3 +133,20 @@ def test_nesting_limit_is_the_same_on_the_fast_path(tmp_path, depth):
     else:
         with pytest.raises(DumpFormatError, match="nested deeper than 64 levels"):
             load_dump(rank)
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"nan_count": 3, "neg_inf_count": 6}, {"nan_count": 7}, {"pos_inf_count": True}, {"Max": 2}, {"shape": []},
+    {"shape": [0, 3]}, {"Norm": None}, {"neg_inf_count": -1}, {"nan_count": 1.0},
+])
+def test_fast_leaf_builders_equal_the_general_one(changes):
+    from msprobe_cmp.dump.serde import _fast_tensor_leaf, tensor_leaf_from_json
+
+    obj = _leaf(nan_count=0, pos_inf_count=0, neg_inf_count=0)
+    obj.update(changes)
+    general = tensor_leaf_from_json(json.loads(json.dumps(obj)), "f", "w")
+    fast = _fast_tensor_leaf(obj, obj["type"])
+    assert fast == general
+    assert [type(v) for _, v in fast.extra] == [type(v) for _, v in general.extra]
+    assert (fast.nonfinite_counts, fast.has_invalid_nonfinite_counts) == (
+        general.nonfinite_counts, general.has_invalid_nonfinite_counts)

@@ -46,18 +46,15 @@ _TENSOR_LOADERS: dict[str, TensorLoader] = {}
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector inside the block; on leaving it (also on error), move every object
-    then alive out of the collector's reach (:func:`gc.freeze`) and re-enable it.
+    """Pause Python's cyclic garbage collector inside the block and re-enable it on leaving (also on error).
 
     Loading, comparing and rendering build millions of small acyclic objects.  With the collector running,
-    each allocation burst re-scans every object still alive (30-40 % of a large compare's time); paused, the
-    first collection after the block still scans all of them once (~0.5 us an object: 1-1.6 s per block for a
-    100k-entry pair), and a later full collection, or the one at interpreter exit, again.  Frozen, they are
-    never scanned: reference counting still frees every one of them (the records hold no cycles).  The cost:
-    reference cycles that are garbage when the block ends (made inside it, or waiting for a collection from
-    before it) are not reclaimed until :func:`gc.unfreeze`; the young generations are collected on entry, so
-    only cycles that had already reached the oldest generation remain.  Nested use is fine (only the
-    outermost block does this).
+    each allocation burst re-scans every object still alive (30-40 % of a large compare's time).  Reference
+    counting still frees every record (they hold no cycles).  The young generations are collected on entry
+    (cheap), so garbage from before the block does not wait for the block.  Nested use is fine, and a block
+    entered while the collector is already off (the ``msprobe-cmp`` command runs with it off, see
+    :func:`msprobe_cmp.cli.console_main`) leaves it off.  Unlike a :func:`gc.freeze`, this changes nothing
+    in the calling process beyond the block.
     """
     was_enabled = gc.isenabled()
     if was_enabled:
@@ -67,7 +64,6 @@ def paused_gc() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
-            gc.freeze()
             gc.enable()
 
 

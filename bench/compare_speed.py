@@ -158,10 +158,13 @@ def make_tensor_pair(root: Path, total_gb: float) -> tuple[int, int]:
 
 
 def worker_compare(root: str, out: str, profile: str | None, jobs: int = 1) -> dict[str, Any]:
+    import gc
+
     import msprobe_cmp.cli as cli
     from msprobe_cmp import compare, load_dump
     from msprobe_cmp.comparator import CompareOptions
 
+    gc.disable()  # as the msprobe-cmp command runs (msprobe_cmp.cli.console_main)
     baseline_mb = _rss_now_mb()
 
     def run() -> dict[str, float]:

@@ -111,11 +111,20 @@ class _LogAxis:
         px = frac * self.inner_length
         return self.inner_start + (self.inner_length - px if self.flip else px)
 
+    def place_decade(self, e: int) -> float:
+        """Pixel coordinate of ``10**e``: :meth:`place` of ``10.0**e`` where that is a positive float, else the
+        decade's own position ``(e - lo) / (hi - lo)`` (``10.0**e`` overflows for ``e > 308``, which an axis
+        over values near the float64 maximum reaches, and is 0.0 for ``e < -323``)."""
+        if -323 <= e <= 308:
+            return self.place(10.0**e)
+        px = (e - self.lo) / (self.hi - self.lo) * self.inner_length
+        return self.inner_start + (self.inner_length - px if self.flip else px)
+
     def ticks(self) -> list[tuple[float, str]]:
         """(pixel, label) of the decade ticks (at most about 10) and of the two bands."""
         span = self.hi - self.lo
         step = max(1, math.ceil(span / 10))
-        out = [(self.place(10.0**e), _decade_label(e)) for e in range(self.lo, self.hi + 1, step)]
+        out = [(self.place_decade(e), _decade_label(e)) for e in range(self.lo, self.hi + 1, step)]
         out.append((self.place(0.0), "0"))
         out.append((self.place(math.inf), "NaN/inf"))
         return out

@@ -1,0 +1,39 @@
+"""The plots' log axis over values near the float64 limits: decade ticks beyond float range are placed at their
+decade (they raised OverflowError before, so the command ended with an internal error and no report)."""
+
+from __future__ import annotations
+
+import pytest
+
+from msprobe_cmp.reports import plots
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_decade_ticks_beyond_float_range(flip: bool) -> None:
+    # values 1e299 .. 1.5e308: decades lo = 299, hi = ceil(log10(1.5e308)) = 309 (one tick per decade), and
+    # 10.0**309 overflows
+    axis = plots._LogAxis([1e299, 1.5e308], 0.0, 334.0, flip=flip, band=2.0)
+    assert (axis.lo, axis.hi) == (299, 309)
+    ticks = axis.ticks()
+    assert [label for _, label in ticks] == [f"1e{e}" for e in range(299, 310)] + ["0", "NaN/inf"]
+    # by hand: inner range [2, 332] (330 px); decade 309 is the top end of the inner range (frac 1.0),
+    # i.e. pixel 332 along the axis, 2 when the axis is flipped
+    top = dict((label, px) for px, label in ticks)["1e309"]
+    assert top == (2.0 if flip else 332.0)
+
+
+def test_decade_ticks_inside_float_range_unchanged() -> None:
+    # a decade 10**e that is a positive float is still placed through place(10.0**e)
+    axis = plots._LogAxis([1e-3, 1e3], 10.0, 200.0, flip=False)
+    for px, label in axis.ticks()[:-2]:
+        e = int(label[2:])
+        assert px == axis.place(10.0**e)
+
+
+def test_decade_below_float_range_is_placed_at_its_decade() -> None:
+    # 5e-324 (the smallest subnormal): lo = floor(log10(5e-324)) = -324, and 10.0**-324 is 0.0, which place()
+    # puts in the zero band (pixel 2 - 1 = 1 here); the tick is placed at its decade, the bottom end of the inner
+    # range (pixel 2) instead
+    axis = plots._LogAxis([5e-324, 1e-318], 0.0, 334.0, flip=False, band=2.0)
+    assert (axis.lo, axis.hi) == (-324, -318)
+    assert dict((label, px) for px, label in axis.ticks())["1e-324"] == 2.0

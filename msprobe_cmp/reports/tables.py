@@ -38,6 +38,7 @@ import re
 from dataclasses import asdict
 from importlib import resources
 from typing import Any
+from xml.sax import saxutils
 
 import orjson
 
@@ -524,38 +525,20 @@ def _metrics_text(row: ComparisonRow) -> str:
     return ", ".join(f"{k}={format_number(v)}" for k, v in row.metrics if v is not None)
 
 
+#: What an attribute value escapes beyond ``& < >`` (as ``xml.etree.ElementTree`` writes it: CR, LF and tab as
+#: character references, so that they survive attribute-value normalisation).
+_XML_ATTR_ENTITIES = {'"': "&quot;", "\r": "&#13;", "\n": "&#10;", "\t": "&#09;"}
+
+
 def _xml_attr(text: str) -> str:
-    """``text`` as an XML attribute value between double quotes: :func:`xml_text`, then ``& < > "`` as entities
-    and CR, LF, tab as character references (what ``xml.etree.ElementTree`` writes, so that they survive
-    attribute-value normalisation)."""
-    text = xml_text(text)
-    if "&" in text:
-        text = text.replace("&", "&amp;")
-    if "<" in text:
-        text = text.replace("<", "&lt;")
-    if ">" in text:
-        text = text.replace(">", "&gt;")
-    if '"' in text:
-        text = text.replace('"', "&quot;")
-    if "\r" in text:
-        text = text.replace("\r", "&#13;")
-    if "\n" in text:
-        text = text.replace("\n", "&#10;")
-    if "\t" in text:
-        text = text.replace("\t", "&#09;")
-    return text
+    """``text`` as an XML attribute value between double quotes: :func:`xml_text`, then escaped by
+    :func:`xml.sax.saxutils.escape` with :data:`_XML_ATTR_ENTITIES` (the bytes ``ElementTree`` writes)."""
+    return saxutils.escape(xml_text(text), _XML_ATTR_ENTITIES)
 
 
 def _xml_cdata(text: str) -> str:
-    """``text`` as XML character data: :func:`xml_text`, then ``& < >`` as entities."""
-    text = xml_text(text)
-    if "&" in text:
-        text = text.replace("&", "&amp;")
-    if "<" in text:
-        text = text.replace("<", "&lt;")
-    if ">" in text:
-        text = text.replace(">", "&gt;")
-    return text
+    """``text`` as XML character data: :func:`xml_text`, then ``& < >`` escaped by :func:`xml.sax.saxutils.escape`."""
+    return saxutils.escape(xml_text(text))
 
 
 def _xml_element(tag: str, attrs: dict[str, str], text: str | None = None) -> str:

@@ -6,8 +6,10 @@ the comparator, issue 7).
     .venv/bin/python bench/check_identical.py --base /tmp/base [--entries 10000] [--workdir DIR]
 
 Writes a set of dump pairs once, then, for each pair and each tree (``--base`` and this repository), runs a
-child process with ``PYTHONPATH=<tree>`` that loads both sides, compares them and renders ``render_json``
-(parsed) and ``render_csv``.  Prints one line per pair and exits 1 when any output differs.
+child process with ``PYTHONPATH=<tree>`` that loads both sides, compares them and writes the five reports
+(``msprobe_cmp.cli.write_reports``): comparison.json and the HTML page's data block are compared parsed, the
+CSV, junit.xml, summary.md and the rest of the HTML as text.  Prints one line per pair and exits 1 when any
+output differs.
 
 The pairs: the bench's statistics pair of ``--entries`` entries (``bench/compare_speed.py``); the mindstudio-probe
 1.2.2 fixtures under ``tests/data`` (statistics, tensor, and MindSpore <-> PyTorch statistics both ways); an md5
@@ -24,6 +26,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,20 +37,39 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "data" / "msprobe-1.2.2-mindspore"
 
 
+_DATA_OPEN = '<script type="application/json" id="report-data">'
+
+
 def _child(tree: Path, a: Path, b: Path, out: Path) -> None:
+    """Compare a with b using the code in ``tree`` and write the five reports (``cli.write_reports``) to out/."""
     code = (
-        "import sys, json\n"
+        "import sys\n"
         "from pathlib import Path\n"
         "from msprobe_cmp import compare, load_dump\n"
-        "from msprobe_cmp.reports.tables import render_csv, render_json\n"
-        "c = compare(load_dump(sys.argv[1]), load_dump(sys.argv[2]))\n"
-        "Path(sys.argv[3]).write_text(json.dumps({'json': json.loads(render_json(c)), 'csv': render_csv(c)}))\n"
+        "from msprobe_cmp.cli import write_reports\n"
+        "write_reports(compare(load_dump(sys.argv[1]), load_dump(sys.argv[2])), Path(sys.argv[3]))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(tree))
     res = subprocess.run([sys.executable, "-c", code, str(a), str(b), str(out)], env=env, capture_output=True,
                          text=True, cwd=str(tree), timeout=3600)
     if res.returncode != 0:
         raise RuntimeError(f"compare in {tree} failed:\n{res.stderr[-3000:]}")
+
+
+def _reports(out: Path) -> dict[str, Any]:
+    """The five reports of one tree, in the form they are compared in: comparison.json and the HTML page's data
+    block parsed (same values, not necessarily the same bytes), everything else as text."""
+    html = (out / "report.html").read_text("utf-8")
+    start = html.index(_DATA_OPEN) + len(_DATA_OPEN)
+    end = html.index("</script>", start)
+    return {
+        "json": json.loads((out / "comparison.json").read_text("utf-8")),
+        "csv": (out / "comparison.csv").read_text("utf-8"),
+        "junit": (out / "junit.xml").read_text("utf-8"),
+        "markdown": (out / "summary.md").read_text("utf-8"),
+        "page data": json.loads(html[start:end]),
+        "page": html[:start] + html[end:],
+    }
 
 
 def _stats(rs: random.Random, scale: float = 1.0) -> dict[str, Any]:
@@ -195,17 +217,16 @@ def main(argv: list[str] | None = None) -> int:
         for label, (a, b) in pairs.items():
             outs = []
             for k, tree in enumerate((args.base.resolve(), REPO)):
-                out = t / f"out{k}.json"
+                out = t / f"out{k}"
+                shutil.rmtree(out, ignore_errors=True)
                 _child(tree, a, b, out)
-                outs.append(json.loads(out.read_text()))
+                outs.append(_reports(out))
             base, new = outs
             rows = sum(len(u["rows"]) for u in new["json"]["units"]) if "units" in new["json"] else "?"
-            same_json = json.dumps(base["json"], sort_keys=True) == json.dumps(new["json"], sort_keys=True)
-            same_csv = base["csv"] == new["csv"]
-            ok = same_json and same_csv
-            failed += not ok
-            print(f"{'same' if ok else 'DIFFERENT'}: {label} ({rows} rows; json {'=' if same_json else '!='}, "
-                  f"csv {'=' if same_csv else '!='})", flush=True)
+            differ = [k for k in base if json.dumps(base[k], sort_keys=True) != json.dumps(new[k], sort_keys=True)]
+            failed += bool(differ)
+            print(f"{'DIFFERENT' if differ else 'same'}: {label} ({rows} rows; "
+                  f"{'differ: ' + ', '.join(differ) if differ else ', '.join(base) + ' equal'})", flush=True)
     return 1 if failed else 0
 
 

@@ -91,3 +91,25 @@ def test_mindtorch_forward_and_gradients_match_numpy(recorded: Path) -> None:
     _check(leaves["Module.fc1.Linear.backward.0"]["input.0"], g_h)
     assert leaves["Module.fc1.Linear.backward.0"]["output.0"] is None
     _check(leaves["Functional.linear.0.backward"]["input.0"], g_h)
+
+
+def test_mindtorch_a_failing_kernel_of_the_training_reaches_the_user(tmp_path: Path) -> None:
+    # The same asynchronous-error path as MindSpore's (mindtorch runs on MindSpore PyNative): the recorder's copy
+    # of the next tensor met the error and logged it as a hook failure, so the user's own sync succeeded.
+    from mindtorch_env import mindtorch_python
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = Path(__file__).with_name("mindtorch_kernel_error_script.py")
+    res = subprocess.run([mindtorch_python(), str(script), str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    plain, recorded = result["plain"], result["recorded"]
+    # 2 * 3 elements of 1 + 1: the steps without the error; step 1 sees MatMul's error, once, in both runs.
+    assert plain[0] == plain[2] == 12.0 and isinstance(plain[1], str) and "MatMul" in plain[1]
+    assert recorded == plain
+    doc = json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())
+    reasons = {item["what"]: item["reason"] for item in doc["not_captured"]}
+    assert "the training raised an error" in reasons["Torch.matmul"] and "MatMul" in reasons["Torch.matmul"]
+    later = json.loads((tmp_path / "dump" / "step2" / "rank" / "dump.json").read_text())
+    assert later["data"]["Torch.square.0.forward"]["output"][0]["Max"] == 1.0  # recording goes on afterwards

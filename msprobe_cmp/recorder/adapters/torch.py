@@ -87,7 +87,7 @@ from msprobe_cmp.recorder.adapters.torch_support import (
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, CellCall, describe_error
+from msprobe_cmp.recorder.service import ApiCall, CellCall, TrainingError, describe_error
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +122,8 @@ class TorchAdapter(AdapterBase):
         self._view_as = getattr(getattr(torch, "_C", None), "TensorBase", torch.Tensor).view_as
         self._ms_hook: Callable[[Any, Callable[[Any], Any]], Any] | None = None
         self._ms_requires_grad: Callable[[], bool] | None = None
+        # mindtorch: MindSpore's synchronisation with its asynchronous dispatch (see _surface_training_error).
+        self._ms_sync: Callable[[], Any] | None = None
         # torch.compile: dynamo folds is_compiling() to True while tracing, so a compiled region holds only the
         # original calls (no recorder code is traced, no graph break, no recompilation).
         self._compiling = _working(getattr(getattr(torch, "compiler", None), "is_compiling", None)) or never
@@ -174,6 +176,7 @@ class TorchAdapter(AdapterBase):
 
         self._ms_hook = hook
         self._ms_requires_grad = lambda: bool(executor.requires_grad())
+        self._ms_sync = executor.sync
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -208,8 +211,29 @@ class TorchAdapter(AdapterBase):
             return "torch." + name[len("mindspore.") :]
         return name
 
+    def _surface_training_error(self) -> None:
+        """mindtorch: synchronise with MindSpore's asynchronous dispatch before the recorder touches a tensor, and
+        hand an error raised there (a failing kernel of the training's own) back to the user as
+        :class:`~msprobe_cmp.recorder.service.TrainingError`, as the MindSpore adapter does (see
+        ``MindSporeAdapter._surface_training_error``); without it the recorder's copy met the error, reported it as
+        a hook failure and so swallowed it.  Nothing under PyTorch.
+
+        Raises:
+            TrainingError: wrapping what the synchronisation raised.
+        """
+        sync = self._ms_sync
+        if sync is None:
+            return
+        try:
+            sync()
+        except Exception as exc:
+            raise TrainingError(exc) from exc
+
     def _is_float_tensor(self, value: object) -> bool:
-        return isinstance(value, self._tensor_type) and self._dtype_name(value.dtype) in _FLOAT_DTYPES
+        if not isinstance(value, self._tensor_type):
+            return False
+        self._surface_training_error()
+        return self._dtype_name(value.dtype) in _FLOAT_DTYPES
 
     def _grad_enabled(self) -> bool:
         if self._ms_requires_grad is not None:
@@ -254,6 +278,7 @@ class TorchAdapter(AdapterBase):
         """Framework object → host value (called by the collector, inside the service's collecting guard)."""
         torch = self._torch
         if isinstance(value, self._tensor_type):
+            self._surface_training_error()
             dtype = self._dtype_name(value.dtype)
             requires_grad = bool(getattr(value, "requires_grad", False))
             if self._async and dtype not in _HOST_ONLY_DTYPES and not self._is_sparse(value):

@@ -267,6 +267,37 @@ def test_bfloat16_tensors_are_upcast_before_statistics(tmp_path: Path, ms: Any) 
     assert saved.dtype == np.float32 and np.array_equal(saved, values)
 
 
+def test_bfloat16_training_under_value_and_grad_is_unchanged(tmp_path: Path, ms: Any) -> None:
+    # The API backward's Identity copy of a bfloat16 input has no CPU kernel; its error, although caught as a hook
+    # failure, broke the user's value_and_grad ("Can not find top cell for backward").
+    x_np = np.array([[1.5, -2.25, 3.0], [0.125, 4.0, -1.0]], np.float32)  # exactly representable in bfloat16
+    w_np = np.array([[2.0, 0.5, -1.0], [1.0, -0.25, 3.0]], np.float32)
+    x = ms.Tensor(x_np).astype(ms.bfloat16)
+    w = ms.Parameter(ms.Tensor(w_np).astype(ms.bfloat16), name="w")
+
+    def f(x: Any) -> Any:
+        return ms.ops.sum(ms.ops.add(ms.ops.mul(x, w), x).astype(ms.float32))
+
+    def train_step() -> tuple[float, Any]:
+        loss, grads = ms.value_and_grad(f, None, [w])(x)
+        return float(loss.asnumpy()), grads[0].astype(ms.float32).asnumpy()
+
+    plain = train_step()
+    with PrecisionDebugger(dump_path=tmp_path, level="L1", framework="mindspore") as dbg:
+        dbg.start()
+        recorded = train_step()
+        dbg.stop()
+    # By hand: every product and sum is exact in bfloat16 (at most 8 significant bits), d(loss)/dw = x.
+    assert plain[0] == recorded[0] == float((x_np * w_np + x_np).sum())
+    np.testing.assert_array_equal(plain[1], x_np)
+    np.testing.assert_array_equal(recorded[1], x_np)
+    doc = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())
+    assert doc["not_captured"] == []
+    backward = doc["data"]["Functional.mul.0.backward"]
+    assert backward["input"][0]["dtype"] == "BFloat16" and backward["input"][0]["Max"] == 1.0  # d(loss)/d(x * w)
+    assert backward["output"] == [None, None]  # no copy of a bfloat16 input on CPU: its gradient is not captured
+
+
 def test_a_dump_path_with_an_earlier_run_is_warned_about(
     tmp_path: Path, ms: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

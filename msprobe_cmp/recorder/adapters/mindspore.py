@@ -22,7 +22,8 @@ API backward, in a gradient context only (``value_and_grad``/``grad``):
 * gradients w.r.t. each floating-point positional input (its ``output``) come from a hook on an
   ``ops.deepcopy`` (Identity) copy of that input, which the wrapped API then receives instead (values are the
   same, so results are unchanged).  APIs that return views, cast, or write in place get no copy, so
-  their ``output`` stays ``null``; inputs that need no gradient stay ``null`` too.
+  their ``output`` stays ``null``; inputs that need no gradient stay ``null`` too, and so do bfloat16 inputs on
+  CPU (no Identity kernel there: :data:`_NO_CPU_COPY_DTYPES`).
 
 Cell backward entries are paired with their forward call last-in-first-out per cell (backward runs
 in reverse order of the forward calls), so ``backward.<n>`` carries the index of forward call ``n``.
@@ -143,6 +144,10 @@ NO_COPY_PRIMITIVES = frozenset(
     }
 )
 _FLOAT_DTYPES = frozenset({"Float16", "Float32", "Float64", "BFloat16"})
+#: Floating dtypes the CPU Identity kernel (``ops.deepcopy``) does not take (MindSpore 2.7 and 2.10): their API
+#: inputs get no copy on CPU.  The copy's kernel-selection error, even caught, corrupts the gradient context it
+#: happens in (the user's ``value_and_grad`` then raised "Can not find top cell for backward").
+_NO_CPU_COPY_DTYPES = frozenset({"BFloat16"})
 #: Off: copying captured tensors on the device and fetching them at the next flush (``_defer_copy``) is ~30x
 #: cheaper per tensor on CPU, but a failing kernel of the user's (PyNative dispatch is asynchronous) then raises in
 #: the recorder's later copies, so the entries of calls after it are lost, depending on timing (seen in
@@ -282,6 +287,8 @@ class MindSporeAdapter(AdapterBase):
         # one ``asnumpy()`` per tensor, each of which waits for the whole asynchronous dispatch queue.
         self._copy_mul = ms.ops.Mul()
         self._ones: dict[Any, Any] = {}
+        # The dtypes whose API inputs get no Identity copy on this device (read at the first substitution).
+        self._no_copy_dtypes: frozenset[str] | None = None
         self._save_tensors = config.saves_tensors
         self._prims: list[tuple[Any, type]] = []
         super().__init__(config, framework="mindspore", cell_prefix="Cell")
@@ -473,14 +480,26 @@ class MindSporeAdapter(AdapterBase):
         if not copy_inputs:
             return tuple(args)
         svc = self.service
+        no_copy = self._uncopyable_dtypes()
         replaced = list(args)
         for i, arg in enumerate(args):
-            if self._is_float_tensor(arg):
+            if self._is_float_tensor(arg) and str(arg.dtype) not in no_copy:
                 with svc.collecting():
                     copy = self._identity(arg)
                 if _hook_if_differentiable(copy, self._grad_hook(f"{family}.{api}", call, "output", i)):
                     replaced[i] = copy
         return tuple(replaced)
+
+    def _uncopyable_dtypes(self) -> frozenset[str]:
+        """The floating dtypes whose API inputs get no Identity copy (:data:`_NO_CPU_COPY_DTYPES` on CPU, else
+        none); the device target is read once, at the first call (kernels have run by then, so it is fixed)."""
+        if self._no_copy_dtypes is None:
+            try:
+                target = str(self._ms.get_context("device_target"))
+            except Exception:  # an unreadable context: assume the kernel may be missing
+                target = "CPU"
+            self._no_copy_dtypes = _NO_CPU_COPY_DTYPES if target == "CPU" else frozenset()
+        return self._no_copy_dtypes
 
     def _hook_api_outputs(self, key: str, call: ApiCall, outputs: Sequence[Any]) -> None:
         for i, value in enumerate(outputs):

@@ -177,6 +177,51 @@ def test_a_failing_kernel_met_while_an_api_backward_is_prepared_reaches_the_user
     assert any("the training raised an error" in r and "MatMul" in r for r in reasons.values()), reasons
 
 
+def test_a_failing_kernel_pending_when_a_construct_raises_still_reaches_the_user(tmp_path: Path, ms: Any) -> None:
+    # MindSpore calls an always_call forward hook from its except block and silences what the hook raises: the
+    # recorder's synchronisation there consumed the pending kernel error, whose re-raise was then silenced (lost).
+    a = ms.Tensor(np.ones((2, 3), np.float32))
+    b = ms.Tensor(np.ones((4, 5), np.float32))
+    x = ms.Tensor(np.ones((2, 3), np.float32))
+
+    class Inner(ms.nn.Cell):
+        def construct(self, x: Any) -> Any:
+            ms.ops.matmul(a, b)  # queued; fails in the kernel
+            raise ValueError("the user's own error")
+
+    class Net(ms.nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Inner()
+            self.fc = ms.nn.Dense(3, 3)
+
+        def construct(self, x: Any) -> Any:
+            return self.inner(self.fc(x))
+
+    net = Net()
+
+    def run() -> list[str]:
+        seen = []
+        for sync in (lambda: net(x), lambda: ms.ops.square(x).asnumpy()):
+            try:
+                sync()
+            except Exception as exc:
+                seen.append(f"{type(exc).__name__}: {_first_line(exc)}")
+        return seen
+
+    plain = run()
+    with PrecisionDebugger(dump_path=tmp_path, level="L0", framework="mindspore") as dbg:
+        dbg.start(net)
+        recorded = run()
+        dbg.stop()
+    assert plain[0] == "ValueError: the user's own error" and "MatMul" in plain[1] and len(plain) == 2
+    assert recorded == plain
+    doc = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())
+    reasons = {item["what"]: item["reason"] for item in doc["not_captured"]}
+    assert list(reasons) == ["Cell.inner.Inner.forward.0"] and "construct raised" in reasons["Cell.inner.Inner.forward.0"]
+    assert "Cell.fc.Dense.forward.0" in doc["data"]
+
+
 def test_close_removes_everything(tmp_path: Path, ms: Any, build_net: Callable[[], Any]) -> None:
     net = build_net()
     originals = {

@@ -4,7 +4,8 @@ What it installs (all removed by :meth:`MindSporeAdapter.close`):
 
 * **Cells** (L0, mix): on every cell of the model except the root, a forward pre-hook (names the
   call, pushes it on the construct stack), a forward hook with kwargs and ``always_call`` (records
-  inputs, outputs and the cell's direct parameters), a backward hook (records gradients w.r.t. the
+  inputs, outputs and the cell's direct parameters; when ``construct`` raised, only closes the call and lists it
+  in ``not_captured``: :data:`CONSTRUCT_RAISED`), a backward hook (records gradients w.r.t. the
   cell's outputs as ``input`` and w.r.t. its inputs as ``output``), and ``Parameter.register_hook``
   on each direct trainable parameter (fills ``<cell>.parameters_grad``).
 * **APIs** (L1, mix): the functions listed in ``api_lists/mindspore_*.txt`` that the installed
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -215,13 +217,21 @@ def _copies_inputs(api: str) -> bool:
     return not (api in NO_COPY_APIS or writes_in_place(api))
 
 
+#: The ``not_captured`` reason of a cell call whose ``construct`` raised (see ``forward_hook`` in ``_hook_cell``).
+CONSTRUCT_RAISED = (
+    "the cell's construct raised an exception: its forward entry is not recorded (its tensors are left untouched, "
+    "so a failing kernel of the training's still reaches the training's own next synchronisation)"
+)
+
+
 class _CellState:
-    """Per-cell bookkeeping: open forward calls and forward calls awaiting their backward."""
+    """Per-cell bookkeeping: open forward calls (each with the exception being handled when it began, if any) and
+    forward calls awaiting their backward."""
 
     __slots__ = ("open_calls", "awaiting_backward")
 
     def __init__(self) -> None:
-        self.open_calls: list[CellCall] = []
+        self.open_calls: list[tuple[CellCall, BaseException | None]] = []
         self.awaiting_backward: list[CellCall] = []
 
 
@@ -539,13 +549,21 @@ class MindSporeAdapter(AdapterBase):
             if svc.cell_active() and not svc.is_disabled(key):
                 call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi))
                 if call is not None:
-                    state.open_calls.append(call)
+                    state.open_calls.append((call, sys.exc_info()[1]))
             return None
 
         def forward_hook(_cell: Any, args: Any, kwargs: Any, output: Any) -> None:
             if not state.open_calls:
                 return None
-            call = state.open_calls.pop()
+            call, handling = state.open_calls.pop()
+            if sys.exc_info()[1] is not handling:
+                # ``always_call``: the construct raised and MindSpore calls this hook from its ``except`` block,
+                # where it silences what the hook raises.  Touching a tensor here would synchronise and could
+                # consume a pending kernel error of the training's, which could then not be re-raised: it was lost.
+                if call.recorded and call.step == svc.current_step:
+                    svc.note_not_captured(call.forward_name, CONSTRUCT_RAISED)
+                svc.leave_cell(call)
+                return None
 
             def record() -> None:
                 svc.end_cell(call, args, kwargs, output, params, grad_params)

@@ -251,6 +251,40 @@ def test_a_failing_fetch_writes_null_statistics_and_says_why(
     assert leaf["shape"] == [8, 4] and [leaf[k] for k in STATS] == [None] * 4
 
 
+def test_a_failing_kernel_of_the_training_reaches_the_user_under_async_dump(tmp_path: Path, ms: Any) -> None:
+    # The hook's first touch of the failing kernel's output (its shape) met the error and swallowed it: the user's
+    # sync succeeded and the training went on with the failed kernel's output.
+    a = ms.Tensor(np.ones((2, 3), np.float32))
+    b = ms.Tensor(np.ones((4, 5), np.float32))
+
+    def failing_then_sync() -> None:
+        ms.ops.matmul(a, b)  # shapes (2, 3) @ (4, 5): fails in the kernel, not at the call
+        (ms.ops.square(a) + 1).asnumpy()
+
+    with pytest.raises(RuntimeError) as plain:
+        failing_then_sync()
+    dbg = _debugger(tmp_path, "d", async_dump=True, level="L1")
+    try:
+        dbg.start()
+        before = ms.ops.square(a * 3)
+        with pytest.raises(RuntimeError) as recorded:
+            failing_then_sync()
+        after = ms.ops.square(a * 2)
+        dbg.stop()
+    finally:
+        dbg.close()
+    first = str(plain.value).strip().splitlines()[0]
+    assert "MatMul" in first and str(recorded.value).strip().splitlines()[0] == first
+    np.testing.assert_array_equal(before.asnumpy(), np.full((2, 3), 9, np.float32))
+    np.testing.assert_array_equal(after.asnumpy(), np.full((2, 3), 4, np.float32))
+    doc = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())
+    reasons = {item["what"]: item["reason"] for item in doc["not_captured"]}
+    assert list(reasons) == ["Functional.matmul"] and "the training raised an error" in reasons["Functional.matmul"]
+    # The statistics of the calls before and after the error are resolved at the flush (9 = 3², 4 = 2²).
+    assert doc["data"]["Functional.square.0.forward"]["output"][0]["Max"] == 9.0
+    assert doc["data"]["Functional.square.1.forward"]["output"][0]["Max"] == 4.0  # the raise came before square
+
+
 def test_debug_level_save_is_resolved(tmp_path: Path, ms: Any) -> None:
     x = ms.Tensor(np.array([[1.0, -2.0], [3.0, 4.5]], np.float32))
     for name, async_dump in (("sync", False), ("async", True)):

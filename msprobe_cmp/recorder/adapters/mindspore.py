@@ -328,13 +328,16 @@ class MindSporeAdapter(AdapterBase):
         user's code failed) and is handed back to the user (:class:`~msprobe_cmp.recorder.service.TrainingError`)
         instead of being reported, and so swallowed, as a hook failure.  ~1.5 µs when nothing is pending.
 
-        Not under ``async_dump`` or deferred copies, where the recorder's own kernels are queued too (an error
-        there could be the recorder's).
+        Under ``async_dump`` too: the recorder's statistics kernels queued earlier cannot be what fails there (they
+        take every dtype on CPU, and a missing kernel fails at dispatch, synchronously, inside the hook's guard),
+        and reading the tensor's shape right after waits for the queue anyway.  Before, the shape read met the
+        user's error and the hook swallowed it (the training went on with the failed kernel's output).  Not with
+        deferred copies (:data:`DEFER_HOST_COPIES`, off).
 
         Raises:
             TrainingError: wrapping what the synchronisation raised.
         """
-        if self._device_stats is not None or DEFER_HOST_COPIES:
+        if DEFER_HOST_COPIES:
             return
         try:
             self._executor.sync()

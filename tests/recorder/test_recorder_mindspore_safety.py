@@ -222,6 +222,33 @@ def test_a_failing_kernel_pending_when_a_construct_raises_still_reaches_the_user
     assert "Cell.fc.Dense.forward.0" in doc["data"]
 
 
+def test_a_model_run_inside_the_users_except_block_is_recorded(tmp_path: Path, ms: Any) -> None:
+    # The forward hook tells "construct raised" from the exception being handled when the cell began: a model
+    # called while the user handles an exception of their own is recorded as usual.
+    fc = ms.nn.Dense(2, 2, weight_init=ms.Tensor(np.eye(2, dtype=np.float32)), bias_init="zeros")
+
+    class Net(ms.nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = fc
+
+        def construct(self, x: Any) -> Any:
+            return self.fc(x)
+
+    net = Net()
+    with PrecisionDebugger(dump_path=tmp_path, level="L0", framework="mindspore") as dbg:
+        dbg.start(net)
+        try:
+            raise KeyError("the user's own, handled")
+        except KeyError:
+            out = net(ms.Tensor(np.array([[3.0, -1.0]], np.float32)))
+        dbg.stop()
+    np.testing.assert_array_equal(out.asnumpy(), [[3.0, -1.0]])  # identity weights, zero bias
+    doc = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())
+    assert doc["not_captured"] == []
+    assert doc["data"]["Cell.fc.Dense.forward.0"]["output"][0]["Max"] == 3.0
+
+
 def test_close_removes_everything(tmp_path: Path, ms: Any, build_net: Callable[[], Any]) -> None:
     net = build_net()
     originals = {

@@ -272,6 +272,17 @@ _OUR_LEAF_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "nan_c
                   "neg_inf_count")
 
 
+def _plain_numel(shape: list[Any]) -> int | None:
+    """The element count of a shape list whose dims are all non-negative ``int`` (not bool) with a product below
+    ``2**63``; None for any other shape (the caller then leaves the leaf to a slower path)."""
+    numel = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return None
+        numel *= d
+    return numel if numel < 2**63 else None
+
+
 def _our_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf | None:
     """:func:`_fast_tensor_leaf` of a leaf whose keys are :data:`_OUR_LEAF_KEYS` in that order, when its values
     are plain (string dtype, list of non-negative int dims, float statistics, int counts within the element
@@ -281,12 +292,8 @@ def _our_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf | None:
         return None
     if not (type(mx) is float and type(mn) is float and type(me) is float and type(no) is float):
         return None
-    numel = 1
-    for d in shape:
-        if type(d) is not int or d < 0:
-            return None
-        numel *= d
-    if numel >= 2**63:
+    numel = _plain_numel(shape)
+    if numel is None:
         return None
     if not (type(n) is int and type(p) is int and type(m) is int and 0 <= n <= numel and 0 <= p <= numel
             and 0 <= m <= numel):
@@ -313,12 +320,8 @@ def _fast_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf:
     shape = get("shape")
     if type(dtype) is not str or type(shape) is not list:
         raise _Unusual
-    numel = 1
-    for d in shape:
-        if type(d) is not int or d < 0:
-            raise _Unusual
-        numel *= d
-    if numel >= 2**63:
+    numel = _plain_numel(shape)
+    if numel is None:
         raise _Unusual
     md5 = get("md5")
     data_name = get("data_name")

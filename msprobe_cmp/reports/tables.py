@@ -411,6 +411,20 @@ def _csv_stats(side: SideSummary | None) -> str:
 _CSV_SPECIAL = (",", '"', "\n", "\r", "\x00")
 
 
+def _csv_side_cells(
+    name: str, side: SideSummary | None, shapes: dict[tuple[int, ...], str]
+) -> tuple[str, str, str, str]:
+    """The name, dtype, md5 and (quoted) shape cells of one side of a row, as :func:`_csv_fast_line` writes them;
+    four empty cells when the row is absent from that side."""
+    if side is None:
+        return "", "", "", ""
+    if name.startswith(_FORMULA_START):
+        name = "'" + name
+    dtype = "" if side.dtype is None else neutralize_cell(side.dtype)
+    md5 = "" if side.md5 is None else neutralize_cell(side.md5)
+    return name, dtype, md5, _csv_quoted_shape(side, shapes)
+
+
 def _csv_fast_line(
     unit_cells: str, row: ComparisonRow, metric_pos: dict[str, int], blank: list[str],
     shapes: dict[tuple[int, ...], str],
@@ -422,25 +436,8 @@ def _csv_fast_line(
     are shapes (:func:`_csv_quoted_shape`); every text cell is checked for :data:`_CSV_SPECIAL`.
     """
     a, b = row.a, row.b
-    entry = row.entry_name
-    if a is not None:
-        name_a = f"{entry}.{row.arg_path}"
-        if name_a.startswith(_FORMULA_START):
-            name_a = "'" + name_a
-        dtype_a = "" if a.dtype is None else neutralize_cell(a.dtype)
-        md5_a = "" if a.md5 is None else neutralize_cell(a.md5)
-        shape_a = _csv_quoted_shape(a, shapes)
-    else:
-        name_a = dtype_a = md5_a = shape_a = ""
-    if b is not None:
-        name_b = row.name_b
-        if name_b.startswith(_FORMULA_START):
-            name_b = "'" + name_b
-        dtype_b = "" if b.dtype is None else neutralize_cell(b.dtype)
-        md5_b = "" if b.md5 is None else neutralize_cell(b.md5)
-        shape_b = _csv_quoted_shape(b, shapes)
-    else:
-        name_b = dtype_b = md5_b = shape_b = ""
+    name_a, dtype_a, md5_a, shape_a = _csv_side_cells(f"{row.entry_name}.{row.arg_path}", a, shapes)
+    name_b, dtype_b, md5_b, shape_b = _csv_side_cells(row.name_b, b, shapes)
     value_a = "" if a is None or a.value is None else str(_value_cell(a))
     value_b = "" if b is None or b.value is None else str(_value_cell(b))
     why = "; ".join((*row.reasons, *row.notes)) if (row.reasons or row.notes) else ""

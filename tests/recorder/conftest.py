@@ -56,6 +56,21 @@ def ms() -> Any:
     return pytest.importorskip("mindspore")
 
 
+@pytest.fixture
+def failing_kernel(ms: Any) -> tuple[Any, Callable[[], None]]:
+    """``(a, run)``: ``a`` a [2, 3] float32 tensor of ones, and ``run()`` the user's code with a kernel that fails
+    asynchronously (``a @ b`` with ``b`` [4, 5]: PyNative raises at the next synchronisation, not at the call)
+    followed by the user's own synchronisation (``(a² + 1).asnumpy()``)."""
+    a = ms.Tensor(np.ones((2, 3), np.float32))
+    b = ms.Tensor(np.ones((4, 5), np.float32))
+
+    def run() -> None:
+        ms.ops.matmul(a, b)
+        (ms.ops.square(a) + 1).asnumpy()
+
+    return a, run
+
+
 @pytest.fixture(scope="session")
 def fixture_data() -> tuple[np.ndarray, np.ndarray]:
     """The fixture batch: x [8, 16], y [8, 4], float32."""

@@ -251,15 +251,12 @@ def test_a_failing_fetch_writes_null_statistics_and_says_why(
     assert leaf["shape"] == [8, 4] and [leaf[k] for k in STATS] == [None] * 4
 
 
-def test_a_failing_kernel_of_the_training_reaches_the_user_under_async_dump(tmp_path: Path, ms: Any) -> None:
+def test_a_failing_kernel_of_the_training_reaches_the_user_under_async_dump(
+    tmp_path: Path, ms: Any, failing_kernel: tuple[Any, Callable[[], None]]
+) -> None:
     # The hook's first touch of the failing kernel's output (its shape) met the error and swallowed it: the user's
     # sync succeeded and the training went on with the failed kernel's output.
-    a = ms.Tensor(np.ones((2, 3), np.float32))
-    b = ms.Tensor(np.ones((4, 5), np.float32))
-
-    def failing_then_sync() -> None:
-        ms.ops.matmul(a, b)  # shapes (2, 3) @ (4, 5): fails in the kernel, not at the call
-        (ms.ops.square(a) + 1).asnumpy()
+    a, failing_then_sync = failing_kernel  # (2, 3) @ (4, 5): fails in the kernel, not at the call
 
     with pytest.raises(RuntimeError) as plain:
         failing_then_sync()

@@ -108,16 +108,13 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0]
 
 
-def test_a_failing_kernel_of_the_training_reaches_the_user_and_the_dump_says_so(tmp_path: Path, ms: Any) -> None:
+def test_a_failing_kernel_of_the_training_reaches_the_user_and_the_dump_says_so(
+    tmp_path: Path, ms: Any, failing_kernel: tuple[Any, Callable[[], None]]
+) -> None:
     # PyNative dispatch is asynchronous: a kernel's error surfaces at the next synchronisation, once. Without the
     # recorder that is the user's own asnumpy(); with it, the recorder's copy of the next tensor, which must not
     # swallow it (it used to: the user's asnumpy() then succeeded).
-    a = ms.Tensor(np.ones((2, 3), np.float32))
-    b = ms.Tensor(np.ones((4, 5), np.float32))
-
-    def failing_then_sync() -> None:
-        ms.ops.matmul(a, b)  # shapes (2, 3) @ (4, 5): fails in the kernel, not at the call
-        (ms.ops.square(a) + 1).asnumpy()
+    a, failing_then_sync = failing_kernel  # (2, 3) @ (4, 5): fails in the kernel, not at the call
 
     with pytest.raises(RuntimeError) as plain:
         failing_then_sync()

@@ -21,7 +21,7 @@ from msprobe_cmp.dump.schema import ValueLeaf
 from msprobe_cmp.errors import ConfigError
 from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService
+from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService, TrainingError
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +106,9 @@ class AdapterBase(abc.ABC):
     #: True while a graph compiler traces the code (``torch.compiler.is_compiling``): every wrapper and hook
     #: checks it first and then only calls the original, so a compiled region contains the original calls only.
     _compiling: Callable[[], bool] = staticmethod(never)
+    #: The framework's synchronisation with its asynchronous dispatch, set by the subclass (MindSpore PyNative,
+    #: mindtorch); None where the recorder's reads cannot meet the training's pending errors (PyTorch).
+    _training_sync: Callable[[], Any] | None = None
 
     def __init__(self, config: RecordConfig, *, framework: str, cell_prefix: str) -> None:
         self.service = RecorderService(
@@ -363,15 +366,41 @@ class AdapterBase(abc.ABC):
 
     def _debug_grad_hook(self, key: str, grad_entry: str, position: tuple[Any, ...]) -> Callable[[Any], None]:
         svc = self.service
+        return self._guarded_grad_hook(key, lambda grad: svc.debug_grad(grad_entry, position, grad))
+
+    def _guarded_grad_hook(self, key: str, record: Callable[[Any], None]) -> Callable[[Any], None]:
+        """A tensor gradient hook that runs ``record(grad)`` inside :meth:`RecorderService.run_guarded` under
+        ``key`` (a failure is the recorder's: logged, listed in ``not_captured``, the gradient left as it is) and
+        does nothing while a graph compiler traces the code or inside a function transform.  Returns None, so
+        the gradient is never replaced."""
+        svc = self.service
         compiling = self._compiling
 
         def hook(grad: Any) -> None:
             if compiling() or self._in_transform():
                 return None
-            svc.run_guarded(key, lambda: svc.debug_grad(grad_entry, position, grad))
+            svc.run_guarded(key, lambda: record(grad))
             return None
 
         return hook
+
+    def _surface_training_error(self) -> None:
+        """Synchronise with the framework's asynchronous dispatch (:attr:`_training_sync`) before the recorder
+        touches a tensor (its dtype, shape or values each wait for it there).  An error raised by that
+        synchronisation is the training's own (a kernel queued by the user's code failed) and is handed back to
+        the user as :class:`~msprobe_cmp.recorder.service.TrainingError` instead of being reported, and so
+        swallowed, as a hook failure.  Nothing without a :attr:`_training_sync`.
+
+        Raises:
+            TrainingError: wrapping what the synchronisation raised.
+        """
+        sync = self._training_sync
+        if sync is None:
+            return
+        try:
+            sync()
+        except Exception as exc:
+            raise TrainingError(exc) from exc
 
     # ----------------------------------------------------------------- APIs
 
@@ -477,28 +506,11 @@ class AdapterBase(abc.ABC):
 
     def _grad_hook(self, key: str, call: ApiCall, field: str, position: int) -> Callable[[Any], None]:
         svc = self.service
-        hook_key = f"{key}.backward"
-        compiling = self._compiling
-
-        def hook(grad: Any) -> None:
-            if compiling() or self._in_transform():
-                return None
-            svc.run_guarded(hook_key, lambda: svc.api_grad(call, field, position, grad))
-            return None
-
-        return hook
+        return self._guarded_grad_hook(f"{key}.backward", lambda grad: svc.api_grad(call, field, position, grad))
 
     # ----------------------------------------------------------------- model
 
     def _param_hook(self, path: str, cls: str, mi: int | None, name: str) -> Callable[[Any], None]:
         svc = self.service
         key = f"{svc.cell_prefix}.{path}.parameters_grad"
-        compiling = self._compiling
-
-        def hook(grad: Any) -> None:
-            if compiling() or self._in_transform():
-                return None
-            svc.run_guarded(key, lambda: svc.parameter_grad(path, cls, mi, name, grad))
-            return None
-
-        return hook
+        return self._guarded_grad_hook(key, lambda grad: svc.parameter_grad(path, cls, mi, name, grad))

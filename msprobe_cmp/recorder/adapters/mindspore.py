@@ -61,7 +61,7 @@ from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, CellCall, TrainingError
+from msprobe_cmp.recorder.service import ApiCall, CellCall
 
 logger = logging.getLogger(__name__)
 
@@ -281,6 +281,12 @@ class MindSporeAdapter(AdapterBase):
         self._ms = ms
         self._no_grad = _no_grad
         self._executor = _pynative_executor
+        # Synchronised before the recorder touches a tensor (AdapterBase._surface_training_error), under async_dump
+        # too: the recorder's statistics kernels queued earlier cannot be what fails there (they take every dtype
+        # on CPU, and a missing kernel fails at dispatch, synchronously, inside the hook's guard), and reading the
+        # tensor's shape right after waits for the queue anyway (before, that read met the user's error and the
+        # hook swallowed it).  ~1.5 us when nothing is pending.  Not with deferred copies (DEFER_HOST_COPIES, off).
+        self._training_sync = None if DEFER_HOST_COPIES else _pynative_executor.sync
         self._tensor_type = ms.Tensor
         self._model_type = ms.nn.Cell
         self._dtype_type = ms.dtype.Type
@@ -321,28 +327,6 @@ class MindSporeAdapter(AdapterBase):
         except Exception:  # no distributed support: not distributed
             return None
         return None
-
-    def _surface_training_error(self) -> None:
-        """Synchronise with MindSpore's asynchronous dispatch before the recorder touches a tensor (its dtype,
-        shape or values each wait for it); an error raised there is the training's own (a kernel queued by the
-        user's code failed) and is handed back to the user (:class:`~msprobe_cmp.recorder.service.TrainingError`)
-        instead of being reported, and so swallowed, as a hook failure.  ~1.5 µs when nothing is pending.
-
-        Under ``async_dump`` too: the recorder's statistics kernels queued earlier cannot be what fails there (they
-        take every dtype on CPU, and a missing kernel fails at dispatch, synchronously, inside the hook's guard),
-        and reading the tensor's shape right after waits for the queue anyway.  Before, the shape read met the
-        user's error and the hook swallowed it (the training went on with the failed kernel's output).  Not with
-        deferred copies (:data:`DEFER_HOST_COPIES`, off).
-
-        Raises:
-            TrainingError: wrapping what the synchronisation raised.
-        """
-        if DEFER_HOST_COPIES:
-            return
-        try:
-            self._executor.sync()
-        except Exception as exc:
-            raise TrainingError(exc) from exc
 
     def _is_float_tensor(self, value: object) -> bool:
         if not isinstance(value, self._tensor_type):

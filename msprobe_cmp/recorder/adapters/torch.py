@@ -87,7 +87,7 @@ from msprobe_cmp.recorder.adapters.torch_support import (
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, CellCall, TrainingError, describe_error
+from msprobe_cmp.recorder.service import ApiCall, CellCall, describe_error
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +122,6 @@ class TorchAdapter(AdapterBase):
         self._view_as = getattr(getattr(torch, "_C", None), "TensorBase", torch.Tensor).view_as
         self._ms_hook: Callable[[Any, Callable[[Any], Any]], Any] | None = None
         self._ms_requires_grad: Callable[[], bool] | None = None
-        # mindtorch: MindSpore's synchronisation with its asynchronous dispatch (see _surface_training_error).
-        self._ms_sync: Callable[[], Any] | None = None
         # torch.compile: dynamo folds is_compiling() to True while tracing, so a compiled region holds only the
         # original calls (no recorder code is traced, no graph break, no recompilation).
         self._compiling = _working(getattr(getattr(torch, "compiler", None), "is_compiling", None)) or never
@@ -176,7 +174,7 @@ class TorchAdapter(AdapterBase):
 
         self._ms_hook = hook
         self._ms_requires_grad = lambda: bool(executor.requires_grad())
-        self._ms_sync = executor.sync
+        self._training_sync = executor.sync  # mindtorch: see AdapterBase._surface_training_error
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -210,24 +208,6 @@ class TorchAdapter(AdapterBase):
         if name.startswith("mindspore."):
             return "torch." + name[len("mindspore.") :]
         return name
-
-    def _surface_training_error(self) -> None:
-        """mindtorch: synchronise with MindSpore's asynchronous dispatch before the recorder touches a tensor, and
-        hand an error raised there (a failing kernel of the training's own) back to the user as
-        :class:`~msprobe_cmp.recorder.service.TrainingError`, as the MindSpore adapter does (see
-        ``MindSporeAdapter._surface_training_error``); without it the recorder's copy met the error, reported it as
-        a hook failure and so swallowed it.  Nothing under PyTorch.
-
-        Raises:
-            TrainingError: wrapping what the synchronisation raised.
-        """
-        sync = self._ms_sync
-        if sync is None:
-            return
-        try:
-            sync()
-        except Exception as exc:
-            raise TrainingError(exc) from exc
 
     def _is_float_tensor(self, value: object) -> bool:
         if not isinstance(value, self._tensor_type):
@@ -605,27 +585,18 @@ class TorchAdapter(AdapterBase):
         self, key: str, backward: _ModuleBackward, field: str, position: int
     ) -> Callable[[Any], None]:
         svc = self.service
-        hook_key = f"{key}.backward"
-        compiling = self._compiling
 
-        def hook(grad: Any) -> None:
-            if compiling() or self._in_transform():
-                return None
+        def record(grad: Any) -> None:
+            call = backward.call
+            backward.fired = True
+            if call.step != svc.current_step or not svc.config.records_io(field):
+                return
+            bwd = call.forward_name.replace(".forward.", ".backward.")
+            slots = backward.grad_outputs if field == "input" else backward.grad_inputs
+            slots[position] = svc.collect(grad, bwd, f"{field}.{position}")
+            svc.cell_backward(call, tuple(backward.grad_outputs), tuple(backward.grad_inputs))
 
-            def record() -> None:
-                call = backward.call
-                backward.fired = True
-                if call.step != svc.current_step or not svc.config.records_io(field):
-                    return
-                bwd = call.forward_name.replace(".forward.", ".backward.")
-                slots = backward.grad_outputs if field == "input" else backward.grad_inputs
-                slots[position] = svc.collect(grad, bwd, f"{field}.{position}")
-                svc.cell_backward(call, tuple(backward.grad_outputs), tuple(backward.grad_inputs))
-
-            svc.run_guarded(hook_key, record)
-            return None
-
-        return hook
+        return self._guarded_grad_hook(f"{key}.backward", record)
 
 
 def _working(check: Callable[[], Any] | None) -> Callable[[], bool] | None:

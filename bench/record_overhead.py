@@ -157,28 +157,39 @@ def _dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """Train ``spec["workload"]`` for ``spec["steps"]`` steps, recording per ``spec``; time every step."""
+def _training(workload: str) -> tuple[Any, Any, Any, Any, Any]:
+    """``(net, optimizer, grad_fn, x, y)`` of ``workload``: Adam (lr 1e-3) and ``ms.value_and_grad`` of the loss."""
     import mindspore as ms
 
-    net, loss_fn, x, y = _build(spec["workload"])
+    net, loss_fn, x, y = _build(workload)
     optimizer = ms.nn.Adam(net.trainable_params(), learning_rate=1e-3)
 
     def forward(x: Any, y: Any) -> Any:
         return loss_fn(net(x), y)
 
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-    debugger = None
-    dump = Path(spec["dump_path"])
-    if spec["level"] is not None:
-        from msprobe_cmp import PrecisionDebugger
+    return net, optimizer, ms.value_and_grad(forward, None, optimizer.parameters), x, y
 
-        task = spec["task"]
-        config = {"dump_path": str(dump), "task": task, "level": spec["level"], "step": spec["step"],
-                  task: {"summary_mode": spec["summary_mode"]}}
-        cfg = dump.parent / f"{dump.name}.config.json"
-        cfg.write_text(json.dumps(config))
-        debugger = PrecisionDebugger(cfg, framework="mindspore")
+
+def _debugger(spec: dict[str, Any]) -> Any:
+    """A PrecisionDebugger configured by ``spec`` (level, task, summary_mode, and the step filter when the spec
+    has one) through a config file written beside its dump path."""
+    from msprobe_cmp import PrecisionDebugger
+
+    dump, task = Path(spec["dump_path"]), spec["task"]
+    config = {"dump_path": str(dump), "task": task, "level": spec["level"],
+              task: {"summary_mode": spec["summary_mode"]}}
+    if "step" in spec:
+        config["step"] = spec["step"]
+    cfg = dump.parent / f"{dump.name}.config.json"
+    cfg.write_text(json.dumps(config))
+    return PrecisionDebugger(cfg, framework="mindspore")
+
+
+def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train ``spec["workload"]`` for ``spec["steps"]`` steps, recording per ``spec``; time every step."""
+    net, optimizer, grad_fn, x, y = _training(spec["workload"])
+    dump = Path(spec["dump_path"])
+    debugger = _debugger(spec) if spec["level"] is not None else None
     times = []
     for _ in range(spec["steps"]):
         t0 = time.perf_counter()
@@ -208,23 +219,9 @@ def run_alternating_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Alternate blocks of plain and recorded steps of ``spec["workload"]`` in this process (see ``--alternate``)."""
     import statistics
 
-    import mindspore as ms
-
-    from msprobe_cmp import PrecisionDebugger
-
-    net, loss_fn, x, y = _build(spec["workload"])
-    optimizer = ms.nn.Adam(net.trainable_params(), learning_rate=1e-3)
-
-    def forward(x: Any, y: Any) -> Any:
-        return loss_fn(net(x), y)
-
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-    task = spec["task"]
+    net, optimizer, grad_fn, x, y = _training(spec["workload"])
     dump = Path(spec["dump_path"])
-    cfg = dump.parent / f"{dump.name}.config.json"
-    cfg.write_text(json.dumps({"dump_path": str(dump), "task": task, "level": spec["level"],
-                               task: {"summary_mode": spec["summary_mode"]}}))
-    debugger = PrecisionDebugger(cfg, framework="mindspore")
+    debugger = _debugger(spec)
     adapter = debugger._adapter  # the bench removes the model hooks for its plain steps
 
     def plain_step() -> float:

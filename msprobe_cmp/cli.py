@@ -195,8 +195,11 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     lines = [f"verdict: {comparison.verdict.upper()}  ({comparison.mode} mode)"]
     total = sum(n for _, n in comparison.counts)
     share = comparison.matched_share
+    # The share also counts the rows of units found on one side only, which no class count holds: say so.
+    unpaired = (f", counting the rows of the {len(comparison.unpaired)} unit(s) found on one side only"
+                if comparison.unpaired else "")
     lines.append("rows: " + (", ".join(f"{k} {v}" for k, v in comparison.counts if v) or "none")
-                 + (f"  ({share:.1%} of {comparison.matched_share_of} matched, floor "
+                 + (f"  ({share:.1%} of {comparison.matched_share_of} matched{unpaired}, floor "
                     f"{comparison.rules.min_matched_share:.0%})" if share is not None and total else ""))
     lines.append("verdicts: " + (", ".join(f"{k} {v}" for k, v in comparison.verdict_counts if v) or "none"))
     first_diff = comparison.first_divergent

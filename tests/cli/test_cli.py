@@ -216,6 +216,16 @@ def test_cross_framework_pair_says_why_little_matched(msprobe_fixtures, tmp_path
     assert code == 3 and "A was recorded with pytorch, B with mindspore" in out
 
 
+def test_printed_share_says_it_counts_units_found_on_one_side_only(tmp_path, capsys):
+    # A has steps 0 and 1, B step 0 only: 2 matched rows of 4 (the 2 rows of A's step 1 are in no class count).
+    for step in (0, 1):
+        _unit(tmp_path / "a" / f"step{step}" / "rank", ["Functional.relu.0.forward"])
+    _unit(tmp_path / "b" / "step0" / "rank", ["Functional.relu.0.forward"])
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "o"], capsys)
+    assert code == 0 and "rows: matched 2  (50.0% of all rows matched, counting the rows of the 1 unit(s) found on " \
+        "one side only, floor 50%)" in out
+
+
 def test_matched_share_floor_gives_exit_3_not_a_pass(tmp_path, capsys):
     # 1 of 3 rows matched (33%) is below the default floor of 50%: no verdict, exit 3.
     _unit(tmp_path / "a" / "step0" / "rank", ["Functional.relu.0.forward"])

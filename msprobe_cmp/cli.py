@@ -19,7 +19,8 @@ import gc
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -28,10 +29,11 @@ import numpy as np
 
 from msprobe_cmp import __version__
 from msprobe_cmp.comparator import CompareOptions, Comparison, compare
-from msprobe_cmp.comparator.mapping import NameMapping, load_api_mapping, load_cell_mapping
+from msprobe_cmp.comparator.mapping import ApiMappingRecord, NameMapping, load_api_mapping, load_cell_mapping
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
 from msprobe_cmp.dump.reader import (
+    Dump,
     load_dump,
     paused_gc,
     register_tensor_loader,
@@ -69,7 +71,10 @@ def _compare_parser() -> _Parser:
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
-        epilog="Exit codes: 0 no regression, 1 regression found, 2 unusable input or usage error, "
+        epilog="A debug-level recording (debug.json, written by save()) is read wherever a dump.json would be "
+        "(the file itself, or a rank directory holding no dump.json); its variables are compared as "
+        "<name>.<n>.tensor rows. "
+        "Exit codes: 0 no regression, 1 regression found, 2 unusable input or usage error, "
         "3 nothing comparable, 4 internal error (a bug).",
     )
     p.add_argument("target", metavar="TARGET", type=Path,
@@ -102,8 +107,8 @@ def _compare_parser() -> _Parser:
                    help="compare the unit pairs on a Dask distributed cluster (tcp://host:8786; needs "
                    "pip install 'msprobe-cmp[dask]'); its workers must see the dumps under the same paths")
     p.add_argument("--absolute-paths", action="store_true",
-                   help="keep this machine's absolute paths in the reports (by default a dump given as an "
-                   "absolute path is shown by its last component, a relative one as typed)")
+                   help="show the inputs by their absolute, resolved paths in the reports (by default a dump "
+                   "given as an absolute path is shown by its last component, a relative one as typed)")
     p.add_argument("--version", action="version", version=f"msprobe-cmp {__version__}")
     return p
 
@@ -225,8 +230,24 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     return "\n".join(lines)
 
 
+@contextmanager
+def _option_input(option: str) -> Iterator[None]:
+    """Prefix any user error (or file-system refusal) raised inside the block with ``option``, so a bad
+    input path or file names the option it came from (``--noise: /missing: does not exist``)."""
+    try:
+        yield
+    except MsprobeCmpError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise ConfigError(f"{option}: {where}{exc.strerror or exc}") from None
+
+
 def _rules_from_args(args: argparse.Namespace) -> Rules:
-    rules = load_rules(args.rules) if args.rules is not None else Rules()
+    rules = Rules()
+    if args.rules is not None:
+        with _option_input("--rules"):
+            rules = load_rules(args.rules)
     if args.min_matched_share is not None:
         if not 0.0 <= args.min_matched_share <= 1.0:
             raise ConfigError(f"--min-matched-share: must be between 0 and 1, got {args.min_matched_share}")
@@ -235,8 +256,14 @@ def _rules_from_args(args: argparse.Namespace) -> Rules:
 
 
 def _mapping_from_args(args: argparse.Namespace) -> NameMapping:
-    cells = load_cell_mapping(args.cell_mapping) if args.cell_mapping is not None else {}
-    apis = load_api_mapping(args.api_mapping) if args.api_mapping is not None else ()
+    cells: dict[str, str] = {}
+    apis: tuple[ApiMappingRecord, ...] = ()
+    if args.cell_mapping is not None:
+        with _option_input("--cell-mapping"):
+            cells = load_cell_mapping(args.cell_mapping)
+    if args.api_mapping is not None:
+        with _option_input("--api-mapping"):
+            apis = load_api_mapping(args.api_mapping)
     return NameMapping(
         cells=cells,
         apis=apis,
@@ -288,6 +315,13 @@ def _load_pt_tensor(path: Path) -> np.ndarray:
         raise DumpFormatError(path, None, f"reading .pt tensor files needs torch: {exc}") from None
 
 
+def _load_input(path: Path, absolute: bool) -> Dump:
+    """Load the dump at ``path`` as typed, or, when ``absolute`` (``--absolute-paths``), from its resolved
+    absolute path, so every path the comparison carries (inputs, unit directories, notes) is absolute.  A
+    missing path keeps the typed form: its error names what the user wrote."""
+    return load_dump(path.resolve() if absolute and path.exists() else path)
+
+
 def _run_compare(argv: Sequence[str]) -> int:
     # .pt tensor files (msprobe's PyTorch dumps) are readable during this command only: main() leaves no state.
     if tensor_loader_for(".pt") is not None:
@@ -306,16 +340,19 @@ def _compare(argv: Sequence[str]) -> int:
     mapping = _mapping_from_args(args)
     if args.jobs < 1:
         raise ConfigError(f"--jobs: must be at least 1, got {args.jobs}")
+    if args.noise is not None and not args.noise.exists():  # before spending minutes on TARGET and BASELINE
+        raise ConfigError(f"--noise: {args.noise}: does not exist")
     stages = _Stages(5 if args.noise is not None else 4)
     try:
         stages.start(f"loading {args.target}")
-        dump_a = load_dump(args.target)
+        dump_a = _load_input(args.target, args.absolute_paths)
         stages.start(f"loading {args.baseline}")
-        dump_b = load_dump(args.baseline)
+        dump_b = _load_input(args.baseline, args.absolute_paths)
         noise = None
         if args.noise is not None:
             stages.start(f"loading {args.noise}")
-            noise = load_dump(args.noise)
+            with _option_input("--noise"):
+                noise = _load_input(args.noise, args.absolute_paths)
         stages.start(f"comparing {len(dump_a.units)} unit(s) with {len(dump_b.units)}")
         comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise, progress=stages.unit,
                                                                 mapping=mapping, jobs=args.jobs,

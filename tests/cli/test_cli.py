@@ -299,3 +299,95 @@ def test_csv_values_are_numbers_and_text_is_neutralised(tmp_path, capsys):
     assert rows["Functional.x.0.forward.input.0"]["NPU Value"] == "-1.5"
     assert rows["Functional.x.0.forward.input.1"]["NPU Value"] == "-3"
     assert not rows["Functional.x.0.forward.input.2"]["NPU Value"].startswith(("=", "+", "-", "@"))
+
+
+def _stats_dump(root: Path, maximum: float = 1.0) -> Path:
+    """A one-entry statistics dump at ``root/step0/rank`` (no framework needed); returns ``root``."""
+    w = DumpWriter(root / "step0" / "rank", DumpMeta("statistics", "L1", "mindspore"))
+    w.put(Entry.forward("Functional.relu.0.forward", Seq(), Map(),
+                        Seq((TensorLeaf("mindspore.Tensor", "Float32", (4,), maximum, 0.0, 0.5, 1.0),))))
+    w.flush()
+    return root
+
+
+@pytest.mark.parametrize("option", ["--noise", "--rules", "--cell-mapping", "--api-mapping"])
+@pytest.mark.parametrize("bad", ["missing", "directory"])
+def test_bad_input_path_options_name_the_option(tmp_path, capsys, option, bad):
+    run = _stats_dump(tmp_path / "run")
+    path = tmp_path / "nowhere" if bad == "missing" else tmp_path / "empty"
+    if bad == "directory":  # a directory where a file is read, or a directory holding no dump for --noise
+        path.mkdir()
+    code, out, err = _run([run, run, "-o", tmp_path / "out", option, path], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"msprobe-cmp: error: {option}: {path}: ") and err.count("\n") == 1, err
+    if bad == "missing":
+        assert "does not exist" in err or "No such file or directory" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_malformed_noise_dump_names_the_option_and_the_file(tmp_path, capsys):
+    run = _stats_dump(tmp_path / "run")
+    rerun = _stats_dump(tmp_path / "rerun")
+    (rerun / "step0" / "rank" / "dump.json").write_text("{")
+    code, _, err = _run([run, run, "-o", tmp_path / "out", "--noise", rerun], capsys)
+    assert code == 2
+    assert err.startswith(f"msprobe-cmp: error: --noise: {rerun / 'step0' / 'rank' / 'dump.json'}: invalid JSON")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_noise_is_reported_before_the_dumps_are_read(tmp_path, capsys, monkeypatch):
+    import msprobe_cmp.cli as cli
+
+    def no_loading(path):
+        raise AssertionError(f"loaded {path}")
+
+    monkeypatch.setattr(cli, "load_dump", no_loading)
+    run = _stats_dump(tmp_path / "run")
+    code, _, err = _run([run, run, "-o", tmp_path / "out", "--noise", tmp_path / "nowhere"], capsys)
+    assert code == 2 and err == f"msprobe-cmp: error: --noise: {tmp_path / 'nowhere'}: does not exist\n"
+
+
+def test_missing_positional_input_keeps_the_typed_path(tmp_path, capsys, monkeypatch):
+    _stats_dump(tmp_path / "b")
+    monkeypatch.chdir(tmp_path)
+    for extra in ([], ["--absolute-paths"]):
+        code, _, err = _run(["nope", "b", "-o", "out", *extra], capsys)
+        assert code == 2 and err == "msprobe-cmp: error: nope: does not exist\n"
+
+
+def test_absolute_paths_resolves_relative_inputs(tmp_path, capsys, monkeypatch):
+    real = tmp_path / "real"
+    _stats_dump(real / "a")
+    _stats_dump(real / "b", maximum=9.0)
+    _stats_dump(real / "rerun", maximum=9.0)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "b").symlink_to(real / "b")  # resolved: the report shows where the dump really is
+    monkeypatch.chdir(tmp_path / "work")
+    inputs = ["../real/a", "b", "--noise", "../real/rerun"]
+    assert _run([*inputs, "-o", "typed"], capsys)[0] == 1
+    doc = json.loads((tmp_path / "work" / "typed" / "comparison.json").read_text())
+    assert (doc["input_a"], doc["input_b"]) == ("../real/a", "b")
+    assert _run([*inputs, "-o", "absolute", "--absolute-paths"], capsys)[0] == 1
+    doc = json.loads((tmp_path / "work" / "absolute" / "comparison.json").read_text())
+    a, b = str((real / "a").resolve()), str((real / "b").resolve())
+    assert (doc["input_a"], doc["input_b"]) == (a, b)
+    assert (doc["units"][0]["a"]["directory"], doc["units"][0]["b"]["directory"]) == (f"{a}/step0/rank",
+                                                                                      f"{b}/step0/rank")
+    noise_note = [n for n in doc["notes"] if n.startswith("noise-floor mode")]
+    assert noise_note and str((real / "rerun").resolve()) in noise_note[0]
+
+
+def test_help_says_how_debug_json_is_read(tmp_path, capsys):
+    assert main(["--help"]) == 0
+    assert "debug.json" in " ".join(capsys.readouterr().out.split())
+    # What the help says: a debug.json is read as the file itself and as a rank directory with no dump.json.
+    leaf = {"a": TensorLeaf("mindspore.Tensor", "Float32", (2,), 1.0, 0.0, 0.5, 1.0),
+            "b": TensorLeaf("mindspore.Tensor", "Float32", (2,), 3.0, 0.0, 1.5, 3.0)}
+    for side in ("a", "b"):
+        DumpWriter(tmp_path / side / "step0" / "rank", DumpMeta("statistics", "debug", "mindspore")).write_debug(
+            {"loss.0": leaf[side]})
+    code, _, err = _run([tmp_path / "a" / "step0" / "rank" / "debug.json", tmp_path / "b" / "step0" / "rank",
+                         "-o", tmp_path / "out"], capsys)
+    assert code == 1, err
+    doc = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert [r["name"] for r in doc["units"][0]["rows"]] == ["loss.0.tensor"]

@@ -822,23 +822,36 @@ def _compare_tensors(
     if mode == "tensor":
         if la.data_name is None or lb.data_name is None:
             missing = " and ".join(s for s, leaf in (("A", la), ("B", lb)) if leaf.data_name is None)
-            notes.append(f"no tensor file in {missing}: compared statistics instead")
-        else:
-            loaded = _load_pair(unit_a, unit_b, la, lb)
-            if isinstance(loaded, str):
-                notes.append(f"tensor file unreadable ({loaded}): compared statistics instead")
-            else:
-                notes.extend(_file_dtype_notes(loaded, (la, lb)))
-                arr_a, arr_b = loaded
-                if pair.transpose_b and arr_b.ndim == 2:
-                    arr_b = arr_b.T
-                return _tensor_outcome(arr_a, arr_b, floor, t, diffs, notes, (la, lb))
-    elif mode == "md5":
+            return _fallback_to_statistics(la, lb, diffs, t, notes, f"no tensor file in {missing}")
+        loaded = _load_pair(unit_a, unit_b, la, lb)
+        if isinstance(loaded, str):
+            return _fallback_to_statistics(la, lb, diffs, t, notes, f"tensor file unreadable ({loaded})")
+        notes.extend(_file_dtype_notes(loaded, (la, lb)))
+        arr_a, arr_b = loaded
+        if pair.transpose_b and arr_b.ndim == 2:
+            arr_b = arr_b.T
+        return _tensor_outcome(arr_a, arr_b, floor, t, diffs, notes, (la, lb))
+    if mode == "md5":
         if la.md5 is not None and lb.md5 is not None:
             rule = compute_md5_verdict(la.md5, lb.md5)
             return _Outcome("md5", tuple(_stat_pairs(diffs)), rule, tuple(notes), rule.verdict != "pass")
-        notes.append("no checksum on one side: compared statistics instead")
+        return _fallback_to_statistics(la, lb, diffs, t, notes, "no checksum on one side")
     return _compare_statistics(la, lb, diffs, t, notes)
+
+
+def _fallback_to_statistics(
+    la: TensorLeaf, lb: TensorLeaf, diffs: tuple[StatDiff, ...], t: Thresholds, notes: list[str], why: str
+) -> _Outcome:
+    """A row the mode in force could not compare (``why``: no tensor file, an unreadable one, no checksum), judged by
+    its statistics instead.  Statistics that agree are weaker evidence than the values or checksums the user asked
+    for, so a row they would pass is a warning whose reason is ``why`` (msprobe leaves such rows unjudged, Accuracy
+    None: anatomy §3.6); a failing or skipped row keeps its verdict and carries ``why`` as a note."""
+    text = f"{why}: compared statistics instead"
+    out = _compare_statistics(la, lb, diffs, t, [*notes, text])
+    if out.rule.verdict != "pass":
+        return out
+    rule = RuleOutcome("warning", (f"{text} (they pass, but the values themselves were not compared)",))
+    return out._replace(rule=rule, notes=tuple(n for n in out.notes if n != text))
 
 
 def _tensor_outcome(
@@ -862,8 +875,9 @@ def _tensor_outcome(
     try:
         tm: TensorMetrics = compute_tensor_metrics(arr_a, arr_b, floor)
     except TypeError as exc:
-        notes.append(f"values not comparable as real numbers ({exc}): compared statistics instead")
-        return _compare_statistics(leaves[0], leaves[1], diffs, t, notes)
+        return _fallback_to_statistics(
+            leaves[0], leaves[1], diffs, t, notes, f"values not comparable as real numbers ({exc})"
+        )
     rule = compute_tensor_verdict(tm, t)
     differs = tm.differs
     if arr_a.dtype.kind in "iub" and arr_b.dtype.kind in "iub" and not np.array_equal(arr_a, arr_b):

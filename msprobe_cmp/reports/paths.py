@@ -1,7 +1,7 @@
 """Keep the comparing machine's absolute paths out of reports (issue 8: a report is shared, the file system is not).
 
-A :class:`~msprobe_cmp.comparator.compare.Comparison` names files in its inputs, unit directories and notes
-(an unreadable tensor file, a duplicate unit).  :func:`relative_paths` rewrites every occurrence of a dump
+A :class:`~msprobe_cmp.comparator.compare.Comparison` names files in its inputs, unit directories, notes
+and reasons (an unreadable tensor file, a duplicate unit).  :func:`relative_paths` rewrites every occurrence of a dump
 root given on the command line into the form the user typed when it was relative, or into the root's last
 component when it was absolute: ``/home/me/runs/ms_fp16/step0/rank/dump.json`` becomes
 ``ms_fp16/step0/rank/dump.json``.  ``msprobe-cmp --absolute-paths`` skips this.
@@ -53,8 +53,8 @@ def _unit_ref(ref: UnitRef, names: Mapping[str, str]) -> UnitRef:
 
 
 def _row(row: ComparisonRow, names: Mapping[str, str]) -> ComparisonRow:
-    notes = _rewrite_all(row.notes, names)
-    return row if notes == row.notes else replace(row, notes=notes)
+    notes, reasons = _rewrite_all(row.notes, names), _rewrite_all(row.reasons, names)
+    return row if notes == row.notes and reasons == row.reasons else replace(row, notes=notes, reasons=reasons)
 
 
 def _unit(unit: UnitComparison, names: Mapping[str, str]) -> UnitComparison:

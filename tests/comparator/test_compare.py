@@ -110,13 +110,30 @@ def test_nonfinite_same_positions_pass_with_note_and_opposite_infinities_fail(tm
 
 
 def test_missing_tensor_file_falls_back_to_statistics(tmp_path):
+    # Agreeing statistics are weaker evidence than the values the user asked for: a warning, never a plain pass.
     write_unit(tmp_path / "a", {"f": X})
     write_unit(tmp_path / "b", {"f": X})
     (tmp_path / "a" / "dump_tensor_data" / "Functional.f.0.forward.input.0.npy").unlink()
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     r = rows_by_name(c)["Functional.f.0.forward.input.0"]
-    assert r.compared_by == "statistics" and any("compared statistics instead" in n for n in r.notes)
-    assert r.verdict == "pass" and c.verdict == "pass"
+    assert r.compared_by == "statistics" and r.verdict == "warning"
+    assert r.reasons[0].startswith("tensor file unreadable (") and "not compared" in r.reasons[0]
+    assert not any("compared statistics instead" in n for n in r.notes)  # said once, as the reason
+    assert r.metric("Max diff") == 0.0 and r.metric("MaxAbsErr lower bound") == 0.0
+    assert rows_by_name(c)["Functional.f.0.forward.output.0"].verdict == "pass"  # its file is there
+    assert c.verdict == "pass"  # warnings do not fail the run
+
+
+def test_unreadable_tensor_file_with_failing_statistics_fails(tmp_path):
+    # Statistics that fail the rules still fail when the tensor file cannot be read; the reason stays a note.
+    write_unit(tmp_path / "a", {"f": X + 2.0})
+    write_unit(tmp_path / "b", {"f": X})
+    (tmp_path / "b" / "dump_tensor_data" / "Functional.f.0.forward.input.0.npy").write_bytes(b"not an npy file")
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    r = rows_by_name(c)["Functional.f.0.forward.input.0"]
+    assert r.compared_by == "statistics" and r.verdict == "fail" and c.verdict == "fail"
+    assert r.metric("Mean diff") == pytest.approx(2.0)
+    assert any(n.startswith("tensor file unreadable (") and "compared statistics instead" in n for n in r.notes)
 
 
 def test_statistics_mode_and_lower_bound_failure(tmp_path):
@@ -144,6 +161,22 @@ def test_md5_mode(tmp_path):
     rows = rows_by_name(c)
     assert rows["Functional.f.0.forward.input.0"].verdict == "pass"
     assert rows["Functional.g.0.forward.input.0"].verdict == "fail"
+
+
+def test_md5_mode_row_without_checksum_is_a_warning(tmp_path):
+    # md5 mode (both sides carry checksums), but one row has none on B: judged by statistics, so a warning.
+    for side in ("a", "b"):
+        w = DumpWriter(tmp_path / side, DumpMeta("statistics", "L1", "mindspore"))
+        w.put(Entry.forward("Functional.f.0.forward", Seq((leaf(None, None, X, md5="0000beef"),)), Map(), Seq(())))
+        md5 = "0000cafe" if side == "a" else None
+        w.put(Entry.forward("Functional.g.0.forward", Seq((leaf(None, None, X, md5=md5),)), Map(), Seq(())))
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    rows = rows_by_name(c)
+    assert c.mode == "md5" and rows["Functional.f.0.forward.input.0"].verdict == "pass"
+    g = rows["Functional.g.0.forward.input.0"]
+    assert (g.compared_by, g.verdict) == ("statistics", "warning")
+    assert g.reasons[0].startswith("no checksum on one side: compared statistics instead")
 
 
 def test_values_and_mismatches(tmp_path):

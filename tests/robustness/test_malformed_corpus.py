@@ -40,7 +40,8 @@ class Error:
 
 @dataclass(frozen=True)
 class Note:
-    """Completes; a row of ``entry`` carries a note containing ``text``; the untouched entries are compared."""
+    """Completes; a row of ``entry`` carries a note or reason containing ``text``; the untouched entries are
+    compared."""
 
     entry: str
     text: str
@@ -327,8 +328,11 @@ def test_malformed_input(case: str, tmp_path: Path, capsys: pytest.CaptureFixtur
         return
     affected = [r for r in rows if r["entry"] == expected.entry]
     assert affected, f"no row of {expected.entry}"
-    notes = " ".join(" ".join(r.get("notes") or []) for r in affected)
+    # the explanation is a note, or the reason of the verdict (a row judged by statistics alone is a warning)
+    notes = " ".join(" ".join((r.get("notes") or []) + (r.get("reasons") or [])) for r in affected)
     assert notes.strip(), f"no note on {expected.entry}: {[_row_text(r) for r in affected]}"
+    assert not any(r["verdict"] == "pass" and r["compared_by"] == "statistics" for r in affected
+                   if "compared statistics instead" in " ".join(r.get("notes") or []))
     assert expected.text.lower() in notes.lower(), notes
     untouched = [r for r in rows if r["entry"] != expected.entry and r["entry"] != "Functional.relu.0.forward"]
     assert untouched and all(r["match_class"] == "matched" and r["metrics"] for r in untouched)

@@ -38,6 +38,24 @@ def _is_tensor_object(obj: dict[str, Any]) -> bool:
     return "dtype" in obj and "shape" in obj and "value" not in obj and isinstance(t, str)
 
 
+def _is_typeless_tensor(obj: dict[str, Any]) -> bool:
+    """True for a dict that is unmistakably a tensor leaf (a string ``dtype``, a list ``shape``, no ``value``)
+    but whose ``type`` is missing or not a string: malformed, not a container.  A kwargs container with keys
+    ``dtype``/``shape`` holds nodes (``{"type": ..., "value": ...}`` objects, lists of them) and is not one."""
+    return (
+        not isinstance(obj.get("type"), str)
+        and isinstance(obj.get("dtype"), str)
+        and isinstance(obj.get("shape"), list)
+        and "value" not in obj
+    )
+
+
+def _typeless_tensor_error(obj: dict[str, Any], file: str | Path, where: str) -> DumpFormatError:
+    """The error of a dict for which :func:`_is_typeless_tensor` holds, naming its ``type`` field."""
+    got = "none" if "type" not in obj else _json_type(obj["type"])
+    return DumpFormatError(file, f"{where}.type", f"a tensor leaf (dtype and shape) needs a string type, got {got}")
+
+
 def _stat(value: Any, file: str | Path, where: str) -> float | None:
     if value is None:
         return None
@@ -131,7 +149,8 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
     """Build a node (leaf or container) from any JSON value of an entry field.
 
     Raises:
-        DumpFormatError: on nesting deeper than 64 levels or a malformed tensor leaf.
+        DumpFormatError: on nesting deeper than 64 levels or a malformed tensor leaf, including an object with a
+            string ``dtype`` and a list ``shape`` (no ``value``) whose ``type`` is missing or not a string.
     """
     if depth > _MAX_DEPTH:
         raise DumpFormatError(file, where, f"nested deeper than {_MAX_DEPTH} levels")
@@ -142,6 +161,8 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
     if isinstance(obj, dict):
         if _is_tensor_object(obj):
             return tensor_leaf_from_json(obj, file, where)
+        if _is_typeless_tensor(obj):
+            raise _typeless_tensor_error(obj, file, where)
         if "type" in obj and "value" in obj and isinstance(obj["type"], str) and len(obj) == 2:
             return ValueLeaf(obj["type"], _freeze(obj["value"], file, f"{where}.value", depth))
         return Map(tuple((str(k), node_from_json(v, file, f"{where}.{k}", depth + 1)) for k, v in obj.items()))
@@ -175,6 +196,8 @@ def _json_type(value: Any) -> str:
         return "a string"
     if isinstance(value, bool):
         return "a boolean"
+    if value is None:
+        return "null"
     return "a number"
 
 
@@ -407,6 +430,8 @@ def _fast_node(obj: Any, depth: int) -> Node:
                 raise _Unusual
             if len(obj) == 2 and "value" in obj:
                 return ValueLeaf(type_, _kept_scalar(obj["value"]))
+        elif type(obj.get("dtype")) is str and type(obj.get("shape")) is list and "value" not in obj:
+            raise _Unusual  # a tensor leaf without a string type: the general path names the field
         map_ = _new(Map)
         map_.__dict__["items"] = tuple([(k, _fast_node(v, depth + 1)) for k, v in obj.items()])
         return map_

@@ -254,3 +254,23 @@ def test_a_statistic_too_large_for_a_float_is_a_one_line_error(tmp_path):
             '"Float32", "shape": [2], "Max": 1' + "0" * 400 + '}]}}}')
     with pytest.raises(DumpFormatError, match=r"output\[0\]\.Max: integer too large"):
         load_dump(_rank_with(tmp_path, text))
+
+
+def test_a_typeless_tensor_leaf_is_a_one_line_error_and_a_kwargs_container_is_not(tmp_path):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "good").mkdir()
+    leaf = '{"dtype": "Float32", "shape": [2, 3], "Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 1.2}'
+    text = '{"task": "statistics", "data": {"F.x.0.forward": {"input_args": [' + leaf + "]}}}"
+    rank_dir = _rank_with(tmp_path / "bad", text)
+    with pytest.raises(DumpFormatError) as info:
+        load_dump(rank_dir)
+    assert str(info.value) == (f"{rank_dir / 'dump.json'}: data['F.x.0.forward'].input_args[0].type: a tensor leaf "
+                               "(dtype and shape) needs a string type, got none")
+    # msprobe's kwargs of a creation op: the values are nodes, so the object is a container.
+    kwargs = ('{"dtype": {"type": "mindspore.dtype", "value": "Float32"}, "shape": [{"type": "int", "value": 2}, '
+              '{"type": "int", "value": 3}]}')
+    text = '{"task": "statistics", "data": {"F.zeros.0.forward": {"input_args": [], "input_kwargs": ' + kwargs + "}}}"
+    entry = load_dump(_rank_with(tmp_path / "good", text)).units[0].entries[0]
+    assert isinstance(entry.field("input_kwargs"), Map)
+    assert [(p, (leaf.type, leaf.value)) for p, leaf in entry.leaves()] == [
+        ("kwargs.dtype", ("mindspore.dtype", "Float32")), ("kwargs.shape.0", ("int", 2)), ("kwargs.shape.1", ("int", 3))]

@@ -157,3 +157,68 @@ def test_fast_leaf_builders_equal_the_general_one(changes):
     assert [type(v) for _, v in fast.extra] == [type(v) for _, v in general.extra]
     assert (fast.nonfinite_counts, fast.has_invalid_nonfinite_counts) == (
         general.nonfinite_counts, general.has_invalid_nonfinite_counts)
+
+
+def _typeless(type_: object) -> dict:
+    leaf = {"dtype": "Float32", "shape": [2, 3], "Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 1.2}
+    return leaf if type_ is _MISSING else {"type": type_, **leaf}
+
+
+_MISSING = object()
+
+
+@pytest.mark.parametrize(("type_", "got"), [(_MISSING, "none"), (3, "a number"), (None, "null")])
+@pytest.mark.parametrize(("field", "value", "where"), [
+    ("input_args", lambda leaf: [_leaf(), leaf], "input_args[1]"),
+    ("input_kwargs", lambda leaf: {"x": leaf}, "input_kwargs.x"),
+    ("output", lambda leaf: [[_leaf(), leaf]], "output[0][1]"),
+])
+def test_a_tensor_leaf_without_a_string_type_is_refused_on_both_paths(tmp_path, type_, got, field, value, where):
+    from msprobe_cmp.dump.serde import entries_from_json_fast
+
+    name = "Functional.f.0.forward"
+    data = {name: {field: value(_typeless(type_))}}
+    assert entries_from_json_fast(json.loads(json.dumps(data))) is None  # the fast builder does not make it a Map
+    fast_rank = _write(tmp_path / "fast", data)
+    # A NaN statistic in a later entry: read by json, built by the general path.
+    slow_rank = _write(tmp_path / "slow", dict(data, **{"Functional.g.0.forward": {"output": [_leaf(Max=float("nan"))]}}))
+    messages = []
+    for rank in (fast_rank, slow_rank):
+        with pytest.raises(DumpFormatError) as info:
+            load_dump(rank)
+        messages.append(str(info.value).replace(str(rank), "<rank>"))
+    expected = (f"<rank>/dump.json: data[{name!r}].{where}.type: a tensor leaf (dtype and shape) needs a string type, "
+                f"got {got}")
+    assert messages == [expected, expected]
+
+
+def test_debug_json_refuses_a_tensor_leaf_without_a_type(tmp_path):
+    from msprobe_cmp.dump.serde import debug_entry_from_json
+
+    with pytest.raises(DumpFormatError) as info:
+        debug_entry_from_json("x.0", {"t": _typeless(3)}, "debug.json")
+    assert str(info.value) == ("debug.json: data['x.0'].t.type: a tensor leaf (dtype and shape) needs a string type, "
+                               "got a number")
+
+
+def test_kwargs_containers_with_dtype_and_shape_keys_are_maps_on_both_paths(tmp_path):
+    from msprobe_cmp.dump.serde import entries_from_json_fast, entry_from_json
+
+    kwargs = {
+        "dtype": {"type": "mindspore.dtype", "value": "Float32"},
+        "shape": [{"type": "int", "value": 2}, {"type": "int", "value": 3}],
+        "opts": {"dtype": {"type": "str", "value": "float32"}, "shape": [{"type": "int", "value": 4}]},
+    }
+    data = {"Functional.zeros.0.forward": {"input_args": [], "input_kwargs": kwargs, "output": [_leaf()]}}
+    fast = entries_from_json_fast(json.loads(json.dumps(data)))
+    assert fast is not None
+    general = entry_from_json("Functional.zeros.0.forward", data["Functional.zeros.0.forward"], "f")
+    assert fast == (general,)
+    assert dict(general.leaves()) == {
+        "kwargs.dtype": ValueLeaf("mindspore.dtype", "Float32"),
+        "kwargs.shape.0": ValueLeaf("int", 2),
+        "kwargs.shape.1": ValueLeaf("int", 3),
+        "kwargs.opts.dtype": ValueLeaf("str", "float32"),
+        "kwargs.opts.shape.0": ValueLeaf("int", 4),
+        "output.0": TensorLeaf("mindspore.Tensor", "Float32", (2, 3), 1.5, -0.25, 0.125, 2.0),
+    }

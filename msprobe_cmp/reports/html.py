@@ -29,6 +29,7 @@ from msprobe_cmp.comparator.compare import VERDICTS, Comparison, ComparisonRow, 
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.reports.common import (
+    ALSO_NAMES_SHOWN,
     RANKING,
     TOP_ROWS,
     ReportFacts,
@@ -496,7 +497,8 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         unit_compared=unit_compared,
         columns=HTML_COLUMNS[comparison.mode],
         thresholds=thresholds,
-        largest=facts.largest_disagreements(TOP_ROWS),
+        largest=facts.disagreements(TOP_ROWS),
+        also_shown=ALSO_NAMES_SHOWN,
         ranking=RANKING.get(comparison.mode, RANKING["md5"]),
         top_rows=TOP_ROWS,
         highlights=(

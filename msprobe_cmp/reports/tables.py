@@ -24,8 +24,8 @@ rows not compared a ``<skipped>`` with why, warnings a ``<system-out>``; unpaire
 test cases of a last suite.  Characters XML 1.0 cannot hold are written as ``\\uXXXX`` text.
 
 Markdown (:func:`render_markdown`): a short summary for CI job summaries and pull-request
-comments (verdict, counts, first divergent / failing row, largest disagreements); every text from a
-dump is escaped so that it renders as text.
+comments (verdict, counts, first divergent / failing row, largest disagreements: each tensor once, with the
+other names it was recorded under); every text from a dump is escaped so that it renders as text.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.reports.common import (
     RANKING,
     ReportFacts,
+    also_recorded_as,
     dumps_compact,
     format_number,
     format_side,
@@ -704,7 +705,7 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, fac
         listed = ", ".join(f"{u.side.upper()} {u.label}" for u in comparison.unpaired)
         lines.append(f"- **Unpaired units** (not compared): {markdown_text(listed)}")
     lines.append("")
-    largest = facts.largest_disagreements(top)
+    largest = facts.disagreements(top)
     if largest:
         keys = MARKDOWN_METRICS[comparison.mode]
         lines.append(f"### Largest disagreements (top {len(largest)})")
@@ -713,11 +714,14 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, fac
         lines.append("")
         lines.append("| Row | Unit | Verdict | " + " | ".join(keys) + " | Reason |")
         lines.append("|---|---|---|" + "---:|" * len(keys) + "---|")
-        for ui, r in largest:
+        for ui, r, also in largest:
             values = " | ".join(format_number(r.metric(k)) for k in keys)
             reason = markdown_text("; ".join(r.reasons)) if r.reasons else ""
             unit = markdown_text(comparison.units[ui].unit_a.label)
-            lines.append(f"| {markdown_text(r.name)} | {unit} | {r.verdict} | {values} | {reason} |")
+            name = markdown_text(r.name)
+            if also:
+                name += f" ({markdown_text(also_recorded_as([o.name for o in also]))})"
+            lines.append(f"| {name} | {unit} | {r.verdict} | {values} | {reason} |")
         lines.append("")
     if comparison.notes:
         lines.append("### Notes")

@@ -1,0 +1,326 @@
+"""The outcome of one row: how its two sides were compared (tensor files, statistics, checksums or values), its
+metrics, its verdict under the rules, its notes, and whether the sides differ.
+
+Roles as in :mod:`msprobe_cmp.comparator.compare`: A is the target, B the baseline; relative errors divide by B.
+The only reads are tensor files, through :meth:`msprobe_cmp.dump.reader.RankDump.load_tensor`.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from msprobe_cmp.comparator.dtypes import compute_relative_floor, normalize_dtype
+from msprobe_cmp.comparator.matching import RowPair, is_uncaptured
+from msprobe_cmp.comparator.metrics import (
+    TENSOR_METRIC_KEYS,
+    StatDiff,
+    TensorMetrics,
+    compute_max_abs_err_lower_bound,
+    compute_stat_diffs,
+    compute_tensor_metrics,
+)
+from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, TENSOR_METRIC_NAMES, ComparedBy, Mode
+from msprobe_cmp.comparator.rules import (
+    RuleOutcome,
+    Rules,
+    Thresholds,
+    compute_finite_statistics_verdict,
+    compute_md5_verdict,
+    compute_statistics_verdict,
+    compute_tensor_verdict,
+    compute_value_verdict,
+)
+from msprobe_cmp.dump.naming import parse_name
+from msprobe_cmp.dump.reader import RankDump
+from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf
+from msprobe_cmp.errors import MsprobeCmpError
+
+#: Statistic labels as msprobe spells them in its "<S> diff" columns.
+_STAT_LABELS = {"max": "Max", "min": "Min", "mean": "Mean", "norm": "L2norm"}
+
+_TENSOR_NAME_OF = dict(zip(TENSOR_METRIC_KEYS, TENSOR_METRIC_NAMES, strict=True))
+
+
+@lru_cache(maxsize=1024)
+def _relative_floor_of(dtype_a: str, dtype_b: str) -> float:
+    """:func:`compute_relative_floor` of two stated dtypes (any spelling), computed once per pair of spellings."""
+    return compute_relative_floor(normalize_dtype(dtype_a), normalize_dtype(dtype_b))
+
+
+class _Outcome(NamedTuple):
+    """How one row was compared (internal; a tuple, cheaper to make than a frozen dataclass)."""
+
+    compared_by: ComparedBy
+    metrics: tuple[tuple[str, float | None], ...]
+    rule: RuleOutcome
+    notes: tuple[str, ...]
+    differs: bool | None
+
+
+def _stat_pairs(diffs: tuple[StatDiff, ...]) -> list[tuple[str, float | None]]:
+    out: list[tuple[str, float | None]] = [(f"{_STAT_LABELS[d.stat]} diff", d.diff) for d in diffs]
+    out += [(f"{_STAT_LABELS[d.stat]} relative diff", d.relative) for d in diffs]
+    return out
+
+
+def _stat_notes(diffs: tuple[StatDiff, ...]) -> list[str]:
+    return [
+        f"{d.stat} is {d.a!r} on both sides (not compared)" for d in diffs if d.nonfinite_agree is True
+    ]
+
+
+def _stat_differs(diffs: tuple[StatDiff, ...]) -> bool:
+    return any((d.diff is not None and d.diff != 0.0) or d.nonfinite_agree is False for d in diffs)
+
+
+def _compare_statistics(
+    la: TensorLeaf, lb: TensorLeaf, diffs: tuple[StatDiff, ...], t: Thresholds, notes: list[str]
+) -> _Outcome:
+    if all(d.a is None and d.b is None for d in diffs):
+        rule = RuleOutcome("skip", ("no statistics recorded on either side",))
+        return _Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), None)
+    one_sided = [d.stat for d in diffs if (d.a is None) != (d.b is None)]
+    if one_sided:
+        notes.append(f"statistics recorded on one side only: {', '.join(one_sided)}")
+    bound = compute_max_abs_err_lower_bound(diffs, la.numel)
+    metrics = (*_stat_pairs(diffs), (LOWER_BOUND_NAME, bound))
+    rule = compute_statistics_verdict(diffs, la.numel, t)
+    counts_a, counts_b = la.nonfinite_counts, lb.nonfinite_counts
+    for side, lf in (("A", la), ("B", lb)):
+        if lf.has_invalid_nonfinite_counts:
+            notes.append(f"{side}'s NaN/Inf counts are not valid counts (type or range): ignored")
+    if counts_a is not None and counts_b is not None and counts_a != counts_b:
+        # The recorder's NaN/Inf counts see what Max/Min/Mean/Norm can hide (one more NaN among many).
+        labels = ("NaN", "+Inf", "-Inf")
+        differ = ", ".join(f"{k} A {x} B {y}" for k, x, y in zip(labels, counts_a, counts_b, strict=True) if x != y)
+        rule = RuleOutcome("fail", (*rule.reasons, f"non-finite counts differ: {differ}"))
+        return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs)), True)
+    return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs)), _stat_differs(diffs))
+
+
+def _load_pair(
+    unit_a: RankDump, unit_b: RankDump, la: TensorLeaf, lb: TensorLeaf
+) -> tuple[np.ndarray, np.ndarray] | str:
+    try:
+        return unit_a.load_tensor(la), unit_b.load_tensor(lb)
+    except MsprobeCmpError as exc:
+        return str(exc)
+
+
+def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[TensorLeaf, TensorLeaf]) -> list[str]:
+    """Notes for tensor files whose dtype is not the one dump.json states (values are decoded as stored)."""
+    notes = []
+    for side, arr, leaf in (("A", arrays[0], leaves[0]), ("B", arrays[1], leaves[1])):
+        stored, stated = normalize_dtype(str(arr.dtype)), normalize_dtype(leaf.dtype)
+        if stored == stated:
+            continue
+        if stated == "bfloat16" and stored == "float32":
+            notes.append(f"{side}'s bfloat16 tensor is stored as float32 (msprobe's convention)")
+        else:
+            notes.append(f"{side}'s tensor file holds {arr.dtype}, dump.json says {leaf.dtype}")
+    return notes
+
+
+def _finite_statistics_outcome(
+    pair: RowPair, la: TensorLeaf, lb: TensorLeaf, t: Thresholds, floor: float
+) -> _Outcome | None:
+    """The statistics-mode outcome of the common row, computed without the per-statistic records: both sides
+    non-empty with all four statistics finite floats and valid NaN/Inf counts that agree (or none).  The numbers,
+    verdict, reasons and notes are those of :func:`_compare_statistics` (:func:`compute_stat_diffs`,
+    :func:`compute_max_abs_err_lower_bound`, :func:`compute_statistics_verdict`: the same operations in the same
+    order); None for any other row (the general path then decides).
+    """
+    a0, a1, a2, a3 = la.max, la.min, la.mean, la.norm
+    b0, b1, b2, b3 = lb.max, lb.min, lb.mean, lb.norm
+    if not (type(a0) is float and type(a1) is float and type(a2) is float and type(a3) is float
+            and type(b0) is float and type(b1) is float and type(b2) is float and type(b3) is float):
+        return None
+    total = a0 + a1 + a2 + a3 + b0 + b1 + b2 + b3
+    if total - total != 0.0:  # some statistic is NaN or ±Inf (or the sum overflowed: the general path decides)
+        return None
+    numel = la.numel
+    if numel == 0:
+        return None
+    if la.extra or lb.extra:
+        counts = la.nonfinite_counts
+        if counts != lb.nonfinite_counts:
+            return None
+        # equal and not None: both valid; both None: either side may carry invalid counts (then a note)
+        if counts is None and (la.has_invalid_nonfinite_counts or lb.has_invalid_nonfinite_counts):
+            return None
+    d0, d1, d2, d3 = a0 - b0, a1 - b1, a2 - b2, a3 - b3
+    m0, m1, m2, m3 = abs(d0), abs(d1), abs(d2), abs(d3)
+    bound = max(m0, m1, m2, m3 / math.sqrt(numel))
+    # max(|b|, floor), spelt out: floor when floor > |b| (what max() returns; every value here is finite)
+    r0, r1, r2, r3 = abs(b0), abs(b1), abs(b2), abs(b3)
+    metrics = (
+        ("Max diff", d0), ("Min diff", d1), ("Mean diff", d2), ("L2norm diff", d3),
+        ("Max relative diff", m0 / (floor if floor > r0 else r0)),
+        ("Min relative diff", m1 / (floor if floor > r1 else r1)),
+        ("Mean relative diff", m2 / (floor if floor > r2 else r2)),
+        ("L2norm relative diff", m3 / (floor if floor > r3 else r3)),
+        (LOWER_BOUND_NAME, bound),
+    )
+    suspect = t.max_abs_err_suspect_above
+    if bound <= t.max_abs_err_fail_above and m0 <= suspect and m1 <= suspect and m2 <= suspect and m3 <= suspect:
+        rule = _PASS
+    else:
+        rule = compute_finite_statistics_verdict(
+            (a0, a1, a2, a3), (b0, b1, b2, b3), (d0, d1, d2, d3), bound, t
+        )
+    differs = d0 != 0.0 or d1 != 0.0 or d2 != 0.0 or d3 != 0.0
+    return _Outcome("statistics", metrics, rule, pair.notes, differs)
+
+
+_PASS = RuleOutcome("pass")
+
+
+def _compare_tensors(
+    pair: RowPair, la: TensorLeaf, lb: TensorLeaf, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules
+) -> _Outcome:
+    t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype)) if rules.overrides else rules.default
+    floor = t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)
+    if mode == "statistics":
+        fast = _finite_statistics_outcome(pair, la, lb, t, floor)
+        if fast is not None:
+            return fast
+    diffs = compute_stat_diffs(la.stats, lb.stats, floor)
+    notes = list(pair.notes)
+    if la.numel == 0:
+        # Same shape on both sides (classify_pair), so both are empty: equal, whatever the dtype.
+        notes.append("empty tensor (0 elements) on both sides: equal")
+        return _Outcome("none", tuple(_stat_pairs(diffs)), RuleOutcome("pass"), tuple(notes), False)
+    if mode == "tensor":
+        if la.data_name is None or lb.data_name is None:
+            missing = " and ".join(s for s, leaf in (("A", la), ("B", lb)) if leaf.data_name is None)
+            return _fallback_to_statistics(la, lb, diffs, t, notes, f"no tensor file in {missing}")
+        loaded = _load_pair(unit_a, unit_b, la, lb)
+        if isinstance(loaded, str):
+            return _fallback_to_statistics(la, lb, diffs, t, notes, f"tensor file unreadable ({loaded})")
+        notes.extend(_file_dtype_notes(loaded, (la, lb)))
+        arr_a, arr_b = loaded
+        if pair.transpose_b and arr_b.ndim == 2:
+            arr_b = arr_b.T
+        return _tensor_outcome(arr_a, arr_b, floor, t, diffs, notes, (la, lb))
+    if mode == "md5":
+        if la.md5 is not None and lb.md5 is not None:
+            rule = compute_md5_verdict(la.md5, lb.md5)
+            return _Outcome("md5", tuple(_stat_pairs(diffs)), rule, tuple(notes), rule.verdict != "pass")
+        return _fallback_to_statistics(la, lb, diffs, t, notes, "no checksum on one side")
+    return _compare_statistics(la, lb, diffs, t, notes)
+
+
+def _fallback_to_statistics(
+    la: TensorLeaf, lb: TensorLeaf, diffs: tuple[StatDiff, ...], t: Thresholds, notes: list[str], why: str
+) -> _Outcome:
+    """A row the mode in force could not compare (``why``: no tensor file, an unreadable one, no checksum), judged by
+    its statistics instead.  Statistics that agree are weaker evidence than the values or checksums the user asked
+    for, so a row they would pass is a warning whose reason is ``why`` (msprobe leaves such rows unjudged, Accuracy
+    None: anatomy §3.6); a failing or skipped row keeps its verdict and carries ``why`` as a note."""
+    text = f"{why}: compared statistics instead"
+    out = _compare_statistics(la, lb, diffs, t, [*notes, text])
+    if out.rule.verdict != "pass":
+        return out
+    rule = RuleOutcome("warning", (f"{text} (they pass, but the values themselves were not compared)",))
+    return out._replace(rule=rule, notes=tuple(n for n in out.notes if n != text))
+
+
+def _tensor_outcome(
+    arr_a: np.ndarray,
+    arr_b: np.ndarray,
+    floor: float,
+    t: Thresholds,
+    diffs: tuple[StatDiff, ...],
+    notes: list[str],
+    leaves: tuple[TensorLeaf, TensorLeaf],
+) -> _Outcome:
+    if arr_a.size != arr_b.size:
+        rule = RuleOutcome("fail", (f"tensor files differ in size: A {arr_a.size}, B {arr_b.size}",))
+        return _Outcome("tensor", tuple(_stat_pairs(diffs)), rule, tuple(notes), True)
+    if np.iscomplexobj(arr_a) or np.iscomplexobj(arr_b):
+        # Complex values: compare the real and imaginary parts as one real vector (the cosine is then
+        # Re<a, b> / (|a| |b|), the absolute errors those of the parts).
+        arr_a = np.concatenate([np.real(arr_a).ravel(), np.imag(arr_a).ravel()])
+        arr_b = np.concatenate([np.real(arr_b).ravel(), np.imag(arr_b).ravel()])
+        notes.append("complex values: real and imaginary parts compared as one real vector")
+    try:
+        tm: TensorMetrics = compute_tensor_metrics(arr_a, arr_b, floor)
+    except TypeError as exc:
+        return _fallback_to_statistics(
+            leaves[0], leaves[1], diffs, t, notes, f"values not comparable as real numbers ({exc})"
+        )
+    rule = compute_tensor_verdict(tm, t)
+    differs = tm.differs
+    if arr_a.dtype.kind in "iub" and arr_b.dtype.kind in "iub" and not np.array_equal(arr_a, arr_b):
+        differs = True
+        if tm.max_abs_err == 0.0:  # integers beyond 2**53 that float64 cannot tell apart
+            rule = RuleOutcome("fail", ("integer values differ beyond float64 precision (|values| > 2**53)",))
+    named = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs())
+    return _Outcome("tensor", (*named, *_stat_pairs(diffs)), rule, tuple(notes) + tm.notes, differs)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -> _Outcome:
+    notes = list(pair.notes)
+    if va.type != vb.type:
+        notes.append(f"value types differ: A {va.type}, B {vb.type}")
+    x, y = va.value, vb.value
+    if _is_number(x) and _is_number(y) and (isinstance(x, float) or isinstance(y, float)):
+        # A float scalar is compared like a 0-d tensor (only the MaxAbsErr rules can apply).
+        t = rules.thresholds_for(pair.name, (va.type, vb.type))
+        floor = t.relative_floor or compute_relative_floor("float64")
+        tm = compute_tensor_metrics(np.array([x], dtype=np.float64), np.array([y], dtype=np.float64), floor)
+        rule = compute_tensor_verdict(tm, t)
+        kept = ("max_abs_err", "max_relative_err")
+        metrics = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs() if k in kept)
+        return _Outcome("value", metrics, rule, tuple(notes), tm.differs)
+    rule = compute_value_verdict(x, y)
+    return _Outcome("value", (), rule, tuple(notes), rule.verdict != "pass")
+
+
+def _has_data(leaf: Leaf) -> bool:
+    """A tensor leaf with elements and something recorded about them (statistics, checksum or a file)."""
+    return isinstance(leaf, TensorLeaf) and leaf.numel > 0 and not is_uncaptured(leaf)
+
+
+def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules) -> _Outcome:
+    la, lb = pair.leaf_a, pair.leaf_b
+    cls = pair.match_class
+    if (cls == "not_captured" and pair.in_a and pair.in_b and (la is None) != (lb is None)
+            and _has_data(la if lb is None else lb)):
+        # One side recorded null where the other holds data: often a gradient that did not flow (a detached
+        # tensor, a frozen layer), sometimes a capture gap. Flagged, and counted against the matched share.
+        missing = "A" if la is None else "B"
+        other = "B" if missing == "A" else "A"
+        if parse_name(pair.entry_name).kind == "parameters_grad":
+            # a parameter that got no gradient on one side does not train there: a divergence, not a gap
+            why = f"the parameter got no gradient in {missing} but one in {other}: it does not train in {missing}"
+            return _Outcome("none", (), RuleOutcome("fail", (why, *pair.notes)), (), True)
+        why = f"{missing} recorded null where {other} has a tensor: a gradient that did not flow there, or a " \
+              "value its recorder could not capture"
+        return _Outcome("none", (), RuleOutcome("warning", (why, *pair.notes)), (), True)
+    if cls in ("only_in_a", "only_in_b", "not_captured"):
+        reason = {"only_in_a": "present in A only", "only_in_b": "present in B only"}.get(cls)
+        reasons = (reason,) if reason else pair.notes
+        # a one-sided row's notes say why it has no partner (a composite's intermediate, a mapping)
+        return _Outcome("none", (), RuleOutcome("skip", reasons), pair.notes if reason else (), None)
+    if cls in ("shape_mismatch", "dtype_mismatch"):
+        metrics: tuple[tuple[str, float | None], ...] = ()
+        if isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf):
+            floor = compute_relative_floor(normalize_dtype(la.dtype), normalize_dtype(lb.dtype))
+            metrics = tuple(_stat_pairs(compute_stat_diffs(la.stats, lb.stats, floor)))
+        return _Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
+    if la is None and lb is None:  # the reason first, how the row was paired after it
+        null_first = sorted(pair.notes, key=lambda n: not n.startswith("null on both sides"))
+        return _Outcome("none", (), RuleOutcome("skip", tuple(null_first)), (), False)
+    if isinstance(la, ValueLeaf) and isinstance(lb, ValueLeaf):
+        return _compare_values(pair, la, lb, rules)
+    assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # guaranteed by classify_pair
+    return _compare_tensors(pair, la, lb, unit_a, unit_b, mode, rules)

@@ -1,0 +1,331 @@
+"""The comparison's result records: what :func:`msprobe_cmp.comparator.compare.compare` returns and reports render.
+
+Frozen values only (no computation beyond small accessors): the summary of one side of a row, the compared row,
+the unit references, the per-cell roll-up record, the comparison of one unit pair and of two whole dumps; and the
+metric names and verdicts rows carry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from msprobe_cmp.comparator.matching import MatchClass
+from msprobe_cmp.comparator.rules import Rules, Verdict
+from msprobe_cmp.dump.reader import RankDump
+from msprobe_cmp.dump.schema import Leaf, ValueLeaf, build_frozen
+
+Mode = Literal["tensor", "statistics", "md5"]
+OverallVerdict = Literal["pass", "fail", "nothing_compared", "too_few_matched"]
+ComparedBy = Literal["tensor", "statistics", "md5", "value", "none"]
+
+#: Every row verdict, in report order.
+VERDICTS: tuple[Verdict, ...] = ("fail", "warning", "pass", "skip")
+
+#: Names of the tensor-mode metrics in rows, msprobe's column names (EucDist: msprobe 26.x), in
+#: :data:`msprobe_cmp.comparator.metrics.TENSOR_METRIC_KEYS` order.
+TENSOR_METRIC_NAMES = (
+    "Cosine",
+    "MaxAbsErr",
+    "MaxRelativeErr",
+    "One Thousandth Err Ratio",
+    "Five Thousandths Err Ratio",
+    "EucDist",
+)
+
+#: Names of the statistic-diff metrics in rows: msprobe's "<S> diff" columns (signed A - B, value units),
+#: then the relative differences |A - B| / max(|B|, floor) as plain ratios.  msprobe names the latter
+#: "MaxRelativeErr", ... (the name of another tensor-mode quantity) and writes them as "%" strings.
+STAT_METRIC_NAMES = (
+    "Max diff",
+    "Min diff",
+    "Mean diff",
+    "L2norm diff",
+    "Max relative diff",
+    "Min relative diff",
+    "Mean relative diff",
+    "L2norm relative diff",
+)
+
+#: Name of the statistics-mode lower bound on MaxAbsErr (value units).
+LOWER_BOUND_NAME = "MaxAbsErr lower bound"
+
+
+@dataclass(frozen=True)
+class SideSummary:
+    """What one side recorded for a row (all from dump.json; numbers in the tensor's value units).
+
+    Attributes:
+        kind: ``"tensor"``, ``"value"`` (a non-tensor argument) or ``"null"`` (JSON null).
+        dtype: the tensor dtype as written (``"Float32"``), or the value's type (``"int"``); None for null.
+        shape: the tensor shape; None for values and null.
+        max, min, mean, norm: the recorded statistics (None when not recorded; may be NaN/±Inf).
+        md5: the recorded checksum, if any.
+        data_name: the saved tensor file name, if any.
+        value: the non-tensor value rendered as text (``repr``), None for tensors and null.
+    """
+
+    kind: Literal["tensor", "value", "null"]
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    max: float | None = None
+    min: float | None = None
+    mean: float | None = None
+    norm: float | None = None
+    md5: str | None = None
+    data_name: str | None = None
+    value: str | None = None
+
+    @classmethod
+    def of(cls, leaf: Leaf) -> SideSummary:
+        """The summary of a dump leaf."""
+        if leaf is None:
+            return cls("null")
+        if isinstance(leaf, ValueLeaf):
+            return cls("value", dtype=leaf.type, value=repr(leaf.value))
+        return build_frozen(cls, {
+            "kind": "tensor", "dtype": leaf.dtype, "shape": tuple(leaf.shape), "max": leaf.max, "min": leaf.min,
+            "mean": leaf.mean, "norm": leaf.norm, "md5": leaf.md5, "data_name": leaf.data_name, "value": None,
+        })
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One compared row: a leaf of an entry on both sides, its metrics and its verdict.
+
+    Attributes:
+        index: position of the row in its unit, in execution order (0-based).
+        entry_name: the entry (``"Cell.blocks.0.Dense.forward.0"``).
+        arg_path: the argument path (``"parameters.weight"``, ``"input.0"``, ``"output.0"``).
+        match_class: the matching class (:data:`msprobe_cmp.comparator.matching.MATCH_CLASSES`).
+        a, b: what each side recorded; None when the row is absent from that side.
+        compared_by: how the values were compared: ``"tensor"`` (saved arrays), ``"statistics"``,
+            ``"md5"``, ``"value"`` (non-tensor arguments), or ``"none"``.
+        metrics: ``(key, value)`` pairs: tensor metrics (:data:`metrics.TENSOR_METRIC_KEYS`), statistic
+            diffs (:data:`STAT_METRIC_NAMES`), and in statistics mode :data:`LOWER_BOUND_NAME`; the
+            names are msprobe's column names where msprobe has the column (``"Cosine"``, ``"MaxAbsErr"``).
+            None = undefined or not computable.  Absolute metrics are in value units; relative ones,
+            ratios and Cosine are dimensionless.
+        verdict: ``"pass"``, ``"warning"``, ``"fail"`` or ``"skip"`` (nothing to compare).
+        reasons: why the verdict is not a plain pass (one sentence each).
+        notes: informative remarks (dtype upcast, non-finite values left out, fallbacks).
+        differs: True when the two sides' values are known to differ, False when known identical,
+            None when they were not compared.
+        parent_cell: the parent cell from construct.json (A's, else B's), or None.
+        stack: the call stack of the entry from stack.json (A's, else B's); () when unknown.
+        entry_name_b: B's entry name when the call alignment paired this row with a B entry of another
+            name (a shifted call index, or a MindSpore ↔ PyTorch mapping), else None (see
+            :func:`msprobe_cmp.comparator.matching.align_entries`).
+        stack_b: B's own call stack of the entry from its stack.json; () when unknown.
+        arg_path_b: B's argument path when a mapping moved the argument (``input.2`` for BiasAdd's
+            ``input.1``), else None.
+        mapped_by: which mapping paired the two names across frameworks (built-in table or user
+            file, and the rule), else None.
+    """
+
+    index: int
+    entry_name: str
+    arg_path: str
+    match_class: MatchClass
+    a: SideSummary | None
+    b: SideSummary | None
+    compared_by: ComparedBy
+    metrics: tuple[tuple[str, float | None], ...]
+    verdict: Verdict
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    differs: bool | None = None
+    parent_cell: str | None = None
+    stack: tuple[str, ...] = ()
+    entry_name_b: str | None = None
+    stack_b: tuple[str, ...] = ()
+    arg_path_b: str | None = None
+    mapped_by: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The row name ``<entry name>.<arg path>``."""
+        return f"{self.entry_name}.{self.arg_path}"
+
+    @property
+    def name_b(self) -> str:
+        """B's row name: :attr:`name`, or B's own entry name / argument path where they differ."""
+        return f"{self.entry_name_b or self.entry_name}.{self.arg_path_b or self.arg_path}"
+
+    def metric(self, key: str) -> float | None:
+        """The metric ``key``, or None when absent or undefined."""
+        for k, v in self.metrics:
+            if k == key:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class UnitRef:
+    """A (step, rank) unit of one side.
+
+    Attributes:
+        side: ``"a"`` or ``"b"``.
+        step, rank: the unit's ids (None: no step directory / non-distributed ``rank`` directory).
+        label: ``"step0/rank1"``-style label.
+        directory: the unit's directory.
+    """
+
+    side: Literal["a", "b"]
+    step: int | None
+    rank: int | None
+    label: str
+    directory: str
+
+    @classmethod
+    def of(cls, side: Literal["a", "b"], unit: RankDump) -> UnitRef:
+        """The reference of a loaded unit."""
+        return cls(side, unit.step, unit.rank, unit.label, str(unit.directory))
+
+
+@dataclass(frozen=True)
+class CellRollup:
+    """The rows inside one cell call — the cell's own rows and those of every API and cell below it in
+    construct.json — summed up: the answer to "which part of the model disagrees, and how much".
+
+    Attributes:
+        cell: the cell entry name (``"Cell.blocks.0.Dense.forward.0"``).
+        parent: the cell it runs inside, or None at the top.
+        depth: 0 at the top, +1 per enclosing cell.
+        rows: rows in the subtree; failing / differing: how many of them fail / differ.
+        min_cosine: the lowest Cosine in the subtree (tensor mode), or None.
+        max_abs_err: the largest MaxAbsErr (tensor mode) or its statistics lower bound, or None.
+        worst_verdict: the worst row verdict (fail > warning > pass > skip).
+        first_divergent: index of the first row in the subtree whose two sides differ, or None.
+    """
+
+    cell: str
+    parent: str | None
+    depth: int
+    rows: int
+    failing: int
+    differing: int
+    min_cosine: float | None
+    max_abs_err: float | None
+    worst_verdict: Verdict
+    first_divergent: int | None
+
+
+@dataclass(frozen=True)
+class UnitComparison:
+    """The comparison of one unit of A with its partner in B.
+
+    Attributes:
+        unit_a, unit_b: the two units.
+        rows: every row of both sides, in execution order (:mod:`msprobe_cmp.comparator.matching`).
+        counts: ``(class, count)`` for every match class.
+        verdict_counts: ``(verdict, count)`` for every row verdict (:data:`VERDICTS`).
+        first_divergent: index of the first row whose two sides differ: a ``matched`` row whose values
+            differ, a ``shape_mismatch`` / ``dtype_mismatch`` row, or any failing row (so it never comes
+            after ``first_failing``); None when there is none.
+        first_failing: index of the first row whose verdict is ``fail``, or None.
+        verdict: ``"fail"`` when a row fails; else ``"nothing_compared"`` when no matched row was
+            compared; else ``"pass"``.
+        notes: remarks about the pairing.
+        cells: the per-cell roll-up (:func:`~msprobe_cmp.comparator.rollup.compute_cell_rollups`), in execution
+            order.
+        parent_chains: entry name → its enclosing cells, innermost first.
+    """
+
+    unit_a: UnitRef
+    unit_b: UnitRef
+    rows: tuple[ComparisonRow, ...]
+    counts: tuple[tuple[MatchClass, int], ...]
+    verdict_counts: tuple[tuple[Verdict, int], ...]
+    first_divergent: int | None
+    first_failing: int | None
+    verdict: OverallVerdict
+    notes: tuple[str, ...] = ()
+    cells: tuple[CellRollup, ...] = ()
+    parent_chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def compared_count(self) -> int:
+        """Number of matched rows whose values were compared (verdict other than skip)."""
+        return sum(1 for r in self.rows if r.match_class == "matched" and r.verdict != "skip")
+
+
+@dataclass(frozen=True)
+class RowRef:
+    """Where a row sits in a :class:`Comparison`.
+
+    Attributes:
+        unit: index of the unit in :attr:`Comparison.units`.
+        row: index of the row in that unit's rows (its execution-order position).
+        name: the row name ``<entry name>.<arg path>``.
+        unit_label: the unit's label on the A side (``"step0/rank"``).
+        parent_cell: the row's parent cell (construct.json), or None.
+        parents: every enclosing cell, innermost first (construct.json followed upwards).
+    """
+
+    unit: int
+    row: int
+    name: str
+    unit_label: str
+    parent_cell: str | None = None
+    parents: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``"<row name> (<unit label>[, in <parent cell> < <its parent> ...])"``, for one-line messages."""
+        chain = self.parents or ((self.parent_cell,) if self.parent_cell else ())
+        inside = f", in {' < '.join(chain)}" if chain else ""
+        return f"{self.name} ({self.unit_label}{inside})"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of :func:`~msprobe_cmp.comparator.compare.compare`: a frozen value, rendered by
+    :mod:`msprobe_cmp.reports`.
+
+    Attributes:
+        input_a, input_b: the paths the two dumps were loaded from (A = target, B = baseline).
+        mode: ``"tensor"``, ``"statistics"`` or ``"md5"``.
+        rules: the thresholds in force.
+        units: one :class:`UnitComparison` per paired unit, sorted by (step, rank) of A.
+        unpaired: the units of either side that found no partner.
+        counts, verdict_counts: per-class / per-verdict row totals over all units (zeros included).
+        first_divergent, first_failing: :class:`RowRef` of the first divergent / failing row, taking
+            units in order (lowest step, then rank), or None.
+        verdict: ``"fail"`` if any unit fails; else ``"nothing_compared"`` when no matched row was
+            compared anywhere (a run with nothing compared never passes); else ``"too_few_matched"``
+            when matched rows are a smaller share of all rows than ``rules.min_matched_share`` (when the
+            two dumps come from different frameworks: of A's rows, since the baseline framework makes
+            calls the target's never does, such as PyTorch's optimizer Tensor methods); else
+            ``"pass"``.
+        notes: remarks about the whole comparison (pairing, mode).
+        matched_share: the share of rows matched, as the ``min_matched_share`` floor counts it (0..1; None when
+            there are no rows): matched / rows, without ``not_captured`` rows, and across frameworks without
+            B's unpaired rows of paired units.
+        matched_share_of: which rows that share is of: ``"all rows"`` or ``"A's rows"``.
+    """
+
+    input_a: str
+    input_b: str
+    mode: Mode
+    rules: Rules
+    units: tuple[UnitComparison, ...]
+    unpaired: tuple[UnitRef, ...]
+    counts: tuple[tuple[MatchClass, int], ...]
+    verdict_counts: tuple[tuple[Verdict, int], ...]
+    first_divergent: RowRef | None
+    first_failing: RowRef | None
+    verdict: OverallVerdict
+    notes: tuple[str, ...] = ()
+    matched_share: float | None = None
+    matched_share_of: str = "all rows"
+
+    def row(self, ref: RowRef) -> ComparisonRow:
+        """The row at ``ref``."""
+        return self.units[ref.unit].rows[ref.row]
+
+    @property
+    def compared_count(self) -> int:
+        """Number of matched rows whose values were compared, over all units."""
+        return sum(u.compared_count for u in self.units)

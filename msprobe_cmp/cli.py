@@ -197,7 +197,13 @@ def exit_code_for(comparison: Comparison) -> int:
 
 def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     """A few lines for the terminal: verdict, counts, where the runs start to differ, the report path."""
-    lines = [f"verdict: {comparison.verdict.upper()}  ({comparison.mode} mode)"]
+    mode = f"{comparison.mode} mode"
+    if comparison.mode != "statistics":  # rows the mode could not compare (no tensor file, no checksum): say how many
+        compared = [r for u in comparison.units for r in u.rows if r.match_class == "matched" and r.verdict != "skip"]
+        by_stats = sum(1 for r in compared if r.compared_by == "statistics")
+        if by_stats:
+            mode += f"; {by_stats} of {len(compared)} compared rows judged by statistics only"
+    lines = [f"verdict: {comparison.verdict.upper()}  ({mode})"]
     total = sum(n for _, n in comparison.counts)
     share = comparison.matched_share
     # The share also counts the rows of units found on one side only, which no class count holds: say so.

@@ -402,14 +402,18 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units))
     if world_note:
         notes.insert(0, world_note)
-    if mode == "tensor":
-        fell_back = sum(
-            1 for u in units for r in u.rows if r.match_class == "matched" and r.compared_by == "statistics"
-        )
+    if mode in ("tensor", "md5"):
+        fell_back = [
+            (u, r) for u in units for r in u.rows if r.match_class == "matched" and r.compared_by == "statistics"
+        ]
         if fell_back:
+            compared_rows = sum(u.compared_count for u in units)
+            what = "their tensor files are missing or unreadable" if mode == "tensor" else "a side has no checksum"
+            u, r = fell_back[0]
             notes.append(
-                f"{fell_back} tensor row(s) were compared by their statistics only: their tensor files could not "
-                "be read (see each row's notes)"
+                f"{len(fell_back)} of {compared_rows} compared row(s) were judged by their statistics only ({what}; "
+                f"first: {r.name} in {u.unit_a.label}): each is a warning unless its statistics fail, and its reasons "
+                "say why"
             )
     first_divergent = _first_ref(units, "first_divergent")
     first_failing = _first_ref(units, "first_failing")

@@ -105,10 +105,18 @@ def _compare_statistics(
 def _load_pair(
     unit_a: RankDump, unit_b: RankDump, la: TensorLeaf, lb: TensorLeaf
 ) -> tuple[np.ndarray, np.ndarray] | str:
-    try:
-        return unit_a.load_tensor(la), unit_b.load_tensor(lb)
-    except MsprobeCmpError as exc:
-        return str(exc)
+    """Both sides' tensors, or the reason neither pair can be compared: every side's error, so that a file missing on
+    both sides is named on both (one fix, not two reruns)."""
+    arrays: list[np.ndarray] = []
+    errors: list[str] = []
+    for unit, leaf in ((unit_a, la), (unit_b, lb)):
+        try:
+            arrays.append(unit.load_tensor(leaf))
+        except MsprobeCmpError as exc:
+            errors.append(str(exc))
+    if errors:
+        return "; ".join(errors)
+    return arrays[0], arrays[1]
 
 
 def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[TensorLeaf, TensorLeaf]) -> list[str]:
@@ -220,13 +228,17 @@ def _fallback_to_statistics(
     """A row the mode in force could not compare (``why``: no tensor file, an unreadable one, no checksum), judged by
     its statistics instead.  Statistics that agree are weaker evidence than the values or checksums the user asked
     for, so a row they would pass is a warning whose reason is ``why`` (msprobe leaves such rows unjudged, Accuracy
-    None: anatomy §3.6); a failing or skipped row keeps its verdict and carries ``why`` as a note."""
+    None: anatomy §3.6); a failing row (or one warned of) keeps its verdict and adds ``why`` to its reasons; a row with
+    no statistics either is skipped with ``why`` as a note."""
     text = f"{why}: compared statistics instead"
-    out = _compare_statistics(la, lb, diffs, t, [*notes, text])
-    if out.rule.verdict != "pass":
-        return out
-    rule = RuleOutcome("warning", (f"{text} (they pass, but the values themselves were not compared)",))
-    return out._replace(rule=rule, notes=tuple(n for n in out.notes if n != text))
+    out = _compare_statistics(la, lb, diffs, t, list(notes))
+    verdict = out.rule.verdict
+    if verdict == "skip":
+        return out._replace(notes=(*out.notes, text))
+    if verdict == "pass":
+        return out._replace(rule=RuleOutcome(
+            "warning", (f"{text} (they pass, but the values themselves were not compared)",)))
+    return out._replace(rule=RuleOutcome(verdict, (*out.rule.reasons, text)))
 
 
 def _tensor_outcome(

@@ -13,21 +13,46 @@ to is the evidence.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from msprobe_cmp.comparator.compare import Comparison, ComparisonRow, UnitComparison, UnitRef
 
+#: The file and directory names inside a dump root (``<root>/step<N>/rank<R>/dump.json``), which an input path may
+#: end in: a rank directory or a dump.json given directly is named by the dump root around it.
+_DUMP_FILES = ("dump.json", "debug.json")
+_STEP_DIR = re.compile(r"step\d+")
+_RANK_DIR = re.compile(r"rank\d*")
+
+
+def dump_root(path: Path) -> Path:
+    """The dump root of an input path: ``path`` without a trailing ``dump.json`` / ``debug.json``, ``rank<R>`` and
+    ``step<N>`` (in that order, each only when present): ``/runs/fp16/step0/rank/dump.json`` → ``/runs/fp16``."""
+    if path.name in _DUMP_FILES:
+        path = path.parent
+    if _RANK_DIR.fullmatch(path.name):
+        path = path.parent
+    if _STEP_DIR.fullmatch(path.name):
+        path = path.parent
+    return path
+
 
 def display_names(paths: Iterable[Path]) -> dict[str, str]:
-    """``absolute path text → shown text`` for each dump root: the typed relative path, or the last component.
+    """``absolute path text → shown text`` for each dump root (:func:`dump_root` of each input path): the typed
+    relative path, or the last component.
 
     Both the path as typed and its resolved form are keys (messages may carry either).  Longer keys are
-    listed first, so that a root inside another root is rewritten by its own entry.
+    listed first, so that a root inside another root is rewritten by its own entry.  A root that is the file
+    system's root or the current directory (``.``: the input was typed from inside its dump root) is not used:
+    the input path itself is then named as before.
     """
     out: dict[str, str] = {}
-    for path in paths:
+    for given in paths:
+        path = dump_root(given)
+        if str(path) in ("", ".") or (path.is_absolute() and not path.name):
+            path = given
         shown = str(path) if not path.is_absolute() else (path.name or str(path))
         for form in {os.path.abspath(path), str(path.resolve())} | ({str(path)} if path.is_absolute() else set()):
             if form not in ("/", "") and form not in out:

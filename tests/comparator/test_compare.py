@@ -125,7 +125,7 @@ def test_missing_tensor_file_falls_back_to_statistics(tmp_path):
 
 
 def test_unreadable_tensor_file_with_failing_statistics_fails(tmp_path):
-    # Statistics that fail the rules still fail when the tensor file cannot be read; the reason stays a note.
+    # Statistics that fail the rules still fail when the tensor file cannot be read, and the reasons say so too.
     write_unit(tmp_path / "a", {"f": X + 2.0})
     write_unit(tmp_path / "b", {"f": X})
     (tmp_path / "b" / "dump_tensor_data" / "Functional.f.0.forward.input.0.npy").write_bytes(b"not an npy file")
@@ -133,7 +133,22 @@ def test_unreadable_tensor_file_with_failing_statistics_fails(tmp_path):
     r = rows_by_name(c)["Functional.f.0.forward.input.0"]
     assert r.compared_by == "statistics" and r.verdict == "fail" and c.verdict == "fail"
     assert r.metric("Mean diff") == pytest.approx(2.0)
-    assert any(n.startswith("tensor file unreadable (") and "compared statistics instead" in n for n in r.notes)
+    assert r.reasons[0].startswith("MaxAbsErr")  # the statistics' own reason first
+    assert r.reasons[-1].startswith("tensor file unreadable (") and "compared statistics instead" in r.reasons[-1]
+    assert str(tmp_path / "b" / "dump_tensor_data" / "Functional.f.0.forward.input.0.npy") in r.reasons[-1]
+
+
+def test_tensor_files_missing_on_both_sides_are_both_named(tmp_path):
+    # one fix, not two reruns: the reason names A's and B's missing file
+    write_unit(tmp_path / "a", {"f": X})
+    write_unit(tmp_path / "b", {"f": X})
+    for side in ("a", "b"):
+        (tmp_path / side / "dump_tensor_data" / "Functional.f.0.forward.input.0.npy").unlink()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    r = rows_by_name(c)["Functional.f.0.forward.input.0"]
+    assert r.verdict == "warning" and r.reasons[0].count("tensor file not found") == 2
+    for side in ("a", "b"):
+        assert str(tmp_path / side / "dump_tensor_data" / "Functional.f.0.forward.input.0.npy") in r.reasons[0]
 
 
 def test_statistics_mode_and_lower_bound_failure(tmp_path):

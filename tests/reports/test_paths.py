@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from small_dump import RELU_OUT
 from small_dump import write_dump as _write_dump
 
 from msprobe_cmp.cli import REPORT_FILES, main
-from msprobe_cmp.reports.paths import display_names
+from msprobe_cmp.reports.paths import display_names, dump_root
 
 
 def _pair_with_a_missing_tensor_file(base: Path) -> None:
@@ -57,3 +58,41 @@ def test_display_names_prefer_the_longest_root_and_never_rewrite_the_file_system
     assert keys.index(str(tmp_path / "a" / "inner")) < keys.index(str(tmp_path / "a"))
     assert names[str(tmp_path / "a" / "inner")] == "inner"
     assert "/" not in names
+
+
+@pytest.mark.parametrize("inner", ["step0/rank", "step0/rank/dump.json"])
+def test_an_absolute_rank_directory_or_dump_json_is_named_by_its_dump_root(
+    tmp_path: Path, inner: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by the new-user check: `…/fp16/step0/rank/dump.json` was shown as "dump.json" and the unit directories
+    # (`…/fp16/step0/rank`, which does not contain the input's text) kept this machine's absolute path.
+    _pair_with_a_missing_tensor_file(tmp_path)
+    out = tmp_path / "out"
+    runs = tmp_path / "runs"
+    assert main([str(runs / "fp16" / inner), str(runs / "fp32" / inner), "-o", str(out)]) == 0
+    texts = _report_texts(out)
+    for name, text in texts.items():
+        assert str(tmp_path) not in text, name
+    doc = json.loads(texts["comparison.json"])
+    assert (doc["input_a"], doc["input_b"]) == (f"fp16/{inner}", f"fp32/{inner}")
+    assert "fp16/step0/rank/dump_tensor_data/" + RELU_OUT in texts["comparison.json"]
+
+
+def test_an_input_typed_from_inside_its_dump_root_is_shown_as_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _pair_with_a_missing_tensor_file(tmp_path)
+    monkeypatch.chdir(tmp_path / "runs" / "fp16")
+    out = tmp_path / "out"
+    assert main(["step0/rank", str(tmp_path / "runs" / "fp32"), "-o", str(out)]) == 0
+    texts = _report_texts(out)
+    assert all(str(tmp_path) not in t for t in texts.values())
+    assert "step0/rank/dump_tensor_data/" + RELU_OUT in texts["comparison.json"]
+
+
+def test_dump_root_strips_only_the_dump_layout() -> None:
+    assert dump_root(Path("/r/fp16/step12/rank3/dump.json")) == Path("/r/fp16")
+    assert dump_root(Path("/r/fp16/step0/rank")) == Path("/r/fp16")
+    assert dump_root(Path("/r/fp16/rank0/debug.json")) == Path("/r/fp16")
+    assert dump_root(Path("/r/fp16")) == Path("/r/fp16")
+    assert dump_root(Path("/r/ranking/stepper")) == Path("/r/ranking/stepper")  # not rank<R> / step<N>

@@ -198,6 +198,7 @@ def exit_code_for(comparison: Comparison) -> int:
 def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     """A few lines for the terminal: verdict, counts, where the runs start to differ, the report path."""
     mode = f"{comparison.mode} mode"
+    by_stats = 0
     if comparison.mode != "statistics":  # rows the mode could not compare (no tensor file, no checksum): say how many
         compared = [r for u in comparison.units for r in u.rows if r.match_class == "matched" and r.verdict != "skip"]
         by_stats = sum(1 for r in compared if r.compared_by == "statistics")
@@ -219,7 +220,8 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     elif comparison.compared_count == 0:
         lines.append("first divergent: - (nothing was compared)")
     else:
-        lines.append(f"first divergent: none: the {comparison.compared_count} compared rows are identical")
+        lines.append(f"first divergent: none: the {comparison.compared_count} compared rows are identical"
+                     + (f" ({by_stats} of them by their statistics only)" if by_stats else ""))
     first_fail = comparison.first_failing
     if first_fail is not None:
         lines.append(f"first failing:   {_printable(first_fail.label)}")

@@ -36,7 +36,12 @@ from typing import Literal
 from msprobe_cmp.comparator.mapping import NameMapping, label_contradiction, unused_mapping_keys
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.comparator.metrics import STAT_NAMES
-from msprobe_cmp.comparator.outcomes import _compare_statistics, _finite_statistics_outcome, _relative_floor_of
+from msprobe_cmp.comparator.outcomes import (
+    _compare_statistics,
+    _finite_statistics_outcome,
+    _relative_floor_of,
+    has_checksum,
+)
 from msprobe_cmp.comparator.parallel import UnitTask, _compare_in_parallel, _registered_loaders, compare_unit_task
 from msprobe_cmp.comparator.result import (
     LOWER_BOUND_NAME,
@@ -179,7 +184,7 @@ def _has_md5(units: Iterable[RankDump]) -> bool:
     for u in units:
         for e in u.entries:
             for _, leaf in e.leaf_tuple():
-                if isinstance(leaf, TensorLeaf) and leaf.md5 is not None:
+                if isinstance(leaf, TensorLeaf) and has_checksum(leaf):
                     return True
     return False
 

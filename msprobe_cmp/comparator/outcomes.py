@@ -215,11 +215,20 @@ def _compare_tensors(
             arr_b = arr_b.T
         return _tensor_outcome(arr_a, arr_b, floor, t, diffs, notes, (la, lb))
     if mode == "md5":
-        if la.md5 is not None and lb.md5 is not None:
+        without = [side for side, leaf in (("A", la), ("B", lb)) if not has_checksum(leaf)]
+        if not without:
+            assert la.md5 is not None and lb.md5 is not None  # has_checksum
             rule = compute_md5_verdict(la.md5, lb.md5)
             return _Outcome("md5", tuple(_stat_pairs(diffs)), rule, tuple(notes), rule.verdict != "pass")
-        return _fallback_to_statistics(la, lb, diffs, t, notes, "no checksum on one side")
+        where = "on either side" if len(without) == 2 else f"in {without[0]}"
+        return _fallback_to_statistics(la, lb, diffs, t, notes, f"no checksum {where}")
     return _compare_statistics(la, lb, diffs, t, notes)
+
+
+def has_checksum(leaf: TensorLeaf) -> bool:
+    """Whether ``leaf`` carries a checksum to compare: an md5 that is not None, empty or blank (an empty string in
+    dump.json is no checksum, and two of them must not "agree")."""
+    return leaf.md5 is not None and leaf.md5.strip() != ""
 
 
 def _fallback_to_statistics(
@@ -235,6 +244,10 @@ def _fallback_to_statistics(
     verdict = out.rule.verdict
     if verdict == "skip":
         return out._replace(notes=(*out.notes, text))
+    bare = [side for side, leaf in (("A", la), ("B", lb)) if all(v is None for v in leaf.stats)]
+    if bare and verdict == "pass":  # statistics on one side only: nothing at all was compared
+        return out._replace(rule=RuleOutcome(
+            "warning", (f"{why}, and {bare[0]} recorded no statistics: nothing was compared",)))
     if verdict == "pass":
         return out._replace(rule=RuleOutcome(
             "warning", (f"{text} (they pass, but the values themselves were not compared)",)))

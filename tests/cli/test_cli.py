@@ -217,6 +217,8 @@ def test_unreadable_tensor_files_are_said_in_the_summary(msprobe_fixtures, tmp_p
     first_line = out.splitlines()[0]
     assert first_line == (f"verdict: PASS  (tensor mode; {len(by_stats)} of {len(compared)} compared rows judged by "
                           "statistics only)")
+    assert (f"first divergent: none: the {len(compared)} compared rows are identical ({len(by_stats)} of them by "
+            "their statistics only)") in out.splitlines()
 
 
 def test_cross_framework_pair_says_why_little_matched(msprobe_fixtures, tmp_path, capsys):

@@ -191,7 +191,40 @@ def test_md5_mode_row_without_checksum_is_a_warning(tmp_path):
     assert c.mode == "md5" and rows["Functional.f.0.forward.input.0"].verdict == "pass"
     g = rows["Functional.g.0.forward.input.0"]
     assert (g.compared_by, g.verdict) == ("statistics", "warning")
-    assert g.reasons[0].startswith("no checksum on one side: compared statistics instead")
+    assert g.reasons[0].startswith("no checksum in B: compared statistics instead")
+
+
+def test_md5_mode_blank_checksums_are_no_checksums(tmp_path):
+    # Found by the breaker: "" on both sides "agreed" as checksums although the statistics differ.
+    for side, scale in (("a", 3.0), ("b", 1.0)):
+        w = DumpWriter(tmp_path / side, DumpMeta("statistics", "L1", "mindspore"))
+        w.put(Entry.forward("Functional.f.0.forward", Seq((leaf(None, None, X, md5="0000aaaa"),)), Map(), Seq(())))
+        w.put(Entry.forward("Functional.g.0.forward", Seq((leaf(None, None, X * scale, md5=" "),)), Map(), Seq(())))
+        w.put(Entry.forward("Functional.h.0.forward", Seq((leaf(None, None, X, md5=""),)), Map(), Seq(())))
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    rows = rows_by_name(c)
+    assert c.mode == "md5" and rows["Functional.f.0.forward.input.0"].compared_by == "md5"
+    g = rows["Functional.g.0.forward.input.0"]
+    assert (g.compared_by, g.verdict) == ("statistics", "fail")  # max 3 vs 1: |dMax| = 2 > 1
+    assert g.metric("Max diff") == pytest.approx(2.0) and "no checksum on either side" in g.reasons[-1]
+    h = rows["Functional.h.0.forward.input.0"]
+    assert (h.compared_by, h.verdict) == ("statistics", "warning")
+    assert h.reasons[0].startswith("no checksum on either side: compared statistics instead")
+
+
+def test_fallback_with_statistics_on_one_side_only_says_nothing_was_compared(tmp_path):
+    write_unit(tmp_path / "a", {"f": X})
+    w = DumpWriter(tmp_path / "b", DumpMeta("tensor", "L1", "mindspore"))
+    # no statistics, and a data_name whose file was never written (found by the breaker)
+    bare = TensorLeaf("mindspore.Tensor", "Float32", X.shape, data_name="Functional.f.0.forward.input.0.npy")
+    w.put(Entry.forward("Functional.f.0.forward", Seq((bare,)), Map(), Seq(())))
+    w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    r = rows_by_name(c)["Functional.f.0.forward.input.0"]
+    assert (r.match_class, r.verdict, len(r.reasons)) == ("matched", "warning", 1)
+    assert r.reasons[0].startswith("tensor file unreadable (") and r.reasons[0].endswith(
+        ", and B recorded no statistics: nothing was compared")
 
 
 def test_values_and_mismatches(tmp_path):

@@ -65,9 +65,10 @@ class _Parser(argparse.ArgumentParser):
 def _compare_parser() -> _Parser:
     p = _Parser(
         prog="msprobe-cmp",
-        usage="msprobe-cmp [-h] TARGET BASELINE [-o OUT] [--force] [--rules FILE] [--min-matched-share X] "
-        "[--noise RERUN]\n"
-        "       [--cell-mapping FILE] [--api-mapping FILE] [--jobs N] [--scheduler ADDRESS] [--absolute-paths]\n"
+        usage="msprobe-cmp [-h] [--version] TARGET BASELINE [-o OUT] [--force] [--rules FILE] "
+        "[--min-matched-share X]\n"
+        "       [--noise RERUN] [--cell-mapping FILE] [--api-mapping FILE] [--jobs N] [--scheduler ADDRESS] "
+        "[--absolute-paths]\n"
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
@@ -81,7 +82,7 @@ def _compare_parser() -> _Parser:
                    help="dump root, step<N> dir, rank<R> dir or dump.json to check")
     p.add_argument("baseline", metavar="BASELINE", type=Path,
                    help="the reference dump (msprobe's 'bench'); same forms as TARGET")
-    p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-report"),
+    p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-report"), metavar="OUT",
                    help="directory for report.html, comparison.json, comparison.csv, junit.xml and summary.md "
                    "(default: %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite existing report files in the output directory")
@@ -119,9 +120,9 @@ def _demo_parser() -> _Parser:
         description="Train a small MindSpore MLP on scikit-learn's bundled digits twice (float32, and float16 "
         "compute in the hidden layers), record both runs at mix level and compare them.",
     )
-    p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-demo"),
+    p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-demo"), metavar="OUT",
                    help="directory for the two dumps and the reports (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=5, help="training steps to record (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=5, metavar="N", help="training steps to record (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an earlier demo in the output directory")
     return p
 

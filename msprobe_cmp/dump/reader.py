@@ -9,9 +9,12 @@ file and field, tensor files are confined to the dump's ``dump_tensor_data/`` an
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -288,9 +291,13 @@ class RankDump:
     def tensor_path(self, leaf: TensorLeaf) -> Path | None:
         """Where ``leaf``'s tensor file is, confined to :attr:`tensor_dir`; None when it has no ``data_name``.
 
+        The path is resolved (symlinks followed) so that the confinement can be checked; messages name the file
+        as :meth:`shown_tensor_file` does, never by its resolved path.
+
         Raises:
             DumpFormatError: when ``data_name`` is absolute, contains ``..`` or resolves (through
-                symlinks) outside the tensor directory.
+                symlinks) outside the tensor directory, or when the path cannot be resolved (a symlink loop, a
+                name too long for the file system, a name the file system cannot encode).
         """
         name = leaf.data_name
         if name is None:
@@ -298,12 +305,23 @@ class RankDump:
         file = self.directory / DUMP_JSON
         plain = name and "\x00" not in name and "/" not in name and "\\" not in name and name not in (".", "..")
         if not plain:
-            raise DumpFormatError(file, f"data_name {name!r:.80}", "not a plain file name inside dump_tensor_data")
-        base = self.tensor_dir.resolve()
-        path = (base / name).resolve()
+            raise DumpFormatError(file, f"data_name {_quoted(name)}", "not a plain file name inside dump_tensor_data")
+        try:
+            base = self.tensor_dir.resolve()
+            path = (base / name).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: Python 3.11's "Symlink loop"
+            reason = f"cannot read the tensor file: {_os_reason(exc)}"
+            raise DumpFormatError(self.shown_tensor_file(name), None, reason) from None
         if path.parent != base:
-            raise DumpFormatError(file, f"data_name {name!r:.80}", "resolves outside dump_tensor_data")
+            raise DumpFormatError(file, f"data_name {_quoted(name)}", "resolves outside dump_tensor_data")
         return path
+
+    def shown_tensor_file(self, data_name: str) -> str:
+        """The tensor file of ``data_name`` as messages name it: ``<directory>/dump_tensor_data/<data_name>``, under the
+        unit directory as loaded (not resolved: a report's path rewriting then hides the dump root, and a dump
+        on shared storage reached through a symlink does not put that storage's paths in messages), with a
+        ``data_name`` longer than 100 characters cut to its first 100 and ``...``."""
+        return f"{self.tensor_dir}/{_cut(data_name)}"
 
     def load_tensor(self, leaf: TensorLeaf) -> np.ndarray:
         """Load ``leaf``'s saved tensor (memory-mapped, ``allow_pickle=False``).
@@ -315,43 +333,93 @@ class RankDump:
             The array as stored (not upcast); callers upcast before computing.
 
         Raises:
-            DumpFormatError: no ``data_name``, a missing/unreadable/corrupt file, an object array,
+            DumpFormatError: no ``data_name``, a missing/unreadable/corrupt file (any OS error: a symlink loop,
+                a name too long, no permission, a path component that is not a directory), an object array,
                 a file type other than ``.npy`` for which no loader is registered (``.pt`` needs
-                :func:`register_tensor_loader`), or a stored shape that disagrees with dump.json.
+                :func:`register_tensor_loader`), or a stored shape that disagrees with dump.json.  Each names
+                the file by :meth:`shown_tensor_file`.
         """
         path = self.tensor_path(leaf)
-        if path is None:
+        if path is None or leaf.data_name is None:
             raise DumpFormatError(self.directory / DUMP_JSON, "data_name", "the tensor was not saved")
+        shown = self.shown_tensor_file(leaf.data_name)
         loader = None if path.suffix == ".npy" else _TENSOR_LOADERS.get(path.suffix)
         if path.suffix != ".npy" and loader is None:
-            raise DumpFormatError(path, None, f"unsupported tensor file type {path.suffix!r} (only .npy is read)")
-        if path.exists() and not path.is_file():
-            raise DumpFormatError(path, None, "not a regular file")
+            suffix = _quoted(path.suffix)
+            raise DumpFormatError(shown, None, f"unsupported tensor file type {suffix} (only .npy is read)")
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise DumpFormatError(shown, None, "tensor file not found") from None
+        except (OSError, ValueError) as exc:
+            raise DumpFormatError(shown, None, f"cannot read the tensor file: {_os_reason(exc)}") from None
+        if not stat.S_ISREG(mode):
+            raise DumpFormatError(shown, None, "not a regular file")
         if loader is not None:
-            if not path.exists():
-                raise DumpFormatError(path, None, "tensor file not found")
-            arr = loader(path)
+            try:
+                arr = loader(path)
+            except DumpFormatError as exc:  # it names the path it was given: the resolved one
+                raise DumpFormatError(shown, exc.field, _scrubbed(exc.problem, path, shown)) from None
+            except FileNotFoundError:
+                raise DumpFormatError(shown, None, "tensor file not found") from None
+            except OSError as exc:
+                raise DumpFormatError(shown, None, f"cannot read the tensor file: {_os_reason(exc)}") from None
             if not isinstance(arr, np.ndarray):
-                raise DumpFormatError(path, None, "the tensor loader did not return an array")
+                raise DumpFormatError(shown, None, "the tensor loader did not return an array")
         else:
             try:
                 arr = np.load(path, mmap_mode="r", allow_pickle=False)
             except FileNotFoundError:
-                raise DumpFormatError(path, None, "tensor file not found") from None
-            except (ValueError, OSError, EOFError) as exc:
-                raise DumpFormatError(path, None, f"not a readable npy file: {exc}") from None
+                raise DumpFormatError(shown, None, "tensor file not found") from None
+            except OSError as exc:  # str(exc) would name the resolved path
+                raise DumpFormatError(shown, None, f"not a readable npy file: {_os_reason(exc)}") from None
+            except (ValueError, EOFError) as exc:
+                reason = f"not a readable npy file: {_scrubbed(str(exc), path, shown)}"
+                raise DumpFormatError(shown, None, reason) from None
         if not isinstance(arr, np.ndarray):
-            raise DumpFormatError(path, None, "not a single npy array")
+            raise DumpFormatError(shown, None, "not a single npy array")
         # A single value may be stored 0-d or with shape [1]; any other shape difference is an error.
         if tuple(arr.shape) != tuple(leaf.shape) and not (arr.size == leaf.numel == 1):
-            raise DumpFormatError(path, "shape", f"file holds {list(arr.shape)}, dump.json says {list(leaf.shape)}")
+            raise DumpFormatError(shown, "shape", f"file holds {list(arr.shape)}, dump.json says {list(leaf.shape)}")
         import ml_dtypes
 
         if leaf.dtype.lower() in ("bfloat16", "torch.bfloat16") and arr.dtype in (np.uint16, np.int16):
             arr = arr.view(ml_dtypes.bfloat16)
         elif arr.dtype.kind not in "biufc" and arr.dtype != ml_dtypes.bfloat16:  # a loader may return bf16 values
-            raise DumpFormatError(path, "dtype", f"file holds non-numeric dtype {arr.dtype}")
+            raise DumpFormatError(shown, "dtype", f"file holds non-numeric dtype {arr.dtype}")
         return arr
+
+
+#: How many characters of a data_name (or other name read from a dump) an error message quotes.
+_QUOTED_CHARS = 100
+
+
+def _cut(text: str, limit: int = _QUOTED_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and ``...`` when it is longer."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _quoted(text: str) -> str:
+    """``repr`` of :func:`_cut` of ``text``, for quoting a name read from a dump in a message."""
+    return repr(_cut(text))
+
+
+def _os_reason(exc: BaseException) -> str:
+    """What went wrong in an OS call, without the path it was given (the resolved path, possibly very long):
+    "symlink loop" for ELOOP and for the ``RuntimeError`` of :meth:`pathlib.Path.resolve` (Python 3.11, 3.12),
+    the ``strerror`` of any other OSError, and "the file system cannot encode the name" for a ``ValueError``
+    (a lone surrogate in the name)."""
+    if isinstance(exc, RuntimeError) or (isinstance(exc, OSError) and exc.errno == errno.ELOOP):
+        return "symlink loop"
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return "the file system cannot encode the name"
+
+
+def _scrubbed(text: str, path: Path, shown: str, limit: int = 200) -> str:
+    """``text`` (a library's error message) with ``path`` (resolved) replaced by ``shown``, cut to ``limit``
+    characters."""
+    return _cut(text.replace(str(path), shown), limit)
 
 
 @dataclass(frozen=True)

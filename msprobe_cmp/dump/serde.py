@@ -38,22 +38,49 @@ def _is_tensor_object(obj: dict[str, Any]) -> bool:
     return "dtype" in obj and "shape" in obj and "value" not in obj and isinstance(t, str)
 
 
-def _is_typeless_tensor(obj: dict[str, Any]) -> bool:
-    """True for a dict that is unmistakably a tensor leaf (a string ``dtype``, a list ``shape``, no ``value``)
-    but whose ``type`` is missing or not a string: malformed, not a container.  A kwargs container with keys
-    ``dtype``/``shape`` holds nodes (``{"type": ..., "value": ...}`` objects, lists of them) and is not one."""
-    return (
-        not isinstance(obj.get("type"), str)
-        and isinstance(obj.get("dtype"), str)
-        and isinstance(obj.get("shape"), list)
-        and "value" not in obj
-    )
+#: Keys only a tensor leaf holds (as a scalar or null): the statistics, ``data_name`` and ``md5``.
+_LEAF_ONLY_KEYS = ("Max", "Min", "Mean", "Norm", "data_name", "md5")
+_JSON_SCALARS = (str, int, float, bool, type(None))
 
 
-def _typeless_tensor_error(obj: dict[str, Any], file: str | Path, where: str) -> DumpFormatError:
-    """The error of a dict for which :func:`_is_typeless_tensor` holds, naming its ``type`` field."""
-    got = "none" if "type" not in obj else _json_type(obj["type"])
-    return DumpFormatError(file, f"{where}.type", f"a tensor leaf (dtype and shape) needs a string type, got {got}")
+def _leaf_only_key(obj: dict[str, Any]) -> str | None:
+    """The first of :data:`_LEAF_ONLY_KEYS` that ``obj`` holds with a scalar or null value, or None."""
+    for key in _LEAF_ONLY_KEYS:
+        if key in obj and isinstance(obj[key], _JSON_SCALARS):
+            return key
+    return None
+
+
+def _is_leaf_like(obj: dict[str, Any]) -> bool:
+    """True for a dict with no ``value`` that is unmistakably a tensor leaf: a string ``dtype`` and a list ``shape``,
+    or a ``dtype`` and/or ``shape`` key (of any value) with a statistic, ``data_name`` or ``md5`` that is a scalar
+    or null.  A kwargs container with keys ``dtype``/``shape`` holds nodes (``{"type": ..., "value": ...}``
+    objects, lists of them) and is not one.  The caller has already taken the well-formed tensor objects
+    (:func:`_is_tensor_object`), so for a dict left over this means a malformed leaf."""
+    if "value" in obj or ("dtype" not in obj and "shape" not in obj):
+        return False
+    if isinstance(obj.get("dtype"), str) and isinstance(obj.get("shape"), list):
+        return True
+    return _leaf_only_key(obj) is not None
+
+
+def _malformed_leaf_error(obj: dict[str, Any], file: str | Path, where: str) -> DumpFormatError:
+    """The error of a dict for which :func:`_is_leaf_like` holds but :func:`_is_tensor_object` does not, naming
+    the first field that is wrong of ``type`` (not a string), ``dtype`` (not a string) and ``shape`` (not a
+    list), and, in parentheses, the keys that make it a tensor leaf."""
+    dtype, shape = obj.get("dtype"), obj.get("shape")
+    if isinstance(dtype, str) and isinstance(shape, list):
+        why = "dtype and shape"
+    else:
+        keys = [str(_leaf_only_key(obj)), *(k for k in ("dtype", "shape") if k in obj)]
+        why = ", ".join(keys[:-1]) + " and " + keys[-1]
+    for key, wanted, ok in (("type", "a string type", isinstance(obj.get("type"), str)),
+                            ("dtype", "a string dtype", isinstance(dtype, str)),
+                            ("shape", "a list shape", isinstance(shape, list))):
+        if not ok:
+            got = "none" if key not in obj else _json_type(obj[key])
+            return DumpFormatError(file, f"{where}.{key}", f"a tensor leaf ({why}) needs {wanted}, got {got}")
+    raise AssertionError("_malformed_leaf_error called on a well-formed tensor object")  # pragma: no cover
 
 
 def _stat(value: Any, file: str | Path, where: str) -> float | None:
@@ -149,8 +176,10 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
     """Build a node (leaf or container) from any JSON value of an entry field.
 
     Raises:
-        DumpFormatError: on nesting deeper than 64 levels or a malformed tensor leaf, including an object with a
-            string ``dtype`` and a list ``shape`` (no ``value``) whose ``type`` is missing or not a string.
+        DumpFormatError: on nesting deeper than 64 levels or a malformed tensor leaf, including an object that is
+            unmistakably one (:func:`_is_leaf_like`: no ``value``, and a string ``dtype`` with a list ``shape``,
+            or a ``dtype``/``shape`` key with a scalar or null statistic, ``data_name`` or ``md5``) but has no
+            string ``type``, no string ``dtype`` or no list ``shape`` (the message names the first of these).
     """
     if depth > _MAX_DEPTH:
         raise DumpFormatError(file, where, f"nested deeper than {_MAX_DEPTH} levels")
@@ -161,8 +190,8 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
     if isinstance(obj, dict):
         if _is_tensor_object(obj):
             return tensor_leaf_from_json(obj, file, where)
-        if _is_typeless_tensor(obj):
-            raise _typeless_tensor_error(obj, file, where)
+        if _is_leaf_like(obj):
+            raise _malformed_leaf_error(obj, file, where)
         if "type" in obj and "value" in obj and isinstance(obj["type"], str) and len(obj) == 2:
             return ValueLeaf(obj["type"], _freeze(obj["value"], file, f"{where}.value", depth))
         return Map(tuple((str(k), node_from_json(v, file, f"{where}.{k}", depth + 1)) for k, v in obj.items()))
@@ -430,8 +459,8 @@ def _fast_node(obj: Any, depth: int) -> Node:
                 raise _Unusual
             if len(obj) == 2 and "value" in obj:
                 return ValueLeaf(type_, _kept_scalar(obj["value"]))
-        elif type(obj.get("dtype")) is str and type(obj.get("shape")) is list and "value" not in obj:
-            raise _Unusual  # a tensor leaf without a string type: the general path names the field
+        if ("dtype" in obj or "shape" in obj) and "value" not in obj and _is_leaf_like(obj):
+            raise _Unusual  # a malformed tensor leaf: the general path names the field
         map_ = _new(Map)
         map_.__dict__["items"] = tuple([(k, _fast_node(v, depth + 1)) for k, v in obj.items()])
         return map_

@@ -222,3 +222,73 @@ def test_kwargs_containers_with_dtype_and_shape_keys_are_maps_on_both_paths(tmp_
         "kwargs.opts.shape.0": ValueLeaf("int", 4),
         "output.0": TensorLeaf("mindspore.Tensor", "Float32", (2, 3), 1.5, -0.25, 0.125, 2.0),
     }
+
+
+_STATS = {"Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 1.2}
+
+
+@pytest.mark.parametrize(("leaf", "field", "problem"), [
+    # No string type, dtype not a string: the type is the first field that is wrong.
+    ({"dtype": 5, "shape": [3, 4], **_STATS}, "type", "a tensor leaf (Max, dtype and shape) needs a string type, got none"),
+    ({"dtype": None, "shape": [3, 4], **_STATS}, "type",
+     "a tensor leaf (Max, dtype and shape) needs a string type, got none"),
+    ({"type": 7, "dtype": None, "shape": [3, 4], **_STATS}, "type",
+     "a tensor leaf (Max, dtype and shape) needs a string type, got a number"),
+    ({"dtype": "Float32", "shape": "(3, 4)", **_STATS}, "type",
+     "a tensor leaf (Max, dtype and shape) needs a string type, got none"),
+    ({"shape": [3, 4], "data_name": "x.npy"}, "type", "a tensor leaf (data_name and shape) needs a string type, got none"),
+    ({"dtype": "Float32", "md5": None}, "type", "a tensor leaf (md5 and dtype) needs a string type, got none"),
+    # A string type that is not a tensor type, statistics, but no dtype or no shape.
+    ({"type": "foo.Bar", "shape": [3, 4], **_STATS}, "dtype",
+     "a tensor leaf (Max and shape) needs a string dtype, got none"),
+    ({"type": "foo.Bar", "Norm": "nan", "dtype": "Float32"}, "shape",
+     "a tensor leaf (Norm and dtype) needs a list shape, got none"),
+    ({"type": "foo.Bar", "Mean": 0.5, "dtype": 5}, "dtype", "a tensor leaf (Mean and dtype) needs a string dtype, got a number"),
+    # A tensor type: tensor_leaf_from_json checks dtype and shape as before.
+    ({"type": "mindspore.Tensor", "dtype": None, "shape": [3, 4], **_STATS}, "dtype", "expected a string, got None"),
+    ({"type": "foo.Bar", "dtype": "Float32", "shape": "(3, 4)", **_STATS}, "shape",
+     "expected a list of non-negative ints, got '(3, 4)'"),
+])
+def test_a_near_tensor_leaf_is_refused_on_both_paths_naming_the_first_wrong_field(tmp_path, leaf, field, problem):
+    from msprobe_cmp.dump.serde import entries_from_json_fast
+
+    name = "Functional.f.0.forward"
+    data = {name: {"input_args": [_leaf()], "input_kwargs": {"x": leaf}, "output": [_leaf()]}}
+    assert entries_from_json_fast(json.loads(json.dumps(data))) is None
+    fast_rank = _write(tmp_path / "fast", data)
+    slow_rank = _write(tmp_path / "slow", dict(data, **{"Functional.g.0.forward": {"output": [_leaf(Max=float("nan"))]}}))
+    messages = []
+    for rank in (fast_rank, slow_rank):
+        with pytest.raises(DumpFormatError) as info:
+            load_dump(rank)
+        messages.append(str(info.value).replace(str(rank), "<rank>"))
+    expected = f"<rank>/dump.json: data[{name!r}].input_kwargs.x.{field}: {problem}"
+    assert messages == [expected, expected]
+
+
+def test_kwargs_containers_whose_leaf_keys_hold_nodes_are_maps_on_both_paths():
+    from msprobe_cmp.dump.serde import entries_from_json_fast, entry_from_json
+
+    kwargs = {
+        # keys a tensor leaf has, but every value a node (msprobe's kwargs form): a container
+        "dtype": {"type": "mindspore.dtype", "value": "Float32"},
+        "shape": [{"type": "int", "value": 2}],
+        "Max": {"type": "float", "value": 6.0},
+        "md5": [{"type": "str", "value": "abc"}],
+        "none": None,
+        # statistics without dtype or shape: not a tensor leaf either
+        "opts": {"Max": 1.0, "data_name": "y"},
+    }
+    data = {"Functional.clip.0.forward": {"input_args": [_leaf()], "input_kwargs": kwargs, "output": [_leaf()]}}
+    fast = entries_from_json_fast(json.loads(json.dumps(data)))
+    general = entry_from_json("Functional.clip.0.forward", data["Functional.clip.0.forward"], "f")
+    assert fast == (general,)
+    assert {p: v for p, v in general.leaves() if p.startswith("kwargs.")} == {
+        "kwargs.dtype": ValueLeaf("mindspore.dtype", "Float32"),
+        "kwargs.shape.0": ValueLeaf("int", 2),
+        "kwargs.Max": ValueLeaf("float", 6.0),
+        "kwargs.md5.0": ValueLeaf("str", "abc"),
+        "kwargs.none": None,
+        "kwargs.opts.Max": ValueLeaf("float", 1.0),
+        "kwargs.opts.data_name": ValueLeaf("str", "y"),
+    }

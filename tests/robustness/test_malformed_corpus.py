@@ -184,6 +184,47 @@ def _huge_name(rank: Path) -> None:
     path.write_text(json.dumps(obj))
 
 
+def _self_symlink(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path.name)  # ln -s X X
+
+
+def _tensor_dir_self_symlink(rank: Path) -> None:
+    shutil.rmtree(rank / "dump_tensor_data")
+    (rank / "dump_tensor_data").symlink_to("dump_tensor_data")
+
+
+def _tensor_dir_is_a_file(rank: Path) -> None:
+    shutil.rmtree(rank / "dump_tensor_data")
+    (rank / "dump_tensor_data").write_text("x")
+
+
+def _on_shared_storage(rel: str, then: Mutation) -> Mutation:
+    """Move ``rank/rel`` (``.``: the rank directory) out of the dump root and link it back, then apply ``then``."""
+    def mutate(rank: Path) -> None:
+        moved = rank / rel if rel != "." else rank
+        storage = rank.parent.parent.parent / "shared-storage" / moved.name
+        storage.parent.mkdir()
+        shutil.move(str(moved), storage)
+        moved.symlink_to(storage)
+        then(rank)
+    return mutate
+
+
+def _leaf_edit(fn: Callable[[dict], None]) -> Mutation:
+    return _edit_json("dump.json", lambda obj: fn(_leaf_of(obj)))
+
+
+def _untyped(leaf: dict, **changes: object) -> None:
+    del leaf["type"]
+    leaf.update(changes)
+
+
+def _foo_bar_without_dtype(leaf: dict) -> None:
+    leaf["type"] = "foo.Bar"
+    del leaf["dtype"]
+
+
 F = "dump.json"
 CASES: dict[str, tuple[Mutation, Error | Note | UnitNote | Completes]] = {
     # --- dump.json: not JSON, or not the shape of a dump
@@ -215,6 +256,14 @@ CASES: dict[str, tuple[Mutation, Error | Note | UnitNote | Completes]] = {
     "requires_grad is a string": (_set_leaf("requires_grad", "yes"), Error(F, (ENTRIES[1], "requires_grad"))),
     "md5 is a number": (_set_leaf("md5", 12345), Error(F, (ENTRIES[1], "md5"))),
     "data_name is a number": (_set_leaf("data_name", 5), Error(F, (ENTRIES[1], "data_name"))),
+    "tensor leaf without type, dtype a number": (
+        _leaf_edit(lambda leaf: _untyped(leaf, dtype=5)), Error(F, (ENTRIES[1], "output[0].type", "needs a string type"))),
+    "tensor leaf without type, dtype null": (
+        _leaf_edit(lambda leaf: _untyped(leaf, dtype=None)), Error(F, (ENTRIES[1], "output[0].type"))),
+    "tensor leaf without type, shape a string": (
+        _leaf_edit(lambda leaf: _untyped(leaf, shape="(3, 4)")), Error(F, (ENTRIES[1], "output[0].type"))),
+    "tensor leaf of an unknown type without dtype": (
+        _leaf_edit(_foo_bar_without_dtype), Error(F, (ENTRIES[1], "output[0].dtype", "needs a string dtype"))),
     "duplicate entry key": (
         _replace_in(F, '"Functional.add.0.forward": {', '"Functional.relu.0.forward": {}, "Functional.add.0.forward": {'),
         Error(F, ("duplicate", ENTRIES[1]))),
@@ -257,6 +306,23 @@ CASES: dict[str, tuple[Mutation, Error | Note | UnitNote | Completes]] = {
     "data_name with ../": (_set_leaf("data_name", "../../../secret.npy"), Note(ENTRIES[1], "not a plain file name inside dump_tensor_data")),
     "data_name absolute": (_set_leaf("data_name", "/etc/passwd"), Note(ENTRIES[1], "not a plain file name inside dump_tensor_data")),
     "data_name empty": (_set_leaf("data_name", ""), Note(ENTRIES[1], "not a plain file name inside dump_tensor_data")),
+    "npy symlink to itself": (_npy(RELU_OUT, _self_symlink), Note(ENTRIES[1], "symlink loop")),
+    "dump_tensor_data symlink to itself": (_tensor_dir_self_symlink, Note(ENTRIES[1], "symlink loop")),
+    "dump_tensor_data is a file": (_tensor_dir_is_a_file, Note(ENTRIES[1], "cannot read the tensor file: not a directory")),
+    "data_name too long for the file system": (
+        _set_leaf("data_name", "M" + "x" * 300 + ".npy"),
+        Note(ENTRIES[1], "/M" + "x" * 99 + "...: cannot read the tensor file: file name too long")),
+    "data_name of 5000 characters": (
+        _set_leaf("data_name", "M" + "x" * 5000 + ".npy"),
+        Note(ENTRIES[1], "/M" + "x" * 99 + "...: cannot read the tensor file: file name too long")),
+    "data_name with a lone surrogate": (
+        _set_leaf("data_name", "\ud800.npy"), Note(ENTRIES[1], "the file system cannot encode the name")),
+    "rank directory on shared storage, npy corrupt": (
+        _on_shared_storage(".", _npy(RELU_OUT, _corrupt_header)),
+        Note(ENTRIES[1], f"target/step0/rank/dump_tensor_data/{RELU_OUT}: not a readable npy file")),
+    "dump_tensor_data on shared storage, npy missing": (
+        _on_shared_storage("dump_tensor_data", _npy(RELU_OUT, lambda p: p.unlink())),
+        Note(ENTRIES[1], f"target/step0/rank/dump_tensor_data/{RELU_OUT}: tensor file not found")),
     "dump_tensor_data missing": (_remove("dump_tensor_data"), Note(ENTRIES[1], "tensor file")),
     "data_name removed (statistics only)": (_del_leaf("data_name"), Note(ENTRIES[1], "no tensor file in A")),
     # --- directories
@@ -336,3 +402,14 @@ def test_malformed_input(case: str, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert expected.text.lower() in notes.lower(), notes
     untouched = [r for r in rows if r["entry"] != expected.entry and r["entry"] != "Functional.relu.0.forward"]
     assert untouched and all(r["match_class"] == "matched" and r["metrics"] for r in untouched)
+
+
+def test_no_report_names_the_storage_behind_a_symlinked_rank_directory(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, err, out, _ = _run(tmp_path, _on_shared_storage(".", _npy(RELU_OUT, _corrupt_header)), capsys)
+    assert code == 0, err
+    storage = str(tmp_path / "shared-storage")
+    assert storage not in stdout + err
+    assert f"target/step0/rank/dump_tensor_data/{RELU_OUT}: not a readable npy file" in (out / "comparison.json").read_text()
+    for name in REPORT_FILES:
+        assert "shared-storage" not in (out / name).read_text(errors="replace"), name

@@ -2,7 +2,9 @@
 
 Nothing here computes a new number: numbers are formatted, and rows of the Comparison are selected
 or ordered by the values they already carry (the largest disagreements list each tensor once, however many
-names it was recorded under: :func:`rank_disagreements`).
+names it was recorded under: :func:`rank_disagreements`; a failure whose statistics hold a NaN or ±Inf the other
+side's do not is ranked first: :func:`nonfinite_disagreement`), and the rows a tensor or md5 comparison could judge
+by their statistics only are found (:func:`judged_by_statistics`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,20 @@ TOP_ROWS = 15
 
 #: How many other names of a listed tensor the reports spell out ("also recorded as a, b, c and 2 more").
 ALSO_NAMES_SHOWN = 3
+
+#: How many other names of a listed tensor report.html lists in full (behind "and N more"); the rest are counted.
+ALSO_NAMES_LISTED = 200
+
+#: How many rows judged by their statistics only the reports name (:func:`judged_by_statistics`).
+STATISTICS_ONLY_EXAMPLES = 10
+
+#: Why a matched row of a tensor / md5 comparison was judged by its statistics (:func:`judged_by_statistics`).
+STATISTICS_ONLY_WHY = {
+    "tensor": "tensor mode could not compare their values: a tensor file missing or unreadable, or values that "
+    "are not real numbers; their statistics were compared instead",
+    "md5": "md5 mode could not compare their checksums: no checksum on one side; their statistics were compared "
+    "instead",
+}
 
 _SEVERITY = {"fail": 0, "warning": 1, "pass": 2, "skip": 3}
 _REL_STATS = ("Max relative diff", "Min relative diff", "Mean relative diff", "L2norm relative diff")
@@ -48,8 +64,39 @@ def _finite(value: float | None, default: float) -> float:
     return value if value is not None and not math.isnan(value) else default
 
 
+def _nonfinite_pair(x: float | None, y: float | None) -> bool:
+    """True when one of two recorded statistics is NaN or ±Inf and the other is not the same value (None: unknown)."""
+    if x is None or y is None:
+        return False
+    fx, fy = math.isfinite(x), math.isfinite(y)
+    if fx and fy:
+        return False
+    if fx != fy:
+        return True
+    return not (x == y or (x != x and y != y))  # both non-finite: equal infinities or both NaN agree
+
+
+def nonfinite_disagreement(row: ComparisonRow) -> bool:
+    """True when the row's two sides disagree in their non-finite statistics: for one of max, min, mean, norm
+    recorded on both sides, one side holds NaN or ±Inf and the other a number or another non-finite value (NaN on
+    one side and +Inf on the other, +Inf and -Inf).  A statistic recorded on one side only does not count."""
+    a, b = row.a, row.b
+    if a is None or b is None:
+        return False
+    try:  # the common case in one test: all eight finite (a sum that overflows takes the long way, as None does)
+        if math.isfinite(a.max + a.min + a.mean + a.norm + b.max + b.min + b.mean + b.norm):  # type: ignore[operator]
+            return False
+    except TypeError:
+        pass
+    return (_nonfinite_pair(a.max, b.max) or _nonfinite_pair(a.min, b.min) or _nonfinite_pair(a.mean, b.mean)
+            or _nonfinite_pair(a.norm, b.norm))
+
+
 def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
-    """Sort key, most disagreeing first (see :func:`select_largest_disagreements`)."""
+    """Sort key, most disagreeing first (see :func:`rank_disagreements`): the verdict's severity, 0 for a failing row
+    whose non-finite statistics disagree (:func:`nonfinite_disagreement`) else 1, then the metrics."""
+    severity = _SEVERITY.get(row.verdict, 4)
+    nonfinite = 0 if severity == 0 and nonfinite_disagreement(row) else 1
     metrics = row.metrics
     m = dict(metrics)
     if len(m) != len(metrics):
@@ -62,13 +109,15 @@ def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
             rel = v
     if row.compared_by == "tensor":
         return (
-            _SEVERITY.get(row.verdict, 4),
+            severity,
+            nonfinite,
             _finite(get("Cosine"), 2.0),
             -_finite(get("MaxAbsErr"), 0.0),
             -(0.0 if rel is None else rel),
         )
     return (
-        _SEVERITY.get(row.verdict, 4),
+        severity,
+        nonfinite,
         -_finite(get(LOWER_BOUND_NAME), 0.0),
         -(0.0 if rel is None else rel),
     )
@@ -77,12 +126,15 @@ def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
 _ONCE = ("; the rows of one tensor (an API's output that is also its cell's output and the next API's input: "
          "equal dtype, shape, statistics and metrics) are listed once")
 
+_NONFINITE = (" (at their top the failures whose statistics hold a NaN or ±Inf that the other side's do not: "
+              "a NaN appearing is usually the first thing to look at)")
+
 #: How :func:`rank_disagreements` ranks rows and lists each tensor once, for the reports to say so.
 RANKING = {
-    "tensor": "failing first, then warnings; then the lowest Cosine, the largest MaxAbsErr" + _ONCE,
-    "statistics": "failing first, then warnings; then the largest MaxAbsErr lower bound (from the statistics), "
-    "the largest relative statistic difference" + _ONCE,
-    "md5": "failing first" + _ONCE,
+    "tensor": "failing first" + _NONFINITE + ", then warnings; then the lowest Cosine, the largest MaxAbsErr" + _ONCE,
+    "statistics": "failing first" + _NONFINITE + ", then warnings; then the largest MaxAbsErr lower bound (from the "
+    "statistics), the largest relative statistic difference" + _ONCE,
+    "md5": "failing first" + _NONFINITE + _ONCE,
 }
 
 
@@ -100,13 +152,33 @@ class Disagreement(NamedTuple):
     also: tuple[ComparisonRow, ...] = ()
 
 
-def also_recorded_as(names: list[str] | tuple[str, ...], shown: int = ALSO_NAMES_SHOWN) -> str:
+def also_recorded_as(names: list[str] | tuple[str, ...], shown: int = ALSO_NAMES_SHOWN,
+                     max_chars: int | None = None) -> str:
     """``"also recorded as a, b, c and 2 more"`` for the other names of a listed tensor (at most ``shown`` of
-    them spelled out); ``""`` when there are none."""
+    them spelled out); ``""`` when there are none.
+
+    ``max_chars``: the text's length limit.  Names are cut to stay within it, never the count: a name that does
+    not fit is left out and counted in "and N more"; a first name too long on its own is cut with "…".
+    """
     if not names:
         return ""
-    text = "also recorded as " + ", ".join(names[:shown])
-    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
+    head = "also recorded as "
+    spelled = list(names[:shown])
+    if max_chars is not None:
+        fitted: list[str] = []
+        for name in spelled:
+            rest = len(names) - len(fitted) - 1  # the names counted if this one is spelled out
+            tail = len(f" and {rest} more") if rest else 0
+            if len(head) + len(", ".join([*fitted, name])) + tail <= max_chars:
+                fitted.append(name)
+                continue
+            if not fitted:  # the first name alone is too long: cut it, keep the count
+                room = max_chars - len(head) - tail - 1
+                fitted.append(name[:max(room, 0)] + "…")
+            break
+        spelled = fitted
+    text = head + ", ".join(spelled)
+    return text + (f" and {len(names) - len(spelled)} more" if len(names) > len(spelled) else "")
 
 
 _NAN_METRIC = "NaN"  # stands for a NaN metric in tensor_identity (metric values are numbers or None)
@@ -136,20 +208,24 @@ def tensor_identity(row: ComparisonRow) -> tuple[Any, ...] | None:
 def _distinct(ranked: list[tuple[int, ComparisonRow]], keys: list[tuple[float, ...]],
               limit: int | None) -> tuple[list[Disagreement], bool]:
     """The first ``limit`` distinct tensors (all when None) of ``ranked`` (rows in ranking order, ``keys`` their
-    sort keys), each with its other rows among ``ranked``; and whether the walk stopped at a row ranked strictly
-    after the last tensor listed.
+    sort keys), each with its other rows among ``ranked``; and whether that settles the list: ``limit`` tensors
+    were found and no row beyond ``ranked`` can be another row of a listed tensor.
 
-    Rows of one tensor have equal sort keys (the key is made of the verdict and the metrics), so when the walk
-    stopped early, every other row of a listed tensor was seen: its rows are complete even if ``ranked`` is only
-    the best part of the ranking.
+    Rows of one tensor have equal sort keys (the key is made of the verdict, the statistics and the metrics), so
+    once ``limit`` tensors are listed only rows ranked equal to the last one can still add to a listed tensor, and
+    only to one ranked equal to it that can be told apart (:func:`tensor_identity` not None).  The walk stops at the
+    first row ranked after the last tensor, or at once when no listed tensor ranked equal to it can take more rows
+    (many failures with NaN statistics rank equal, each its own tensor); the list is then settled even if
+    ``ranked`` is only the best part of the ranking.
     """
     listed: list[tuple[int, ComparisonRow, list[ComparisonRow]]] = []
     group_of: dict[tuple[int, tuple[Any, ...]], list[ComparisonRow]] = {}
+    grouped_keys: set[tuple[float, ...]] = set()  # keys of the listed tensors that can take more rows
     last_key: tuple[float, ...] | None = None
-    stopped = False
+    settled = False
     for (ui, row), key in zip(ranked, keys, strict=True):
         if last_key is not None and key > last_key:
-            stopped = True
+            settled = True
             break
         ident = tensor_identity(row)
         others = None if ident is None else group_of.get((ui, ident))
@@ -160,18 +236,24 @@ def _distinct(ranked: list[tuple[int, ComparisonRow]], keys: list[tuple[float, .
             listed.append((ui, row, others))
             if ident is not None:
                 group_of[(ui, ident)] = others
+                grouped_keys.add(key)
             if len(listed) == limit:
                 last_key = key
+                if key not in grouped_keys:
+                    settled = True
+                    break
         # else: another tensor ranked equal to the last one listed; walk on for the listed tensors' other rows
-    return [Disagreement(ui, row, tuple(others)) for ui, row, others in listed], stopped
+    return [Disagreement(ui, row, tuple(others)) for ui, row, others in listed], settled
 
 
 def rank_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[Disagreement]:
     """The ``limit`` tensors whose two sides disagree most, worst first, each once (:class:`Disagreement`).
 
     Candidates: every failing row (a shape or dtype mismatch too), and every other compared row whose values
-    differ.  Order (:data:`RANKING`): verdict severity (fail, warning, pass), then for rows compared as
-    tensors the lowest Cosine and the largest MaxAbsErr, for rows compared by statistics the largest
+    differ.  Order (:data:`RANKING`): verdict severity (fail, warning, pass), the failing rows whose non-finite
+    statistics disagree (:func:`nonfinite_disagreement`: NaN on one side, a number on the other) first among the
+    failures (their Cosine, MaxAbsErr or its bound is often undefined, which would rank them last), then for rows
+    compared as tensors the lowest Cosine and the largest MaxAbsErr, for rows compared by statistics the largest
     MaxAbsErr lower bound and the largest relative statistic difference (a selection of existing rows, no new
     numbers); rows of equal keys keep their execution order (a stable sort).  Rows of one unit that record
     the same tensor (:func:`tensor_identity`) are listed once, as the first of them in execution order (the
@@ -181,7 +263,8 @@ def rank_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[Di
 
     Only the best ``8 * limit + 64`` rows are ranked (``heapq.nsmallest``, the same rows as a stable sort's
     prefix); every candidate is sorted only when those do not settle the list: fewer than ``limit`` distinct
-    tensors among them, or rows ranked equal to the last one listed beyond them.
+    tensors among them, or rows ranked equal to the last one listed beyond them that could be more rows of a listed
+    tensor (:func:`_distinct`).
     """
     rows = [
         (ui, r) for ui, u in enumerate(comparison.units) for r in u.rows
@@ -195,8 +278,8 @@ def rank_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[Di
         return []
     if 0 < limit and 8 * limit + 64 < len(rows):
         best = heapq.nsmallest(8 * limit + 64, rows, key=key)  # = sorted(rows, key=key)[:8 * limit + 64]
-        listed, stopped = _distinct(best, [key(item) for item in best], limit)
-        if stopped:
+        listed, settled = _distinct(best, [key(item) for item in best], limit)
+        if settled:
             return listed
     keys = [key(item) for item in rows]
     order = sorted(range(len(rows)), key=keys.__getitem__)  # stable: equal keys keep their execution order
@@ -208,6 +291,40 @@ def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) 
     """The ``limit`` rows whose two sides disagree most, as ``(unit index, row)``, worst first; rows of one
     tensor are listed once (:func:`rank_disagreements`, without the other names)."""
     return [(d.unit, d.row) for d in rank_disagreements(comparison, limit)]
+
+
+class StatisticsOnly(NamedTuple):
+    """The matched rows a tensor or md5 comparison judged by their statistics (:func:`judged_by_statistics`).
+
+    Attributes:
+        total: how many there are.
+        examples: the first of them, in unit and execution order, as ``(unit index, row)``.
+        why: why such rows were judged by their statistics (:data:`STATISTICS_ONLY_WHY`); ``""`` when none.
+    """
+
+    total: int
+    examples: tuple[tuple[int, ComparisonRow], ...]
+    why: str
+
+
+def judged_by_statistics(comparison: Comparison, examples: int = STATISTICS_ONLY_EXAMPLES) -> StatisticsOnly:
+    """The matched rows whose values the comparison's mode could not compare: in tensor mode a tensor file missing or
+    unreadable, in md5 mode no checksum on one side.  Such rows were compared by their statistics
+    (``compared_by == "statistics"`` while ``comparison.mode`` is ``"tensor"`` or ``"md5"``); their verdict is a
+    warning, or fail when the statistics fail.  Statistics mode has none.  At most ``examples`` of them are
+    returned, with their count."""
+    why = STATISTICS_ONLY_WHY.get(comparison.mode)
+    if why is None:
+        return StatisticsOnly(0, (), "")
+    count = 0
+    found: list[tuple[int, ComparisonRow]] = []
+    for ui, u in enumerate(comparison.units):
+        for r in u.rows:
+            if r.compared_by == "statistics" and r.match_class == "matched":
+                count += 1
+                if len(found) < examples:
+                    found.append((ui, r))
+    return StatisticsOnly(count, tuple(found), why if count else "")
 
 
 def compared_counts(comparison: Comparison) -> tuple[int, tuple[int, ...]]:
@@ -232,6 +349,7 @@ class ReportFacts:
         self.plot_columns: object | None = None
         self._counts: tuple[int, tuple[int, ...]] | None = None
         self._ranking: tuple[int, list[Disagreement]] | None = None
+        self._statistics_only: StatisticsOnly | None = None
 
     @classmethod
     def of(cls, comparison: Comparison, facts: ReportFacts | None) -> ReportFacts:
@@ -243,6 +361,12 @@ class ReportFacts:
         if self._counts is None:
             self._counts = compared_counts(self.comparison)
         return self._counts
+
+    def judged_by_statistics(self) -> StatisticsOnly:
+        """:func:`judged_by_statistics` of the comparison (with :data:`STATISTICS_ONLY_EXAMPLES` examples)."""
+        if self._statistics_only is None:
+            self._statistics_only = judged_by_statistics(self.comparison)
+        return self._statistics_only
 
     def disagreements(self, limit: int) -> list[Disagreement]:
         """:func:`rank_disagreements` of the comparison (distinct tensors, each with its other names); a shorter

@@ -2,7 +2,9 @@
 
 The page references no external resource (it opens offline, from a CI artifact or a mail).  The
 summary (verdict, counts, pairing, thresholds, first divergent / failing row, what was not
-comparable) and the plots (inline SVG, :mod:`msprobe_cmp.reports.plots`) are rendered by jinja2 with
+comparable: rows of a non-comparable class, and matched rows a tensor / md5 comparison could judge by their
+statistics only), the largest disagreements (each with its reasons, short notes and every other name of its
+tensor) and the plots (inline SVG, :mod:`msprobe_cmp.reports.plots`) are rendered by jinja2 with
 autoescaping on.  The rows, the cell tree and the call stacks travel as one JSON document in a
 ``<script type="application/json">`` block (:func:`render_script_json`: ``<``, ``>`` and ``&`` are
 written as ``\\u003c`` ..., so no text from a dump can close the block), which the page's own inline
@@ -29,6 +31,7 @@ from msprobe_cmp.comparator.compare import VERDICTS, Comparison, ComparisonRow, 
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.reports.common import (
+    ALSO_NAMES_LISTED,
     ALSO_NAMES_SHOWN,
     RANKING,
     TOP_ROWS,
@@ -91,6 +94,13 @@ NOT_COMPARABLE_WHY = {
     "dtype_mismatch": "the two sides' dtypes cannot be compared",
     "not_captured": "a side recorded a placeholder without data",
 }
+
+#: The "Not comparable" table's label of the matched rows judged by their statistics only
+#: (:func:`~msprobe_cmp.reports.common.judged_by_statistics`).
+STATISTICS_ONLY_CLASS = "matched, judged by statistics only"
+
+#: The largest-disagreements table shows a row's notes under its name when they are at most this long together.
+SHORT_NOTES_CHARS = 200
 
 _DIRECTIONS = ("forward", "backward", "other")
 
@@ -441,8 +451,10 @@ def _environment() -> Environment:
     return env
 
 
-def _not_comparable(comparison: Comparison) -> list[tuple[str, int, str, list[tuple[int, ComparisonRow]]]]:
-    """Per non-comparable class with rows: (class, row count, why, a few example rows)."""
+def _not_comparable(comparison: Comparison, facts: ReportFacts
+                    ) -> list[tuple[str, int, str, list[tuple[int, ComparisonRow]]]]:
+    """Per non-comparable class with rows: (class, row count, why, a few example rows); then the matched rows whose
+    values the mode could not compare, judged by their statistics only (:data:`STATISTICS_ONLY_CLASS`)."""
     counts: dict[str, int] = dict(comparison.counts)
     out = []
     for cls, why in NOT_COMPARABLE_WHY.items():
@@ -459,6 +471,10 @@ def _not_comparable(comparison: Comparison) -> list[tuple[str, int, str, list[tu
             if len(examples) >= NOT_COMPARABLE_EXAMPLES:
                 break
         out.append((cls, n, why, examples))
+    stats_only = facts.judged_by_statistics()
+    if stats_only.total:
+        out.append((STATISTICS_ONLY_CLASS, stats_only.total, stats_only.why,
+                    list(stats_only.examples[:NOT_COMPARABLE_EXAMPLES])))
     return out
 
 
@@ -499,13 +515,15 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         thresholds=thresholds,
         largest=facts.disagreements(TOP_ROWS),
         also_shown=ALSO_NAMES_SHOWN,
+        also_listed=ALSO_NAMES_LISTED,
+        short_notes=SHORT_NOTES_CHARS,
         ranking=RANKING.get(comparison.mode, RANKING["md5"]),
         top_rows=TOP_ROWS,
         highlights=(
             ("First divergent row", comparison.first_divergent),
             ("First failing row", comparison.first_failing),
         ),
-        not_comparable=_not_comparable(comparison),
+        not_comparable=_not_comparable(comparison, facts),
         examples_cap=NOT_COMPARABLE_EXAMPLES,
         left_out=data["left_out"],
         data_json=render_script_json(data),
@@ -518,6 +536,7 @@ __all__ = [
     "HTML_COLUMNS",
     "MAX_ROWS",
     "MAX_STACK_CHARS",
+    "STATISTICS_ONLY_CLASS",
     "build_page_data",
     "format_full",
     "format_number",

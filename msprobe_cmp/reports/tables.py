@@ -24,8 +24,9 @@ rows not compared a ``<skipped>`` with why, warnings a ``<system-out>``; unpaire
 test cases of a last suite.  Characters XML 1.0 cannot hold are written as ``\\uXXXX`` text.
 
 Markdown (:func:`render_markdown`): a short summary for CI job summaries and pull-request
-comments (verdict, counts, first divergent / failing row, largest disagreements: each tensor once, with the
-other names it was recorded under); every text from a dump is escaped so that it renders as text.
+comments (verdict, counts, first divergent / failing row, how many rows a tensor / md5 comparison judged by their
+statistics only, largest disagreements: each tensor once, with the other names it was recorded under, the first
+three spelled out and the rest counted); every text from a dump is escaped so that it renders as text.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from msprobe_cmp.comparator.compare import (
 )
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.reports.common import (
+    ALSO_NAMES_SHOWN,
     RANKING,
     ReportFacts,
     also_recorded_as,
@@ -704,6 +706,12 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, fac
     if comparison.unpaired:
         listed = ", ".join(f"{u.side.upper()} {u.label}" for u in comparison.unpaired)
         lines.append(f"- **Unpaired units** (not compared): {markdown_text(listed)}")
+    stats_only = facts.judged_by_statistics()
+    if stats_only.total:
+        ui, first = stats_only.examples[0]
+        lines.append(f"- **Judged by their statistics only:** {stats_only.total} of {facts.compared_counts()[0]} "
+                     f"compared rows ({stats_only.why}); first: "
+                     f"{markdown_text(first.name)} ({markdown_text(comparison.units[ui].unit_a.label)})")
     lines.append("")
     largest = facts.disagreements(top)
     if largest:
@@ -719,8 +727,9 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, fac
             reason = markdown_text("; ".join(r.reasons)) if r.reasons else ""
             unit = markdown_text(comparison.units[ui].unit_a.label)
             name = markdown_text(r.name)
-            if also:
-                name += f" ({markdown_text(also_recorded_as([o.name for o in also]))})"
+            if also:  # the names are cut to markdown_text's limit, never the count of those not spelled out
+                others = also_recorded_as([o.name for o in also], ALSO_NAMES_SHOWN, max_chars=_MD_MAX_TEXT)
+                name += f" ({markdown_text(others)})"
             lines.append(f"| {name} | {unit} | {r.verdict} | {values} | {reason} |")
         lines.append("")
     if comparison.notes:

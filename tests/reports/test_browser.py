@@ -280,3 +280,85 @@ def test_100k_rows_stay_responsive(driver, tmp_path):
     _screenshot(driver, tmp_path, "report-100k.png")
     print(f"100k rows: render {render_s:.1f}s, {size_mb:.1f} MB, load {load_s:.1f}s, filter {filter_s:.2f}s, "
           f"sort {sort_s:.2f}s, verdict filter {verdict_s:.2f}s")
+
+
+def _write_tensor_pair(root: Path) -> tuple[Path, Path]:
+    """Two tensor-mode dumps (ten metric columns in the tables) of long-named APIs; one tensor is recorded six times
+    and one of A's tensor files is missing (judged by its statistics)."""
+    import numpy as np
+
+    x = np.linspace(-1.0, 1.0, 64)
+    sides = {}
+    for side in ("a", "b"):
+        w = DumpWriter(root / side / "step0" / "rank", DumpMeta("tensor", "L1", "mindspore"))
+        arrays = {f"Functional.a_rather_long_operator_name_of_layer_{k}_in_the_decoder_block.0.forward":
+                  x * (1 + k) + (0.25 * k if side == "a" else 0.0) for k in range(6)}
+        arrays |= {f"Functional.copy.{k}.forward": x[::-1] if side == "a" else x for k in range(6)}
+        arrays["Functional.missing_file.0.forward"] = x + (0.5 if side == "a" else 0.0)
+        for name, arr in arrays.items():
+            arr = arr.astype(np.float32)
+            data_name = f"{name}.output.0.npy"
+            if not (side == "a" and name == "Functional.missing_file.0.forward"):
+                w.save_tensor(data_name, arr)
+            v = arr.astype(np.float64)
+            leaf = TensorLeaf("mindspore.Tensor", "Float32", arr.shape, float(v.max()), float(v.min()), float(v.mean()),
+                              float(np.linalg.norm(v)), data_name=data_name)
+            w.put(Entry.forward(name, Seq(), Map(), Seq((leaf,))))
+        w.flush()
+        sides[side] = root / side
+    return sides["a"], sides["b"]
+
+
+_BOX = """
+var t = document.getElementById('largest'), box = t.parentNode, r = box.getBoundingClientRect();
+var heads = Array.from(t.rows[0].cells), last = heads[heads.length - 1].getBoundingClientRect();
+return {table: t.getBoundingClientRect().width, left: r.left, right: r.right, client: box.clientWidth,
+        scroll: box.scrollWidth, overflow: getComputedStyle(box).overflowX, window: window.innerWidth,
+        last: heads[heads.length - 1].textContent, lastRight: last.right};
+"""
+
+
+def test_largest_disagreements_fit_the_window_or_scroll_in_their_own_box(driver, tmp_path):
+    a, b = _write_tensor_pair(tmp_path / "dumps")
+    c = compare(load_dump(a), load_dump(b))
+    assert c.mode == "tensor"
+    page = tmp_path / "largest.html"
+    page.write_text(render_html(c), encoding="utf-8")
+    _open(driver, page)
+    assert _errors(driver) == []
+    box = driver.execute_script(_BOX)
+    assert box["window"] == 1400 and box["last"] == "L2norm diff"
+    assert box["overflow"] == "auto" and box["right"] <= box["window"]
+    assert box["table"] <= box["client"] + 0.5 and box["lastRight"] <= box["right"]  # these numbers fit: no scrolling
+
+    # the other names behind "and 2 more" open in place, and the missing file's reason is shown under its name
+    summary = driver.find_element("css selector", "#largest details.more summary")
+    assert summary.text == "and 2 more"
+    hidden = driver.find_elements("css selector", "#largest details.more a.rowlink")
+    assert [h.get_attribute("textContent") for h in hidden] == [f"Functional.copy.{k}.forward.output.0" for k in (4, 5)]
+    assert not any(h.is_displayed() for h in hidden)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", summary)
+    summary.click()
+    _wait(driver, lambda: all(h.is_displayed() for h in hidden))
+    why = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#largest .why')).map(function (d) { return d.textContent; });")
+    assert any("Functional.missing_file.0.forward.output.0.npy" in w and "compared statistics instead" in w for w in why)
+
+    # the widest numbers (12 characters in each of the ten columns) and a long unit label: the table no longer
+    # fits, and scrolls inside its box instead of widening the page
+    unit = c.units[0]
+    rows = tuple(replace(r, metrics=tuple((k, -1.23456789e-05 if v is not None else None) for k, v in r.metrics))
+                 for r in unit.rows)
+    wide = replace(c, units=(replace(unit, rows=rows, unit_a=replace(unit.unit_a, label="step1234/rank15")),))
+    page = tmp_path / "largest-wide.html"
+    page.write_text(render_html(wide), encoding="utf-8")
+    _open(driver, page)
+    box = driver.execute_script(_BOX)
+    assert box["right"] <= box["window"] and box["scroll"] > box["client"]
+    assert box["lastRight"] > box["right"]  # "L2norm diff" is out of view ...
+    driver.execute_script("var box = document.getElementById('largest').parentNode; box.scrollLeft = box.scrollWidth;")
+    box = driver.execute_script(_BOX)
+    assert box["lastRight"] <= box["right"]  # ... until the box is scrolled
+    assert _errors(driver) == []
+    driver.execute_script("document.getElementById('largest').scrollIntoView()")
+    _screenshot(driver, tmp_path, "report-largest.png")

@@ -109,13 +109,13 @@ def test_markdown_and_html_name_the_other_records(recorded_thrice):
 
     html = render_html(c)
     section = html[html.index("<h2>Largest disagreements</h2>"):html.index("<h2>Entries in execution order</h2>")]
-    listed = re.findall(r'<tr class="r-\w+"><td class="mono"><a class="rowlink" href="#row-0-(\d+)">([^<]+)</a>',
+    listed = re.findall(r'<tr class="r-\w+"><td class="lname"><a class="rowlink mono" href="#row-0-(\d+)">([^<]+)</a>',
                         section)
     index = {r.name: r.index for r in c.units[0].rows}
     assert listed == [(str(index[n]), n) for n in expected]  # 5 distinct tensors (7 rows before)
-    also = re.findall(r'also recorded as (.*?)</span>', section)
-    assert also == [f'<a class="rowlink" href="#row-0-{index[CELL_OUT]}">{CELL_OUT}</a>, '
-                    f'<a class="rowlink" href="#row-0-{index[RELU_IN]}">{RELU_IN}</a>']
+    also = re.findall(r'also recorded as (.*?)</div>', section)
+    assert also == [f'<a class="rowlink mono" href="#row-0-{index[CELL_OUT]}">{CELL_OUT}</a>, '
+                    f'<a class="rowlink mono" href="#row-0-{index[RELU_IN]}">{RELU_IN}</a>']
     assert "The 5 tensors whose two sides disagree most" in section
 
 
@@ -199,8 +199,9 @@ def test_markdown_caps_the_other_names():
     section = html[html.index("<h2>Largest disagreements</h2>"):html.index("<h2>Entries in execution order</h2>")]
     assert section.count('<tr class="r-fail">') == 1
     links = re.findall(r'href="#row-0-(\d+)">Functional\.f\.(\d+)\.forward\.output\.0</a>', section)
-    assert links == [("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")]
-    assert "Functional.f.3.forward.output.0</a> and 2 more</span>" in section
+    assert links == [(str(k), str(k)) for k in range(6)]  # three shown, the other two behind "and 2 more"
+    assert ('Functional.f.3.forward.output.0</a><details class="more"><summary>and 2 more</summary>'
+            '<a class="rowlink mono" href="#row-0-4">') in section
 
 
 def _reference(c: Comparison, limit: int) -> list[tuple[int, str, list[str]]]:

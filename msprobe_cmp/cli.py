@@ -90,8 +90,8 @@ def _compare_parser() -> _Parser:
                    help="verdict thresholds, per-pattern/per-dtype overrides and the matched-share floor "
                    "(.toml or .yaml; see the README)")
     p.add_argument("--min-matched-share", type=float, metavar="X",
-                   help="below this share of matched rows there is no verdict (exit 3); overrides the rules "
-                   "file; default 0.5")
+                   help="below this share of matched rows the verdict is too_few_matched (exit 3) unless a row "
+                   "fails; overrides the rules file; default 0.5")
     p.add_argument("--noise", type=Path, metavar="RERUN",
                    help="a rerun of BASELINE (same code, same data): failures within the run-to-run noise it "
                    "shows (x noise_factor, default 2) become warnings")
@@ -109,7 +109,8 @@ def _compare_parser() -> _Parser:
                    "pip install 'msprobe-cmp[dask]'); its workers must see the dumps under the same paths")
     p.add_argument("--absolute-paths", action="store_true",
                    help="show the inputs by their absolute, resolved paths in the reports (by default a dump "
-                   "given as an absolute path is shown by its last component, a relative one as typed)")
+                   "given as an absolute path is shown from its dump root's last component on, "
+                   "/runs/fp16/step0/rank -> fp16/step0/rank, a relative one as typed)")
     p.add_argument("--version", action="version", version=f"msprobe-cmp {__version__}")
     return p
 

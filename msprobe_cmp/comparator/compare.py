@@ -207,6 +207,19 @@ def _noise_of(unit: UnitComparison) -> dict[str, tuple[float | None, float | Non
     return out
 
 
+def _stepless_hint(left_a: list[RankDump], left_b: list[RankDump]) -> str | None:
+    """What to give instead when one side's unpaired units have no step directory (a rank directory or dump.json was
+    given) and the other side's have steps: such units cannot be paired by step, so nothing is compared."""
+    for side, mine, other, other_side in (("A", left_a, left_b, "B"), ("B", left_b, left_a, "A")):
+        steps = sorted({u.step for u in other if u.step is not None})
+        if mine and all(u.step is None for u in mine) and steps:
+            shown = ", ".join(str(x) for x in steps[:5]) + (", ..." if len(steps) > 5 else "")
+            return (f"{side} was given as a rank directory or dump.json (no step directory) while {other_side} has "
+                    f"step(s) {shown}: give {other_side}'s matching step or rank directory (e.g. "
+                    f"{other_side}/step{steps[0]}/rank) to compare the two")
+    return None
+
+
 def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
     for i, u in enumerate(units):
         index: int | None = getattr(u, attr)
@@ -386,6 +399,9 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     if unpaired:
         listed = ", ".join(f"{u.side.upper()} {u.label}" for u in unpaired)
         notes.append(f"{len(unpaired)} unit(s) found on one side only: {listed}")
+        hint = _stepless_hint(left_a, left_b)
+        if hint:
+            notes.append(hint)
     class_totals = dict.fromkeys(MATCH_CLASSES, 0)
     verdict_totals = dict.fromkeys(VERDICTS, 0)
     for u in units:

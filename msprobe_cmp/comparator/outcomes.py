@@ -208,7 +208,7 @@ def _compare_tensors(
             return _fallback_to_statistics(la, lb, diffs, t, notes, f"no tensor file in {missing}")
         loaded = _load_pair(unit_a, unit_b, la, lb)
         if isinstance(loaded, str):
-            return _fallback_to_statistics(la, lb, diffs, t, notes, f"tensor file unreadable ({loaded})")
+            return _fallback_to_statistics(la, lb, diffs, t, notes, f"tensor file could not be read ({loaded})")
         notes.extend(_file_dtype_notes(loaded, (la, lb)))
         arr_a, arr_b = loaded
         if pair.transpose_b and arr_b.ndim == 2:
@@ -284,8 +284,40 @@ def _tensor_outcome(
         differs = True
         if tm.max_abs_err == 0.0:  # integers beyond 2**53 that float64 cannot tell apart
             rule = RuleOutcome("fail", ("integer values differ beyond float64 precision (|values| > 2**53)",))
+    contradiction = statistics_contradict_files(diffs, tm)
+    if contradiction is not None:  # a corrupt or mixed-up dump: never a plain pass
+        rule = RuleOutcome("warning" if rule.verdict == "pass" else rule.verdict, (*rule.reasons, contradiction))
     named = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs())
     return _Outcome("tensor", (*named, *_stat_pairs(diffs)), rule, tuple(notes) + tm.notes, differs)
+
+
+#: Slack of :func:`statistics_contradict_files`, relative to the larger recorded extreme: the bound is exact for the
+#: same values, so this only absorbs float64 rounding of the difference itself.
+_CONTRADICTION_SLACK = 1e-6
+
+
+def statistics_contradict_files(diffs: tuple[StatDiff, ...], tm: TensorMetrics) -> str | None:
+    """Why dump.json's Max/Min cannot belong to the tensor files just compared, or None when they can.
+
+    For any two arrays of one shape, ``|max(a) - max(b)| <= max|a - b|`` and the same for the minimum (each extreme
+    moves by at most the largest element-wise change), so a recorded ``|ΔMax|`` or ``|ΔMin|`` above the files'
+    MaxAbsErr (beyond a relative slack of :data:`_CONTRADICTION_SLACK`) means a statistic or a file is corrupt, or
+    the files come from another run.  Max and Min are exact in any dtype (no accumulation), unlike Mean and Norm, so
+    only they are checked; only when every element was compared (no non-finite positions left out).
+    """
+    mae = tm.max_abs_err
+    if mae is None or not math.isfinite(mae) or tm.compared != tm.numel:
+        return None
+    for d in diffs:
+        if d.stat not in ("max", "min") or d.diff is None or d.a is None or d.b is None:
+            continue
+        gap = abs(d.diff)
+        if math.isfinite(gap) and gap > mae + _CONTRADICTION_SLACK * max(abs(d.a), abs(d.b)):
+            label = _STAT_LABELS[d.stat]
+            return (f"dump.json's statistics contradict the tensor files: |Δ{label}| = {gap:.6g} exceeds the files' "
+                    f"MaxAbsErr {mae:.6g}, which bounds it for the same tensors (a statistic or a file is corrupt, "
+                    "or the files come from another run)")
+    return None
 
 
 def _is_number(v: object) -> bool:

@@ -49,6 +49,17 @@ def test_step_and_rank_directories_and_dump_json_are_accepted(msprobe_fixtures, 
     assert code == 0, err
 
 
+def test_a_rank_directory_against_a_dump_of_steps_says_what_to_give(msprobe_fixtures, tmp_path, capsys):
+    # Found by the new-user check: nothing was compared and the note gave no hint why.
+    a = tmp_path / "copied" / "rank"  # a rank directory copied out of its step: its step cannot be known
+    shutil.copytree(msprobe_fixtures / "tensor_b" / "step1" / "rank", a)
+    code, out, _ = _run([a / "dump.json", msprobe_fixtures / "tensor_a", "-o", tmp_path / "out"], capsys)
+    assert code == 3
+    hint = ("note: A was given as a rank directory or dump.json (no step directory) while B has step(s) 0, 1: give "
+            "B's matching step or rank directory (e.g. B/step0/rank) to compare the two")
+    assert hint in out.splitlines()
+
+
 def _unit(path: Path, names):
     w = DumpWriter(path, DumpMeta("statistics", "L1", "mindspore"))
     leaf = TensorLeaf("mindspore.Tensor", "Float32", (2,), 1.0, 0.0, 0.5, 1.0)

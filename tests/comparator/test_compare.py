@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -117,7 +118,7 @@ def test_missing_tensor_file_falls_back_to_statistics(tmp_path):
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     r = rows_by_name(c)["Functional.f.0.forward.input.0"]
     assert r.compared_by == "statistics" and r.verdict == "warning"
-    assert r.reasons[0].startswith("tensor file unreadable (") and "not compared" in r.reasons[0]
+    assert r.reasons[0].startswith("tensor file could not be read (") and "not compared" in r.reasons[0]
     assert not any("compared statistics instead" in n for n in r.notes)  # said once, as the reason
     assert r.metric("Max diff") == 0.0 and r.metric("MaxAbsErr lower bound") == 0.0
     assert rows_by_name(c)["Functional.f.0.forward.output.0"].verdict == "pass"  # its file is there
@@ -134,7 +135,7 @@ def test_unreadable_tensor_file_with_failing_statistics_fails(tmp_path):
     assert r.compared_by == "statistics" and r.verdict == "fail" and c.verdict == "fail"
     assert r.metric("Mean diff") == pytest.approx(2.0)
     assert r.reasons[0].startswith("MaxAbsErr")  # the statistics' own reason first
-    assert r.reasons[-1].startswith("tensor file unreadable (") and "compared statistics instead" in r.reasons[-1]
+    assert r.reasons[-1].startswith("tensor file could not be read (") and "compared statistics instead" in r.reasons[-1]
     assert str(tmp_path / "b" / "dump_tensor_data" / "Functional.f.0.forward.input.0.npy") in r.reasons[-1]
 
 
@@ -223,7 +224,7 @@ def test_fallback_with_statistics_on_one_side_only_says_nothing_was_compared(tmp
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     r = rows_by_name(c)["Functional.f.0.forward.input.0"]
     assert (r.match_class, r.verdict, len(r.reasons)) == ("matched", "warning", 1)
-    assert r.reasons[0].startswith("tensor file unreadable (") and r.reasons[0].endswith(
+    assert r.reasons[0].startswith("tensor file could not be read (") and r.reasons[0].endswith(
         ", and B recorded no statistics: nothing was compared")
 
 
@@ -740,3 +741,41 @@ def test_progress_is_reported_per_unit(tmp_path):
     compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"),
             CompareOptions(progress=lambda d, t, label: calls.append((d, t, label))))
     assert calls == [(0, 3, "step0/rank"), (1, 3, "step1/rank"), (2, 3, "step2/rank"), (3, 3, "")]
+
+
+def test_statistics_that_contradict_the_tensor_files_are_a_warning(tmp_path):
+    # Found by the new-user check: A's recorded Max edited to 7747 while the files differ by 0.01 passed silently.
+    # |max(a) - max(b)| <= max|a - b| for any two arrays of one shape, so |ΔMax| = 1000 cannot come from these files.
+    write_unit(tmp_path / "a", {"f": X + 0.01})
+    write_unit(tmp_path / "b", {"f": X})
+    dump_json = tmp_path / "a" / "dump.json"
+    doc = json.loads(dump_json.read_text())
+    doc["data"]["Functional.f.0.forward"]["input_args"][0]["Max"] = float(X.max()) + 1000.0
+    dump_json.write_text(json.dumps(doc))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    rows = rows_by_name(c)
+    r = rows["Functional.f.0.forward.input.0"]
+    mae = float(np.max(np.abs((X + 0.01).astype(np.float64) - X.astype(np.float64))))
+    assert r.compared_by == "tensor" and r.metric("MaxAbsErr") == pytest.approx(mae)
+    assert r.verdict == "warning" and len(r.reasons) == 1
+    assert r.reasons[0].startswith(
+        f"dump.json's statistics contradict the tensor files: |ΔMax| = 1000 exceeds the files' MaxAbsErr {mae:.6g}"
+    )
+    assert rows["Functional.f.0.forward.output.0"].verdict == "pass"  # its statistics are the files'
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_statistics_of_the_files_themselves_never_contradict_them(tmp_path, dtype):
+    # The bound is exact: statistics computed from the saved arrays (any dtype, any noise scale) never trip it.
+    rng = np.random.default_rng(7)
+    arrays_a, arrays_b = {}, {}
+    for i, scale in enumerate((1e-8, 1e-3, 1.0, 1e3)):
+        base = rng.standard_normal((16, 8)).astype(dtype) * dtype(100)
+        arrays_a[f"f{i}"] = base
+        arrays_b[f"f{i}"] = (base + rng.standard_normal(base.shape) * scale).astype(dtype)
+    write_unit(tmp_path / "a", arrays_a)
+    write_unit(tmp_path / "b", arrays_b)
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    rows = [r for r in c.units[0].rows if r.compared_by == "tensor"]
+    assert len(rows) == 8
+    assert not any("contradict" in reason for r in rows for reason in r.reasons)

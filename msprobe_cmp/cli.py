@@ -155,6 +155,21 @@ def _say(text: str, stream: TextIO | None = None) -> None:
             pass
 
 
+#: The longest error text printed whole; a longer one (a dump's 100,000-character key) keeps its head, which names the
+#: file and field, and its tail, which says what is wrong.
+_MAX_ERROR_CHARS = 2000
+
+
+def _error_text(text: str) -> str:
+    """An error message as one printable line (control characters from a dump's names escaped, so they cannot drive
+    the terminal), cut in the middle when longer than :data:`_MAX_ERROR_CHARS`."""
+    text = _printable(text)
+    if len(text) <= _MAX_ERROR_CHARS:
+        return text
+    head, tail = text[:1400], text[-400:]
+    return f"{head} ... ({len(text) - len(head) - len(tail)} characters left out) ... {tail}"
+
+
 def _printable(text: str) -> str:
     """``text`` with control characters escaped, so names from a dump cannot drive the terminal."""
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
@@ -406,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = args[1:]
         return _run_compare(args)
     except MsprobeCmpError as exc:
-        _say(f"msprobe-cmp: error: {exc}", sys.stderr)
+        _say(f"msprobe-cmp: error: {_error_text(str(exc))}", sys.stderr)
         return EXIT_USAGE
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
@@ -415,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except OSError as exc:  # the file system refused a read or a write (a directory in the way, a full disk...)
         where = f"{exc.filename}: " if exc.filename else ""
-        _say(f"msprobe-cmp: error: {where}{exc.strerror or exc}", sys.stderr)
+        _say(f"msprobe-cmp: error: {_error_text(f'{where}{exc.strerror or exc}')}", sys.stderr)
         return EXIT_USAGE
     except Exception:
         # A bug: show the traceback, but never exit 1, which CI reads as "regression found".

@@ -413,3 +413,24 @@ def test_help_says_how_debug_json_is_read(tmp_path, capsys):
     assert code == 1, err
     doc = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert [r["name"] for r in doc["units"][0]["rows"]] == ["loss.0.tensor"]
+
+
+@pytest.mark.parametrize("key_len", [12, 100_000])
+def test_an_error_quoting_dump_text_is_one_printable_line(tmp_path, capsys, key_len):
+    # Found by the breaker: a dump's kwargs key holding ESC[31m and a newline reached the terminal raw, and a
+    # 100,000-character key made a 100 KB error line.
+    import small_dump
+
+    doc = small_dump.dump_json()
+    key = ("a\nb\x1b[31mRED" + "k" * key_len)[:key_len]
+    doc["data"]["Functional.add.0.forward"]["input_kwargs"] = {key: {"dtype": "Float32", "shape": [3], "Max": 1.0}}
+    rank = tmp_path / "a" / "step0" / "rank"
+    rank.mkdir(parents=True)
+    (rank / "dump.json").write_text(json.dumps(doc))
+    code, out, err = _run([tmp_path / "a", tmp_path / "a", "-o", tmp_path / "out"], capsys)
+    assert code == 2 and out == "" and not (tmp_path / "out").exists()
+    line = err.rstrip("\n")
+    assert "\n" not in line and "\x1b" not in line and "\\x1b[31m" in line
+    assert line.startswith("msprobe-cmp: error: ") and str(rank / "dump.json") in line
+    assert line.endswith("needs a string type, got none")  # the complaint survives the cut
+    assert len(line) <= 2100

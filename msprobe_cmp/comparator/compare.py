@@ -198,12 +198,15 @@ def detect_mode(units_a: tuple[RankDump, ...], units_b: tuple[RankDump, ...]) ->
     return "statistics"
 
 
-def _noise_of(unit: UnitComparison) -> dict[str, tuple[float | None, float | None]]:
-    out: dict[str, tuple[float | None, float | None]] = {}
+def _noise_of(unit: UnitComparison) -> dict[str, tuple[float | None, float | None, bool]]:
+    out: dict[str, tuple[float | None, float | None, bool]] = {}
     for r in unit.rows:
         if r.match_class == "matched" and r.verdict != "skip":
             mae = r.metric("MaxAbsErr")
-            out[r.name] = (r.metric("Cosine"), mae if mae is not None else r.metric(LOWER_BOUND_NAME))
+            if mae is not None:
+                out[r.name] = (r.metric("Cosine"), mae, False)
+            else:
+                out[r.name] = (r.metric("Cosine"), r.metric(LOWER_BOUND_NAME), True)
     return out
 
 

@@ -61,23 +61,35 @@ def _count_verdicts(verdicts: Iterable[Verdict]) -> tuple[tuple[Verdict, int], .
     return tuple(counts.items())
 
 
-#: Run-to-run noise of one row: (Cosine, MaxAbsErr or its statistics lower bound) of rerun vs baseline.
-NoiseMap = Mapping[str, tuple[float | None, float | None]]
+#: Run-to-run noise of one row: (Cosine, MaxAbsErr or its statistics lower bound, whether it is that lower bound)
+#: of rerun vs baseline.
+NoiseMap = Mapping[str, tuple[float | None, float | None, bool]]
 
 
-def _within_noise(metrics: tuple[tuple[str, float | None], ...], noise: tuple[float | None, float | None],
+def _noise_mae_text(noise_mae: float | None, lower_bound: bool) -> str:
+    """``MaxAbsErr 0.25``, or ``MaxAbsErr >= 0.25 (a lower bound from the statistics)`` when the rerun's row was
+    judged by its statistics, or ``MaxAbsErr -`` when unknown."""
+    if noise_mae is None:
+        return "MaxAbsErr -"
+    if lower_bound:
+        return f"MaxAbsErr >= {noise_mae:.6g} (a lower bound from the statistics)"
+    return f"MaxAbsErr {noise_mae:.6g}"
+
+
+def _within_noise(metrics: tuple[tuple[str, float | None], ...], noise: tuple[float | None, float | None, bool],
                   factor: float) -> str | None:
-    """Why a failing row is within ``factor`` × the run-to-run noise, or None when it is not."""
+    """Why a failing row is within ``factor`` × the run-to-run noise, or None when it is not.  A noise MaxAbsErr
+    that is only a lower bound still decides soundly: the real noise is at least that large."""
     values = dict(metrics)
     cos, mae = values.get("Cosine"), values.get("MaxAbsErr", values.get(LOWER_BOUND_NAME))
-    noise_cos, noise_mae = noise
+    noise_cos, noise_mae, lower_bound = noise
     if mae is None or noise_mae is None or noise_mae <= 0.0 or mae > factor * noise_mae:
         return None
     if cos is not None and noise_cos is not None and (1.0 - cos) > factor * (1.0 - noise_cos):
         return None
     cos_text = "" if noise_cos is None else f", Cosine {noise_cos:.6g}"
-    return (f"within run-to-run noise: the rerun of B differs from B by MaxAbsErr {noise_mae:.6g}{cos_text} "
-            f"(tolerance {factor:g}x)")
+    return (f"within run-to-run noise: the rerun of B differs from B by {_noise_mae_text(noise_mae, lower_bound)}"
+            f"{cos_text} (tolerance {factor:g}x)")
 
 
 def unit_namespaces(unit_a: RankDump, unit_b: RankDump) -> tuple[Namespace | None, Namespace | None]:
@@ -200,9 +212,9 @@ def compare_units(
             if why is not None:
                 out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
             else:
-                noise_mae = noise[pair.name][1]
+                _, noise_mae, lower_bound = noise[pair.name]
                 out = out._replace(notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
-                                                       f"MaxAbsErr {noise_mae if noise_mae is not None else '-'})"))
+                                                       f"{_noise_mae_text(noise_mae, lower_bound)})"))
         entry_name = pair.entry_name
         entry_name_b = pair.entry_name_b
         in_a, in_b = pair.in_a, pair.in_b

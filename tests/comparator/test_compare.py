@@ -625,6 +625,25 @@ def test_noise_floor_mode_turns_failures_within_run_to_run_noise_into_warnings(t
     assert within.verdict == "pass" and any(n.startswith("noise-floor mode") for n in within.notes)
     beyond = compare(load_dump(tmp_path / "a2"), b, CompareOptions(noise=rerun))
     assert beyond.verdict == "fail"
+    note = rows_by_name(beyond)["Functional.x.0.forward.output.0"].notes[-1]
+    assert note == f"beyond run-to-run noise (the rerun of B differs from B by MaxAbsErr {0.4 * 2.0:.6g})"
+
+
+def test_noise_judged_by_statistics_is_said_to_be_a_lower_bound(tmp_path):
+    # Found by the breaker: a rerun whose tensor file is missing was quoted as "MaxAbsErr 0.0", a raw statistics
+    # lower bound presented as a measured noise.
+    base = np.linspace(1.0, 2.0, 16)
+    write_unit(tmp_path / "b" / "rank", {"x": base})
+    write_unit(tmp_path / "rerun" / "rank", {"x": base * 1.4})
+    (tmp_path / "rerun" / "rank" / "dump_tensor_data" / "Functional.x.0.forward.output.0.npy").unlink()
+    write_unit(tmp_path / "a" / "rank", {"x": base * 1.9})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(noise=load_dump(tmp_path / "rerun")))
+    row = rows_by_name(c)["Functional.x.0.forward.output.0"]
+    # the rerun's lower bound: max(|dMax|, |dMin|, |dMean|, |dNorm|/sqrt(n)) of base * 1.4 against base = 0.4 * 2
+    bound = max(0.4 * 2.0, 0.4 * 1.0, 0.4 * 1.5, 0.4 * float(np.linalg.norm(base)) / 4.0)
+    assert row.verdict == "fail" and row.notes[-1] == (
+        f"beyond run-to-run noise (the rerun of B differs from B by MaxAbsErr >= {bound:.6g} (a lower bound from the "
+        "statistics))")
 
 
 def test_noise_factor_is_validated():

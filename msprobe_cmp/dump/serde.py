@@ -51,6 +51,12 @@ def _leaf_only_key(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def _holds_nodes(value: Any) -> bool:
+    """True for a JSON object, or a list holding one: what a container's ``dtype``/``shape`` kwarg holds, and a tensor
+    leaf's never does."""
+    return isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict) for v in value))
+
+
 def _is_leaf_like(obj: dict[str, Any]) -> bool:
     """True for a dict with no ``value`` that is unmistakably a tensor leaf: a string ``dtype`` and a list ``shape``,
     or a ``dtype`` and/or ``shape`` key (of any value) with a statistic, ``data_name`` or ``md5`` that is a scalar
@@ -59,6 +65,8 @@ def _is_leaf_like(obj: dict[str, Any]) -> bool:
     (:func:`_is_tensor_object`), so for a dict left over this means a malformed leaf."""
     if "value" in obj or ("dtype" not in obj and "shape" not in obj):
         return False
+    if _holds_nodes(obj.get("dtype")) or _holds_nodes(obj.get("shape")):
+        return False  # a kwargs container: msprobe writes a None kwarg ("md5": null) beside nodes
     if isinstance(obj.get("dtype"), str) and isinstance(obj.get("shape"), list):
         return True
     return _leaf_only_key(obj) is not None

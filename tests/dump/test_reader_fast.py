@@ -292,3 +292,22 @@ def test_kwargs_containers_whose_leaf_keys_hold_nodes_are_maps_on_both_paths():
         "kwargs.opts.Max": ValueLeaf("float", 1.0),
         "kwargs.opts.data_name": ValueLeaf("str", "y"),
     }
+
+
+@pytest.mark.parametrize("kwargs", [
+    # found by the breaker: a None kwarg written as bare null beside a node-valued dtype/shape kwarg
+    {"dtype": {"type": "mindspore.dtype", "value": "Float32"}, "md5": None},
+    {"shape": [{"type": "int", "value": 2}], "Mean": None},
+])
+def test_a_container_with_a_null_kwarg_named_like_a_statistic_is_a_map_on_both_paths(kwargs):
+    from msprobe_cmp.dump.serde import entries_from_json_fast, entry_from_json
+
+    name = "Functional.clip.0.forward"
+    data = {name: {"input_args": [_leaf()], "input_kwargs": {"opts": kwargs}, "output": [_leaf()]}}
+    fast = entries_from_json_fast(json.loads(json.dumps(data)))
+    general = entry_from_json(name, data[name], "f")
+    assert fast is None or fast == (general,)
+    leaves = {p: v for p, v in general.leaves() if p.startswith("kwargs.")}
+    null_key = "md5" if "md5" in kwargs else "Mean"
+    assert leaves[f"kwargs.opts.{null_key}"] is None
+    assert len(leaves) == 2  # the node-valued kwarg (or its one item) and the null one

@@ -325,6 +325,31 @@ def _input_notes(
     return notes, world_note
 
 
+def _mixed_recording_notes(side: str, units: tuple[RankDump, ...]) -> list[str]:
+    """One note per rank of ``side`` whose steps were written by more than one recording (dump.json's
+    :data:`~msprobe_cmp.dump.schema.RECORDING_KEY`, stamped by our recorder): a ``dump_path`` reused without being
+    emptied keeps the steps the new run did not record, so some steps compared may be stale."""
+    by_rank: dict[int | None, dict[str, list[int | None]]] = {}
+    for u in units:
+        if u.meta.recording is not None:
+            by_rank.setdefault(u.rank, {}).setdefault(u.meta.recording, []).append(u.step)
+    notes = []
+    for rank, recordings in sorted(by_rank.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        if len(recordings) < 2:
+            continue
+
+        def steps_text(steps: list[int | None]) -> str:
+            shown = sorted(-1 if s is None else s for s in steps)
+            text = ", ".join("-" if s < 0 else str(s) for s in shown[:6])
+            return "step " + text + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
+
+        parts = "; ".join(f"{rec}: {steps_text(steps)}" for rec, steps in sorted(recordings.items()))
+        where = "rank" if rank is None else f"rank{rank}"
+        notes.append(f"{side}'s {where} holds steps of {len(recordings)} recordings ({parts}): a dump_path reused "
+                     "without emptying it keeps the steps the later run did not record, so some steps may be stale")
+    return notes
+
+
 def _unmapped_notes(units: tuple[UnitComparison, ...], input_notes: list[str]) -> list[str]:
     """Across frameworks with nothing matched: the entry names each side kept unpaired (10 each)."""
     if not any("name mapping" in n for n in input_notes):
@@ -422,6 +447,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         ("cell", opts.mapping.cell_source), ("API", opts.mapping.api_source)) if src])
     input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode, sources)
     notes.extend(input_notes)
+    notes.extend(_mixed_recording_notes("A", units_a) + _mixed_recording_notes("B", units_b))
     notes.extend(_unmapped_notes(units, input_notes))
     notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units))
     if world_note:

@@ -44,6 +44,10 @@ NONFINITE_COUNT_KEYS = ("nan_count", "pos_inf_count", "neg_inf_count")
 #: ``{"what": ..., "reason": ...}`` objects.
 NOT_CAPTURED_KEY = "not_captured"
 
+#: Extra dump.json header field our recorder adds: one id per recording (``PrecisionDebugger``) and process, the same
+#: in every step it writes, so that steps of two recordings mixed in one ``dump_path`` can be told apart.
+RECORDING_KEY = "recording"
+
 #: A ``not_captured`` item with this ``what`` declares that no backward and no parameters_grad entry of the step
 #: could be captured (e.g. mindtorch on CPU, whose ``Tensor.backward()`` computes nothing): the comparator then
 #: classes the other side's backward rows ``not_captured`` instead of ``only_in_b``/``only_in_a``.
@@ -348,6 +352,12 @@ class DumpMeta:
     framework: str
     dump_data_dir: str | None = None
     extra: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def recording(self) -> str | None:
+        """The id of the recording that wrote this unit (:data:`RECORDING_KEY`), or None (msprobe's, older dumps)."""
+        value = dict(self.extra).get(RECORDING_KEY)
+        return value if isinstance(value, str) else None
 
     def _not_captured_pairs(self) -> Iterator[tuple[object, object, object]]:
         """``(what, reason, item)`` of each :data:`NOT_CAPTURED_KEY` item (None where a field is absent)."""

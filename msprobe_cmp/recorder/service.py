@@ -39,6 +39,8 @@ import linecache
 import logging
 import os
 import sys
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +51,7 @@ from msprobe_cmp.dump.naming import api_name, cell_name, parameters_grad_name, p
 from msprobe_cmp.dump.schema import (
     NOT_CAPTURED_KEY,
     NOT_CAPTURED_STEP,
+    RECORDING_KEY,
     DumpMeta,
     Entry,
     JsonObject,
@@ -229,6 +232,9 @@ class RecorderService:
         self.config = config
         self.framework = framework
         self.rank = rank
+        #: This recording's id in every dump.json it writes (:data:`~msprobe_cmp.dump.schema.RECORDING_KEY`): the
+        #: start time, the process id and a random part, e.g. ``2026-11-30T07:40:12-4242-9f1c2a7b``.
+        self.recording_id = f"{time.strftime('%Y-%m-%dT%H:%M:%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.cell_prefix = cell_prefix
         self.collector = Collector(
             convert, save_tensors=config.saves_tensors, checksum=config.summary_mode == "md5", fetcher=fetcher
@@ -358,7 +364,9 @@ class RecorderService:
         writer = self._writer
         if self.config.async_dump or self.collector.deferred_in_step:
             self._resolve_deferred(writer)
-        writer.meta = dataclasses.replace(writer.meta, extra=((NOT_CAPTURED_KEY, self._not_captured_json()),))
+        writer.meta = dataclasses.replace(
+            writer.meta, extra=((NOT_CAPTURED_KEY, self._not_captured_json()), (RECORDING_KEY, self.recording_id))
+        )
         try:
             if self.config.level == "debug":
                 self._flush_debug(writer)
@@ -445,7 +453,8 @@ class RecorderService:
             rank_dir = self.step_dir()
             data_dir = str(rank_dir / "dump_tensor_data") if self.config.saves_tensors else None
             meta = DumpMeta(
-                task=self.config.task, level=self.config.level, framework=self.framework, dump_data_dir=data_dir
+                task=self.config.task, level=self.config.level, framework=self.framework, dump_data_dir=data_dir,
+                extra=((RECORDING_KEY, self.recording_id),),
             )
             self._writer = DumpWriter(rank_dir, meta)
         return self._writer

@@ -167,6 +167,19 @@ def _typeless(type_: object) -> dict:
 _MISSING = object()
 
 
+def _errors_on_both_paths(tmp_path: Path, data: dict) -> list[str]:
+    """The load errors of ``data`` written once for the fast path and once for the general one (a NaN statistic in
+    a later entry sends the whole file through json and the general builder), the rank directory shown as <rank>."""
+    fast_rank = _write(tmp_path / "fast", data)
+    slow_rank = _write(tmp_path / "slow", dict(data, **{"Functional.g.0.forward": {"output": [_leaf(Max=float("nan"))]}}))
+    messages = []
+    for rank in (fast_rank, slow_rank):
+        with pytest.raises(DumpFormatError) as info:
+            load_dump(rank)
+        messages.append(str(info.value).replace(str(rank), "<rank>"))
+    return messages
+
+
 @pytest.mark.parametrize(("type_", "got"), [(_MISSING, "none"), (3, "a number"), (None, "null")])
 @pytest.mark.parametrize(("field", "value", "where"), [
     ("input_args", lambda leaf: [_leaf(), leaf], "input_args[1]"),
@@ -179,17 +192,9 @@ def test_a_tensor_leaf_without_a_string_type_is_refused_on_both_paths(tmp_path, 
     name = "Functional.f.0.forward"
     data = {name: {field: value(_typeless(type_))}}
     assert entries_from_json_fast(json.loads(json.dumps(data))) is None  # the fast builder does not make it a Map
-    fast_rank = _write(tmp_path / "fast", data)
-    # A NaN statistic in a later entry: read by json, built by the general path.
-    slow_rank = _write(tmp_path / "slow", dict(data, **{"Functional.g.0.forward": {"output": [_leaf(Max=float("nan"))]}}))
-    messages = []
-    for rank in (fast_rank, slow_rank):
-        with pytest.raises(DumpFormatError) as info:
-            load_dump(rank)
-        messages.append(str(info.value).replace(str(rank), "<rank>"))
     expected = (f"<rank>/dump.json: data[{name!r}].{where}.type: a tensor leaf (dtype and shape) needs a string type, "
                 f"got {got}")
-    assert messages == [expected, expected]
+    assert _errors_on_both_paths(tmp_path, data) == [expected, expected]
 
 
 def test_debug_json_refuses_a_tensor_leaf_without_a_type(tmp_path):
@@ -255,15 +260,8 @@ def test_a_near_tensor_leaf_is_refused_on_both_paths_naming_the_first_wrong_fiel
     name = "Functional.f.0.forward"
     data = {name: {"input_args": [_leaf()], "input_kwargs": {"x": leaf}, "output": [_leaf()]}}
     assert entries_from_json_fast(json.loads(json.dumps(data))) is None
-    fast_rank = _write(tmp_path / "fast", data)
-    slow_rank = _write(tmp_path / "slow", dict(data, **{"Functional.g.0.forward": {"output": [_leaf(Max=float("nan"))]}}))
-    messages = []
-    for rank in (fast_rank, slow_rank):
-        with pytest.raises(DumpFormatError) as info:
-            load_dump(rank)
-        messages.append(str(info.value).replace(str(rank), "<rank>"))
     expected = f"<rank>/dump.json: data[{name!r}].input_kwargs.x.{field}: {problem}"
-    assert messages == [expected, expected]
+    assert _errors_on_both_paths(tmp_path, data) == [expected, expected]
 
 
 def test_kwargs_containers_whose_leaf_keys_hold_nodes_are_maps_on_both_paths():

@@ -4,7 +4,9 @@ Nothing here computes a new number: numbers are formatted, and rows of the Compa
 or ordered by the values they already carry (the largest disagreements list each tensor once, however many
 names it was recorded under: :func:`rank_disagreements`; a failure whose statistics hold a NaN or ±Inf the other
 side's do not is ranked first: :func:`nonfinite_disagreement`), and the rows a tensor or md5 comparison could judge
-by their statistics only are found (:func:`judged_by_statistics`).
+by their statistics only (:func:`judged_by_statistics`) and the matched rows with nothing to compare
+(:func:`matched_not_compared`) are found.  Texts of any length from a row (reasons, notes) are cut for the places
+that list rows outside the row table (:func:`cut_text`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ ALSO_NAMES_SHOWN = 3
 #: How many other names of a listed tensor report.html lists in full (behind "and N more"); the rest are counted.
 ALSO_NAMES_LISTED = 200
 
-#: How many rows judged by their statistics only the reports name (:func:`judged_by_statistics`).
+#: How many rows judged by their statistics only (:func:`judged_by_statistics`), and how many matched rows with nothing
+#: to compare (:func:`matched_not_compared`), the reports name.
 STATISTICS_ONLY_EXAMPLES = 10
 
 #: Why a matched row of a tensor / md5 comparison was judged by its statistics (:func:`judged_by_statistics`).
@@ -37,6 +40,14 @@ STATISTICS_ONLY_WHY = {
     "md5": "md5 mode could not compare their checksums: no checksum on one side; their statistics were compared "
     "instead",
 }
+
+#: Why a matched row was skipped (:func:`matched_not_compared`); each row's reason says which case it is.
+NOTHING_COMPARED_WHY = ("both sides hold the entry, but neither recorded anything to compare: null on both sides, "
+                        "or a tensor with no statistics on either side and no tensor file or checksum the mode could "
+                        "use; nothing was compared, their verdict is skip")
+
+#: How many characters of a row's reasons (or notes) the reports print outside the row table (:func:`cut_text`).
+REASON_CHARS = 500
 
 _SEVERITY = {"fail": 0, "warning": 1, "pass": 2, "skip": 3}
 _REL_STATS = ("Max relative diff", "Min relative diff", "Mean relative diff", "L2norm relative diff")
@@ -58,6 +69,13 @@ def format_number(value: float | int | None) -> str:
     if float(text) != value and float(text) in (0.0, 1.0, -1.0):
         text = f"{value:.12g}"
     return text
+
+
+def cut_text(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` cut to its first ``limit`` characters followed by "…" when it is longer, else unchanged: a reason or
+    note of a row printed outside the row table (a 300 KB "shape differs" reason must not make a 1.5 MB page); the
+    row's details and comparison.json keep the whole text."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _finite(value: float | None, default: float) -> float:
@@ -124,7 +142,8 @@ def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
 
 
 _ONCE = ("; the rows of one tensor (an API's output that is also its cell's output and the next API's input: "
-         "equal dtype, shape, statistics and metrics) are listed once")
+         "equal dtype, shape, statistics and metrics, a NaN equal to a NaN in the same place unless every statistic "
+         "of a side is NaN) are listed once")
 
 _NONFINITE = (" (at their top the failures whose statistics hold a NaN or ±Inf that the other side's do not: "
               "a NaN appearing is usually the first thing to look at)")
@@ -181,7 +200,7 @@ def also_recorded_as(names: list[str] | tuple[str, ...], shown: int = ALSO_NAMES
     return text + (f" and {len(names) - len(spelled)} more" if len(names) > len(spelled) else "")
 
 
-_NAN_METRIC = "NaN"  # stands for a NaN metric in tensor_identity (metric values are numbers or None)
+_NAN_METRIC = "NaN"  # stands for a NaN (statistic or metric) in tensor_identity: NaN != NaN, and its hash varies
 
 
 def tensor_identity(row: ComparisonRow) -> tuple[Any, ...] | None:
@@ -189,20 +208,36 @@ def tensor_identity(row: ComparisonRow) -> tuple[Any, ...] | None:
     be told apart from others this way.
 
     Two rows are the same tensor when both sides are tensors with equal dtype, shape (and checksum, when
-    recorded) and all four statistics (max, min, mean, norm: all present, none NaN, compared exactly) on A and
-    equal on B, and the rows have the same ``compared_by``, verdict and metrics (NaN metrics equal to NaN).  An
-    API's output, the enclosing cell's output and the next API's input are one tensor recorded three times.
-    None: a side is absent or not a tensor, or a statistic is missing or NaN.
+    recorded) and all four statistics (max, min, mean, norm: all present, compared exactly, a NaN equal to a NaN
+    in the same place) on A and equal on B, and the rows have the same ``compared_by``, verdict and metrics (NaN
+    metrics equal to NaN).  An API's output, the enclosing cell's output and the next API's input are one tensor
+    recorded three times, a tensor holding NaN too (``Max`` NaN on A, say).
+    None: a side is absent or not a tensor, a statistic is missing, or every statistic of a side is NaN (distinct
+    all-NaN tensors of one shape would look alike: they are never merged).
     """
     a, b = row.a, row.b
     if a is None or b is None or a.kind != "tensor" or b.kind != "tensor":
         return None
-    stats = (a.max, a.min, a.mean, a.norm, b.max, b.min, b.mean, b.norm)
+    stats: tuple[Any, ...] = (a.max, a.min, a.mean, a.norm, b.max, b.min, b.mean, b.norm)
     for v in stats:
         if v is None or v != v:
-            return None
+            aware = _nan_aware(stats)
+            if aware is None:
+                return None
+            stats = aware
+            break
     metrics = tuple((k, _NAN_METRIC if v is not None and v != v else v) for k, v in row.metrics)
     return (a.dtype, a.shape, a.md5, b.dtype, b.shape, b.md5, stats, row.compared_by, row.verdict, metrics)
+
+
+def _nan_aware(stats: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A's and B's four statistics with each NaN as :data:`_NAN_METRIC` (equal and hashed alike); None when one is
+    missing or all four of a side are NaN."""
+    if None in stats:
+        return None
+    if all(v != v for v in stats[:4]) or all(v != v for v in stats[4:]):
+        return None
+    return tuple(_NAN_METRIC if v != v else v for v in stats)
 
 
 def _distinct(ranked: list[tuple[int, ComparisonRow]], keys: list[tuple[float, ...]],
@@ -215,7 +250,7 @@ def _distinct(ranked: list[tuple[int, ComparisonRow]], keys: list[tuple[float, .
     once ``limit`` tensors are listed only rows ranked equal to the last one can still add to a listed tensor, and
     only to one ranked equal to it that can be told apart (:func:`tensor_identity` not None).  The walk stops at the
     first row ranked after the last tensor, or at once when no listed tensor ranked equal to it can take more rows
-    (many failures with NaN statistics rank equal, each its own tensor); the list is then settled even if
+    (many failures with a side all NaN rank equal, each its own tensor); the list is then settled even if
     ``ranked`` is only the best part of the ranking.
     """
     listed: list[tuple[int, ComparisonRow, list[ComparisonRow]]] = []
@@ -327,6 +362,36 @@ def judged_by_statistics(comparison: Comparison, examples: int = STATISTICS_ONLY
     return StatisticsOnly(count, tuple(found), why if count else "")
 
 
+class NothingCompared(NamedTuple):
+    """The matched rows with nothing to compare (:func:`matched_not_compared`).
+
+    Attributes:
+        total: how many there are.
+        examples: the first of them, in unit and execution order, as ``(unit index, row)``.
+        why: what such rows are (:data:`NOTHING_COMPARED_WHY`); ``""`` when none.
+    """
+
+    total: int
+    examples: tuple[tuple[int, ComparisonRow], ...]
+    why: str
+
+
+def matched_not_compared(comparison: Comparison, examples: int = STATISTICS_ONLY_EXAMPLES) -> NothingCompared:
+    """The matched rows whose verdict is ``skip``: both sides hold the entry but nothing was recorded to compare
+    (null on both sides; a tensor with no statistics on either side, and no tensor file or checksum the mode could
+    use).  Each row's reasons or notes say which.  They count as matched but not as compared, so the reports list
+    them with the rows that could not be compared.  At most ``examples`` of them are returned, with their count."""
+    count = 0
+    found: list[tuple[int, ComparisonRow]] = []
+    for ui, u in enumerate(comparison.units):
+        for r in u.rows:
+            if r.verdict == "skip" and r.match_class == "matched":
+                count += 1
+                if len(found) < examples:
+                    found.append((ui, r))
+    return NothingCompared(count, tuple(found), NOTHING_COMPARED_WHY if count else "")
+
+
 def compared_counts(comparison: Comparison) -> tuple[int, tuple[int, ...]]:
     """``(comparison.compared_count, (unit.compared_count for each unit))`` (each property walks every row)."""
     units = tuple(u.compared_count for u in comparison.units)
@@ -350,6 +415,7 @@ class ReportFacts:
         self._counts: tuple[int, tuple[int, ...]] | None = None
         self._ranking: tuple[int, list[Disagreement]] | None = None
         self._statistics_only: StatisticsOnly | None = None
+        self._nothing_compared: NothingCompared | None = None
 
     @classmethod
     def of(cls, comparison: Comparison, facts: ReportFacts | None) -> ReportFacts:
@@ -367,6 +433,12 @@ class ReportFacts:
         if self._statistics_only is None:
             self._statistics_only = judged_by_statistics(self.comparison)
         return self._statistics_only
+
+    def matched_not_compared(self) -> NothingCompared:
+        """:func:`matched_not_compared` of the comparison (with :data:`STATISTICS_ONLY_EXAMPLES` examples)."""
+        if self._nothing_compared is None:
+            self._nothing_compared = matched_not_compared(self.comparison)
+        return self._nothing_compared
 
     def disagreements(self, limit: int) -> list[Disagreement]:
         """:func:`rank_disagreements` of the comparison (distinct tensors, each with its other names); a shorter

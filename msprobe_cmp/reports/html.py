@@ -2,10 +2,10 @@
 
 The page references no external resource (it opens offline, from a CI artifact or a mail).  The
 summary (verdict, counts, pairing, thresholds, first divergent / failing row, what was not
-comparable: rows of a non-comparable class, and matched rows a tensor / md5 comparison could judge by their
-statistics only), the largest disagreements (each with its reasons, short notes and every other name of its
-tensor) and the plots (inline SVG, :mod:`msprobe_cmp.reports.plots`) are rendered by jinja2 with
-autoescaping on.  The rows, the cell tree and the call stacks travel as one JSON document in a
+comparable: rows of a non-comparable class, matched rows a tensor / md5 comparison could judge by their
+statistics only, and matched rows with nothing to compare), the largest disagreements (each with its reasons,
+short notes and every other name of its tensor) and the plots (inline SVG, :mod:`msprobe_cmp.reports.plots`) are
+rendered by jinja2 with autoescaping on.  The rows, the cell tree and the call stacks travel as one JSON document in a
 ``<script type="application/json">`` block (:func:`render_script_json`: ``<``, ``>`` and ``&`` are
 written as ``\\u003c`` ..., so no text from a dump can close the block), which the page's own inline
 script turns into a sortable, filterable, paginated table; its DOM holds one page of rows, so the
@@ -13,7 +13,9 @@ page stays responsive with 100,000 rows and more.  The script inserts text with 
 
 Nothing is computed here: numbers are formatted (6 significant digits in the page; full precision
 in comparison.json), and rows are selected.  Large dumps are capped (:data:`MAX_ROWS`,
-:data:`MAX_STACK_CHARS`); the page says what it left out.
+:data:`MAX_STACK_CHARS`); the page says what it left out.  A row's reasons, notes and side summaries printed
+outside the row table (largest disagreements, first divergent / failing row, "Not comparable") are cut to
+:data:`~msprobe_cmp.reports.common.REASON_CHARS` characters + "…"; the row's details keep them whole.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from msprobe_cmp.comparator.compare import VERDICTS, Comparison, ComparisonRow, SideSummary
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
@@ -34,8 +36,10 @@ from msprobe_cmp.reports.common import (
     ALSO_NAMES_LISTED,
     ALSO_NAMES_SHOWN,
     RANKING,
+    REASON_CHARS,
     TOP_ROWS,
     ReportFacts,
+    cut_text,
     dumps_compact,
     format_number,
     format_side,
@@ -98,6 +102,14 @@ NOT_COMPARABLE_WHY = {
 #: The "Not comparable" table's label of the matched rows judged by their statistics only
 #: (:func:`~msprobe_cmp.reports.common.judged_by_statistics`).
 STATISTICS_ONLY_CLASS = "matched, judged by statistics only"
+
+#: The "Not comparable" table's label of the matched rows with nothing to compare, verdict skip
+#: (:func:`~msprobe_cmp.reports.common.matched_not_compared`).
+NOTHING_COMPARED_CLASS = "matched, nothing to compare"
+
+#: How a comparison says it used a noise rerun (``--noise``): its note starting with this
+#: (``msprobe_cmp.comparator.compare``); the thresholds list the noise factor only then.
+NOISE_NOTE_PREFIX = "noise-floor mode:"
 
 #: The largest-disagreements table shows a row's notes under its name when they are at most this long together.
 SHORT_NOTES_CHARS = 200
@@ -437,6 +449,18 @@ def _dtype(side: SideSummary | None) -> str:
     return side.dtype or "null"
 
 
+def capped_text(text: str | tuple[str, ...] | list[str]) -> Markup:
+    """A row's text printed outside the row table, escaped: ``text`` (reasons or notes are joined with "; ") cut to
+    :data:`~msprobe_cmp.reports.common.REASON_CHARS` characters + "…" (:func:`~msprobe_cmp.reports.common.cut_text`),
+    then a muted remark that it was cut (the row's details hold the whole text)."""
+    whole = text if isinstance(text, str) else "; ".join(text)
+    shown = escape(cut_text(whole))
+    if len(whole) > REASON_CHARS:
+        shown += Markup(' <span class="muted cut">(cut to {} characters: the row\'s details hold the whole text)'
+                        "</span>").format(REASON_CHARS)
+    return shown
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("msprobe_cmp.reports", "templates"),
@@ -448,13 +472,15 @@ def _environment() -> Environment:
     env.filters["full"] = format_full
     env.filters["side"] = format_side
     env.filters["dtype"] = _dtype
+    env.filters["capped"] = capped_text
     return env
 
 
 def _not_comparable(comparison: Comparison, facts: ReportFacts
                     ) -> list[tuple[str, int, str, list[tuple[int, ComparisonRow]]]]:
     """Per non-comparable class with rows: (class, row count, why, a few example rows); then the matched rows whose
-    values the mode could not compare, judged by their statistics only (:data:`STATISTICS_ONLY_CLASS`)."""
+    values the mode could not compare, judged by their statistics only (:data:`STATISTICS_ONLY_CLASS`), and the
+    matched rows with nothing to compare (:data:`NOTHING_COMPARED_CLASS`)."""
     counts: dict[str, int] = dict(comparison.counts)
     out = []
     for cls, why in NOT_COMPARABLE_WHY.items():
@@ -475,6 +501,10 @@ def _not_comparable(comparison: Comparison, facts: ReportFacts
     if stats_only.total:
         out.append((STATISTICS_ONLY_CLASS, stats_only.total, stats_only.why,
                     list(stats_only.examples[:NOT_COMPARABLE_EXAMPLES])))
+    nothing = facts.matched_not_compared()
+    if nothing.total:
+        out.append((NOTHING_COMPARED_CLASS, nothing.total, nothing.why,
+                    list(nothing.examples[:NOT_COMPARABLE_EXAMPLES])))
     return out
 
 
@@ -493,7 +523,7 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
     facts = ReportFacts.of(comparison, facts)
     t = comparison.rules.default
     floor = "eps of the coarser dtype" if t.relative_floor is None else format_number(t.relative_floor)
-    thresholds = (
+    thresholds = [
         ("fail when Cosine <", format_number(t.cosine_fail_below)),
         (f"fail when Cosine < {format_number(t.cosine_suspect_below)} and MaxAbsErr >",
          format_number(t.max_abs_err_suspect_above)),
@@ -501,9 +531,10 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         ("warning when |stat diff| / max(|A|, |B|) >", format_number(t.stat_warning_ratio)),
         ("relative-error floor", floor),
         ("no verdict when matched rows are below (share)", format_number(comparison.rules.min_matched_share)),
-        ("--noise: failures within this many times the run-to-run noise are warnings",
-         format_number(comparison.rules.noise_factor)),
-    )
+    ]
+    if any(note.startswith(NOISE_NOTE_PREFIX) for note in comparison.notes):  # a --noise rerun was compared
+        thresholds.append(("--noise: failures within this many times the run-to-run noise are warnings",
+                           format_number(comparison.rules.noise_factor)))
     data = build_page_data(comparison, max_rows, max_stack_chars)
     template = _environment().get_template("report.html.j2")
     compared, unit_compared = facts.compared_counts()
@@ -536,6 +567,8 @@ __all__ = [
     "HTML_COLUMNS",
     "MAX_ROWS",
     "MAX_STACK_CHARS",
+    "NOISE_NOTE_PREFIX",
+    "NOTHING_COMPARED_CLASS",
     "STATISTICS_ONLY_CLASS",
     "build_page_data",
     "format_full",

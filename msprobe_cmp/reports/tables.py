@@ -25,8 +25,9 @@ test cases of a last suite.  Characters XML 1.0 cannot hold are written as ``\\u
 
 Markdown (:func:`render_markdown`): a short summary for CI job summaries and pull-request
 comments (verdict, counts, first divergent / failing row, how many rows a tensor / md5 comparison judged by their
-statistics only, largest disagreements: each tensor once, with the other names it was recorded under, the first
-three spelled out and the rest counted); every text from a dump is escaped so that it renders as text.
+statistics only, how many matched rows had nothing to compare (verdict skip), largest disagreements: each tensor
+once, with the other names it was recorded under, the first three spelled out and the rest counted); every text
+from a dump is escaped so that it renders as text.
 """
 
 from __future__ import annotations
@@ -712,6 +713,13 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, fac
         lines.append(f"- **Judged by their statistics only:** {stats_only.total} of {facts.compared_counts()[0]} "
                      f"compared rows ({stats_only.why}); first: "
                      f"{markdown_text(first.name)} ({markdown_text(comparison.units[ui].unit_a.label)})")
+    nothing = facts.matched_not_compared()
+    if nothing.total:
+        ui, first = nothing.examples[0]
+        why = "; ".join(first.reasons or first.notes)
+        lines.append(f"- **Matched, nothing to compare:** {nothing.total} row(s) ({nothing.why}); "
+                     f"first: {markdown_text(first.name)} ({markdown_text(comparison.units[ui].unit_a.label)})"
+                     + (f": {markdown_text(why)}" if why else ""))
     lines.append("")
     largest = facts.disagreements(top)
     if largest:

@@ -18,7 +18,7 @@ import pytest
 from msprobe_cmp.comparator import Comparison, compare
 from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, RankDump, Seq, TensorLeaf, load_dump
 from msprobe_cmp.reports import common, render_html, render_markdown
-from msprobe_cmp.reports.html import STATISTICS_ONLY_CLASS
+from msprobe_cmp.reports.html import NOISE_NOTE_PREFIX, NOTHING_COMPARED_CLASS, STATISTICS_ONLY_CLASS
 from msprobe_cmp.reports.tables import markdown_text
 
 # ------------------------------------------------------------------ a small HTML tree
@@ -249,15 +249,15 @@ def test_a_nan_tensor_ranks_above_every_finite_failure_in_tensor_mode(tmp_path):
 
 @pytest.mark.parametrize("with_inf", [True, False])
 def test_many_equal_nan_failures_give_the_list_of_a_full_sort(with_inf):
-    """NaN propagation: hundreds of failures ranked equal at the top (NaN statistics: each its own tensor), among
-    them (``with_inf``) one +Inf tensor recorded 31 times (one tensor, its other names complete), then finite
-    failures."""
+    """NaN propagation: hundreds of failures ranked equal at the top (A all NaN, as the recorder writes a tensor
+    holding a NaN: each its own tensor), among them (``with_inf``) one +Inf tensor recorded 31 times (one tensor, its
+    other names complete), then finite failures."""
     a, b = [], []
     for k in range(500):
         if with_inf and k < 465 and k % 15 == 0:
             la = t(mx=math.inf)  # the same tensor each time: +Inf on A, 1 on B
         elif k < 465:
-            la = t(mx=math.nan)
+            la = t(mx=math.nan, mn=math.nan, mean=math.nan, norm=math.nan)
         else:
             la = t(mx=3.0 + k)  # finite failures, the later the larger
         a.append(fwd(f"Functional.f.{k}.forward", la))
@@ -443,3 +443,218 @@ def test_statistics_mode_has_no_such_rows():
     html = render_html(c)
     assert "none: every row was matched" in html and not_comparable_rows(parse_html(html)) == {}
     assert "Judged by their statistics only" not in render_markdown(c)
+
+
+# ------------------------------------------------------------------ matched rows with nothing to compare (skip)
+
+
+def _null_entry(name):
+    return Entry.forward(name, Seq(), Map(), Seq((None,)))
+
+
+NO_STATS = {"mx": None, "mn": None, "mean": None, "norm": None}
+
+
+def test_matched_rows_with_nothing_to_compare_are_listed_as_not_comparable():
+    # statistics mode: one failing row, two entries null on both sides, one tensor without statistics on either side
+    # (a data_name, so it is not a placeholder: not_captured)
+    a = [fwd("Functional.ok.0.forward", t(mx=3.0)), _null_entry("Functional.null.0.forward"),
+         _null_entry("Functional.null.1.forward"), fwd("Functional.bare.0.forward", t(**NO_STATS, data_name="x.npy"))]
+    b = [fwd("Functional.ok.0.forward", t()), _null_entry("Functional.null.0.forward"),
+         _null_entry("Functional.null.1.forward"), fwd("Functional.bare.0.forward", t(**NO_STATS, data_name="x.npy"))]
+    c = compare(unit(a), unit(b))
+    rows = {r.entry_name: r for r in c.units[0].rows}
+    assert [(r.match_class, r.verdict) for r in rows.values()] == [("matched", "fail")] + [("matched", "skip")] * 3
+    assert dict(c.verdict_counts)["skip"] == 3
+    assert rows["Functional.null.0.forward"].reasons == ("null on both sides: nothing recorded",)
+    assert rows["Functional.bare.0.forward"].reasons == ("no statistics recorded on either side",)
+
+    found = common.matched_not_compared(c)
+    assert found.total == 3 and found.why == common.NOTHING_COMPARED_WHY
+    assert [r.entry_name for _, r in found.examples] == ["Functional.null.0.forward", "Functional.null.1.forward",
+                                                         "Functional.bare.0.forward"]
+    assert common.matched_not_compared(c, examples=1).examples == found.examples[:1]
+
+    html = render_html(c)
+    assert "none: every row was matched" not in html
+    table = not_comparable_rows(parse_html(html))
+    assert list(table) == [NOTHING_COMPARED_CLASS]
+    entry = table[NOTHING_COMPARED_CLASS]
+    assert entry["count"] == 3 and entry["why"] == common.NOTHING_COMPARED_WHY
+    assert entry["names"] == ["Functional.null.0.forward.output.0", "Functional.null.1.forward.output.0",
+                              "Functional.bare.0.forward.output.0"]
+    assert entry["notes"] == ["(null on both sides: nothing recorded)", "(null on both sides: nothing recorded)",
+                              "(no statistics recorded on either side)"]
+
+    md = render_markdown(c)
+    lines = [x for x in md.splitlines() if x.startswith("- **Matched, nothing to compare:**")]
+    assert lines == [f"- **Matched, nothing to compare:** 3 row(s) ({common.NOTHING_COMPARED_WHY}); first: "
+                     f"Functional.null.0.forward.output.0 ({markdown_text(c.units[0].unit_a.label)}): "
+                     "null on both sides: nothing recorded"]
+
+
+def test_tensor_mode_lists_both_kinds_apart(tmp_path):
+    # op.1: A's file missing, statistics compared (judged by statistics only); op.2: A's file missing and neither side
+    # recorded statistics (nothing compared: skip)
+    def side(root, arrays, missing):
+        w = DumpWriter(root / "step0" / "rank", DumpMeta("tensor", "L1", "mindspore"))
+        for name, arr in arrays.items():
+            data_name = f"{name}.output.0.npy"
+            if name not in missing:
+                w.save_tensor(data_name, arr.astype(np.float32))
+            stats = NO_STATS if name == "Functional.op.2.forward" else _stats(arr.astype(np.float32))
+            w.put(fwd(name, t(shape=arr.shape, data_name=data_name, **stats)))
+        w.flush()
+        return root
+
+    arrays = {f"Functional.op.{k}.forward": X * (k + 1) for k in range(4)}
+    missing = {"Functional.op.1.forward", "Functional.op.2.forward"}
+    c = compare(load_dump(side(tmp_path / "a", arrays, missing)), load_dump(side(tmp_path / "b", arrays, set())))
+    rows = {r.entry_name: r for r in c.units[0].rows}
+    assert c.mode == "tensor"
+    assert (rows["Functional.op.1.forward"].compared_by, rows["Functional.op.1.forward"].verdict) == (
+        "statistics", "warning")
+    assert (rows["Functional.op.2.forward"].compared_by, rows["Functional.op.2.forward"].verdict) == ("none", "skip")
+    table = not_comparable_rows(parse_html(render_html(c)))
+    assert list(table) == [STATISTICS_ONLY_CLASS, NOTHING_COMPARED_CLASS]
+    assert (table[STATISTICS_ONLY_CLASS]["count"], table[STATISTICS_ONLY_CLASS]["names"]) == (
+        1, ["Functional.op.1.forward.output.0"])
+    assert (table[NOTHING_COMPARED_CLASS]["count"], table[NOTHING_COMPARED_CLASS]["names"]) == (
+        1, ["Functional.op.2.forward.output.0"])
+    skip_note = table[NOTHING_COMPARED_CLASS]["notes"][0]
+    assert "no statistics recorded on either side" in skip_note and "compared statistics instead" in skip_note
+    md = render_markdown(c)
+    assert "- **Judged by their statistics only:** 1 of 3 compared rows" in md
+    assert "- **Matched, nothing to compare:** 1 row(s)" in md
+
+
+def test_no_line_when_every_matched_row_was_compared():
+    c = compare(unit([fwd("Functional.op.0.forward", t(mx=2.0))]), unit([fwd("Functional.op.0.forward", t())]))
+    assert common.matched_not_compared(c) == common.NothingCompared(0, (), "")
+    assert "none: every row was matched" in render_html(c)
+    assert "nothing to compare" not in render_markdown(c)
+
+
+# ------------------------------------------------------------------ the noise factor only with a noise rerun
+
+
+def thresholds_table(page: Node) -> dict[str, str]:
+    """The "Thresholds in force" table: label -> value."""
+    elements = list(page.elements())
+    start = next(k for k, e in enumerate(elements) if e.tag == "h2" and e.text() == "Thresholds in force")
+    table = next(e for e in elements[start:] if e.tag == "table")
+    return {tr.child_elements("th")[0].text(): tr.child_elements("td")[0].text() for tr in table.find_all("tr")}
+
+
+NOISE_LABEL = "--noise: failures within this many times the run-to-run noise are warnings"
+
+
+@pytest.mark.parametrize("factor", [None, 3.0])
+def test_the_noise_factor_is_shown_only_when_a_rerun_was_compared(factor):
+    from msprobe_cmp.comparator import CompareOptions, Rules
+
+    rules = Rules() if factor is None else Rules(noise_factor=factor)
+    a = unit([fwd("Functional.op.0.forward", t(mx=3.0))])
+    b = unit([fwd("Functional.op.0.forward", t())])
+    rerun = unit([fwd("Functional.op.0.forward", t(mx=2.5))])  # noise: Max off by 1.5; A's 2 is within 2 x 1.5
+    plain = thresholds_table(parse_html(render_html(compare(a, b, CompareOptions(rules=rules)))))
+    assert NOISE_LABEL not in plain
+    assert plain["relative-error floor"] == "eps of the coarser dtype"
+    with_noise = compare(a, b, CompareOptions(rules=rules, noise=rerun))
+    assert any(n.startswith(NOISE_NOTE_PREFIX) for n in with_noise.notes)  # how the comparator says it
+    shown = thresholds_table(parse_html(render_html(with_noise)))
+    assert shown[NOISE_LABEL] == ("2" if factor is None else "3")
+    assert {k: v for k, v in shown.items() if k != NOISE_LABEL} == plain
+
+
+# ------------------------------------------------------------------ long reasons are cut outside the row table
+
+
+def test_cut_text():
+    assert common.cut_text("x" * 500) == "x" * 500
+    assert common.cut_text("x" * 501) == "x" * 500 + "…"
+    assert common.cut_text("abcdef", 3) == "abc…"
+    assert common.cut_text("") == ""
+
+
+def test_a_huge_reason_is_cut_outside_the_row_table():
+    dims = 50_000  # a shape of 50,000 dimensions of 1: "shape differs: A [1, 1, ...], B [...]" is 300 KB
+    a = [fwd("Functional.big.0.forward", t(shape=(1,) * dims)), fwd("Functional.op.0.forward", t(mx=3.0))]
+    b = [fwd("Functional.big.0.forward", t(shape=(1,) * (dims + 1))), fwd("Functional.op.0.forward", t())]
+    c = compare(unit(a), unit(b))
+    big = c.units[0].rows[0]
+    assert big.match_class == "shape_mismatch" and big.verdict == "fail"
+    reason = "; ".join(big.reasons)
+    assert len(reason) > 300_000
+    html = render_html(c)
+    hint = " (cut to 500 characters: the row's details hold the whole text)"
+    cut = reason[:500] + "…"
+    page = parse_html(html)
+    # the largest disagreements (op's Max differs by 2, big's statistics are equal): big's reason cut
+    listed = largest_rows(page)
+    assert [r["name"] for r in listed] == ["Functional.op.0.forward.output.0", "Functional.big.0.forward.output.0"]
+    assert listed[1]["why"] == [cut + hint]
+    # "Not comparable": its example's reason cut
+    assert not_comparable_rows(page)["shape_mismatch"]["notes"] == [f"({cut}{hint})"]
+    # the first divergent / failing row: its reasons and both sides' summaries (the shape again) cut
+    side_a = common.format_side(big.a)
+    assert len(side_a) > 150_000
+    highlights = [e for e in page.elements() if e.tag == "table" and "kv" in e.classes
+                  and any(th.text() == "Reasons" for th in e.find_all("th"))]
+    assert len(highlights) == 2  # first divergent and first failing: the same row
+    for table in highlights:
+        cells = {tr.child_elements("th")[0].text(): tr.child_elements("td")[0].text() for tr in table.find_all("tr")}
+        assert cells["Reasons"] == cut + hint
+        assert cells["A"] == side_a[:500] + "…" + hint
+    # the whole reason is in the page once: in the rows' data (the row's details), nowhere else
+    assert html.count(reason[:1000]) == 1
+    script = html[html.index('<script type="application/json"'):]
+    assert reason[:1000] in script
+    assert len(html) < len(reason) + 2 * len(side_a) + 200_000  # the data block (reason and both shapes) and the rest
+
+
+# ------------------------------------------------------------------ a NaN tensor recorded three times is listed once
+
+
+def test_a_nan_tensor_recorded_three_times_takes_one_place():
+    # linear's output holds a NaN on A (Max NaN, as a device max that skips nothing and a mean over finite values
+    # would not: the statistics keep numbers besides the NaN); it is also the cell's output and relu's input.
+    # Another NaN tensor of the same shape differs in its Mean; a third has A all NaN (recorded twice: never merged).
+    nan_a, nan_b = t(mx=math.nan, mean=0.25), t(mean=0.25)
+    other_a, other_b = t(mx=math.nan, mean=0.5), t(mean=0.5)
+    all_nan = t(mx=math.nan, mn=math.nan, mean=math.nan, norm=math.nan)
+    names_a = [("Functional.linear.0.forward", nan_a, nan_b), ("Cell.fc.Dense.forward.0", nan_a, nan_b),
+               ("Functional.relu.0.forward", nan_a, nan_b), ("Functional.other.0.forward", other_a, other_b),
+               ("Functional.gone.0.forward", all_nan, t()), ("Functional.gone.1.forward", all_nan, t()),
+               ("Functional.finite.0.forward", t(mx=3.0), t())]
+    c = compare(unit([fwd(n, la) for n, la, _ in names_a]), unit([fwd(n, lb) for n, _, lb in names_a]))
+    assert {r.verdict for r in c.units[0].rows} == {"fail"}
+    ranked = [(d.row.entry_name, [o.entry_name for o in d.also]) for d in common.rank_disagreements(c)]
+    # the NaN disagreements first in execution order (equal keys: no finite statistic differs), then the finite one
+    assert ranked == [("Functional.linear.0.forward", ["Cell.fc.Dense.forward.0", "Functional.relu.0.forward"]),
+                      ("Functional.other.0.forward", []), ("Functional.gone.0.forward", []),
+                      ("Functional.gone.1.forward", []), ("Functional.finite.0.forward", [])]
+    # the same rows recorded with +Inf in place of NaN were merged before: now NaN and Inf agree
+    rows = c.units[0].rows
+    assert common.tensor_identity(rows[0]) == common.tensor_identity(rows[2]) is not None
+    assert hash(common.tensor_identity(rows[0])) == hash(common.tensor_identity(rows[1]))
+    assert common.tensor_identity(rows[0]) != common.tensor_identity(rows[3])
+    assert common.tensor_identity(rows[4]) is None and common.tensor_identity(rows[5]) is None
+    md = render_markdown(c)
+    first = next(line for line in md.splitlines() if line.startswith("| Functional"))
+    assert first.startswith("| Functional.linear.0.forward.output.0 (also recorded as Cell.fc.Dense.forward.0.output.0, "
+                            "Functional.relu.0.forward.output.0) |")
+
+
+def test_nan_in_another_place_or_a_side_all_nan_is_never_merged():
+    base = {"mx": 1.0, "mn": -1.0, "mean": 0.0, "norm": 2.0}
+    cases = {  # (A, B) of two rows that must stay apart
+        "nan in max vs in min": ((t(**{**base, "mx": math.nan}), t()), (t(**{**base, "mn": math.nan}), t())),
+        "A all NaN": ((t(**dict.fromkeys(base, math.nan)), t()),) * 2,
+        "B all NaN": ((t(mx=3.0), t(**dict.fromkeys(base, math.nan))),) * 2,
+    }
+    for label, pairs in cases.items():
+        entries = [(f"Functional.f.{k}.forward", la, lb) for k, (la, lb) in enumerate(pairs)]
+        c = compare(unit([fwd(n, la) for n, la, _ in entries]), unit([fwd(n, lb) for n, _, lb in entries]))
+        listed = common.rank_disagreements(c)
+        assert [(d.row.entry_name, d.also) for d in listed] == [(n, ()) for n, _, _ in entries], label

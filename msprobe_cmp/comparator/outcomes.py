@@ -371,7 +371,8 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
     if cls in ("shape_mismatch", "dtype_mismatch"):
         metrics: tuple[tuple[str, float | None], ...] = ()
         if isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf):
-            floor = compute_relative_floor(normalize_dtype(la.dtype), normalize_dtype(lb.dtype))
+            t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype)) if rules.overrides else rules.default
+            floor = t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)  # as every other tensor row
             metrics = tuple(_stat_pairs(compute_stat_diffs(la.stats, lb.stats, floor)))
         return _Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
     if la is None and lb is None:  # the reason first, how the row was paired after it

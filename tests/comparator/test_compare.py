@@ -798,3 +798,17 @@ def test_statistics_of_the_files_themselves_never_contradict_them(tmp_path, dtyp
     rows = [r for r in c.units[0].rows if r.compared_by == "tensor"]
     assert len(rows) == 8
     assert not any("contradict" in reason for r in rows for reason in r.reasons)
+
+
+def test_shape_mismatch_rows_use_the_rules_relative_floor(tmp_path):
+    # Found by a helper: shape/dtype-mismatch rows divided by the dtype's eps whatever the rules' relative_floor.
+    from msprobe_cmp.comparator.rules import Rules, Thresholds
+
+    write_unit(tmp_path / "a", {"f": X * 2.0}, task="statistics")
+    write_unit(tmp_path / "b", {"f": X.reshape(4, 3)}, task="statistics")
+    rules = Rules(default=Thresholds(relative_floor=10.0))
+    r = rows_by_name(compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(rules=rules)))[
+        "Functional.f.0.forward.input.0"]
+    assert r.match_class == "shape_mismatch" and r.verdict == "fail"
+    # Max: A 2.0, B 1.0 -> |dMax| = 1, relative to max(|1.0|, 10) = 0.1 (the dtype's eps floor would give 1.0)
+    assert r.metric("Max diff") == pytest.approx(1.0) and r.metric("Max relative diff") == pytest.approx(0.1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
@@ -330,13 +331,14 @@ def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) 
     return [(d.unit, d.row) for d in rank_disagreements(comparison, limit)]
 
 
-class StatisticsOnly(NamedTuple):
-    """The matched rows a tensor or md5 comparison judged by their statistics (:func:`judged_by_statistics`).
+class MatchedRows(NamedTuple):
+    """Matched rows of one kind the reports list with the rows that could not be compared
+    (:func:`judged_by_statistics`, :func:`matched_not_compared`).
 
     Attributes:
         total: how many there are.
         examples: the first of them, in unit and execution order, as ``(unit index, row)``.
-        why: why such rows were judged by their statistics (:data:`STATISTICS_ONLY_WHY`); ``""`` when none.
+        why: what such rows are (:data:`STATISTICS_ONLY_WHY`, :data:`NOTHING_COMPARED_WHY`); ``""`` when none.
     """
 
     total: int
@@ -344,7 +346,27 @@ class StatisticsOnly(NamedTuple):
     why: str
 
 
-def judged_by_statistics(comparison: Comparison, examples: int = STATISTICS_ONLY_EXAMPLES) -> StatisticsOnly:
+#: The rows a tensor or md5 comparison judged by their statistics (:func:`judged_by_statistics`).
+StatisticsOnly = MatchedRows
+#: The matched rows with nothing to compare (:func:`matched_not_compared`).
+NothingCompared = MatchedRows
+
+
+def _matched_rows(comparison: Comparison, wanted: Callable[[ComparisonRow], bool], examples: int,
+                  why: str) -> MatchedRows:
+    """The matched rows for which ``wanted`` holds: their count and the first ``examples`` of them."""
+    count = 0
+    found: list[tuple[int, ComparisonRow]] = []
+    for ui, u in enumerate(comparison.units):
+        for r in u.rows:
+            if r.match_class == "matched" and wanted(r):
+                count += 1
+                if len(found) < examples:
+                    found.append((ui, r))
+    return MatchedRows(count, tuple(found), why if count else "")
+
+
+def judged_by_statistics(comparison: Comparison, examples: int = STATISTICS_ONLY_EXAMPLES) -> MatchedRows:
     """The matched rows whose values the comparison's mode could not compare: in tensor mode a tensor file missing or
     unreadable, in md5 mode no checksum on one side.  Such rows were compared by their statistics
     (``compared_by == "statistics"`` while ``comparison.mode`` is ``"tensor"`` or ``"md5"``); their verdict is a
@@ -352,46 +374,16 @@ def judged_by_statistics(comparison: Comparison, examples: int = STATISTICS_ONLY
     returned, with their count."""
     why = STATISTICS_ONLY_WHY.get(comparison.mode)
     if why is None:
-        return StatisticsOnly(0, (), "")
-    count = 0
-    found: list[tuple[int, ComparisonRow]] = []
-    for ui, u in enumerate(comparison.units):
-        for r in u.rows:
-            if r.compared_by == "statistics" and r.match_class == "matched":
-                count += 1
-                if len(found) < examples:
-                    found.append((ui, r))
-    return StatisticsOnly(count, tuple(found), why if count else "")
+        return MatchedRows(0, (), "")
+    return _matched_rows(comparison, lambda r: r.compared_by == "statistics", examples, why)
 
 
-class NothingCompared(NamedTuple):
-    """The matched rows with nothing to compare (:func:`matched_not_compared`).
-
-    Attributes:
-        total: how many there are.
-        examples: the first of them, in unit and execution order, as ``(unit index, row)``.
-        why: what such rows are (:data:`NOTHING_COMPARED_WHY`); ``""`` when none.
-    """
-
-    total: int
-    examples: tuple[tuple[int, ComparisonRow], ...]
-    why: str
-
-
-def matched_not_compared(comparison: Comparison, examples: int = STATISTICS_ONLY_EXAMPLES) -> NothingCompared:
+def matched_not_compared(comparison: Comparison, examples: int = STATISTICS_ONLY_EXAMPLES) -> MatchedRows:
     """The matched rows whose verdict is ``skip``: both sides hold the entry but nothing was recorded to compare
     (null on both sides; a tensor with no statistics on either side, and no tensor file or checksum the mode could
     use).  Each row's reasons or notes say which.  They count as matched but not as compared, so the reports list
     them with the rows that could not be compared.  At most ``examples`` of them are returned, with their count."""
-    count = 0
-    found: list[tuple[int, ComparisonRow]] = []
-    for ui, u in enumerate(comparison.units):
-        for r in u.rows:
-            if r.verdict == "skip" and r.match_class == "matched":
-                count += 1
-                if len(found) < examples:
-                    found.append((ui, r))
-    return NothingCompared(count, tuple(found), NOTHING_COMPARED_WHY if count else "")
+    return _matched_rows(comparison, lambda r: r.verdict == "skip", examples, NOTHING_COMPARED_WHY)
 
 
 def compared_counts(comparison: Comparison) -> tuple[int, tuple[int, ...]]:

@@ -143,8 +143,8 @@ def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
 
 
 _ONCE = ("; the rows of one tensor (an API's output that is also its cell's output and the next API's input: "
-         "equal dtype, shape, statistics and metrics, a NaN equal to a NaN in the same place unless all eight "
-         "statistics, A's and B's, are NaN) are listed once")
+         "equal dtype, shape, statistics and metrics, a NaN equal to a NaN in the same place unless every statistic "
+         "of a side is NaN) are listed once")
 
 _NONFINITE = (" (at their top the failures whose statistics hold a NaN or ±Inf that the other side's do not: "
               "a NaN appearing is usually the first thing to look at)")
@@ -212,10 +212,9 @@ def tensor_identity(row: ComparisonRow) -> tuple[Any, ...] | None:
     recorded) and all four statistics (max, min, mean, norm: all present, compared exactly, a NaN equal to a NaN
     in the same place) on A and equal on B, and the rows have the same ``compared_by``, verdict and metrics (NaN
     metrics equal to NaN).  An API's output, the enclosing cell's output and the next API's input are one tensor
-    recorded three times, a tensor holding NaN too: ``Max`` NaN on A, say, or all four statistics of A NaN (our
-    recorder, numpy and torch write a tensor holding a NaN so), told apart from other such tensors by B's statistics.
-    None: a side is absent or not a tensor, a statistic is missing, or every statistic of both sides is NaN
-    (distinct all-NaN tensors of one shape would look alike: they are never merged).
+    recorded three times, a tensor holding NaN too (``Max`` NaN on A, say).
+    None: a side is absent or not a tensor, a statistic is missing, or every statistic of a side is NaN (distinct
+    all-NaN tensors of one shape would look alike: they are never merged).
     """
     a, b = row.a, row.b
     if a is None or b is None or a.kind != "tensor" or b.kind != "tensor":
@@ -234,11 +233,10 @@ def tensor_identity(row: ComparisonRow) -> tuple[Any, ...] | None:
 
 def _nan_aware(stats: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """A's and B's four statistics with each NaN as :data:`_NAN_METRIC` (equal and hashed alike); None when one is
-    missing or all eight are NaN.  A side all NaN (a tensor holding a NaN: our recorder, numpy and torch make every
-    statistic NaN then) is told apart by the other side's statistics, which must still be equal."""
+    missing or all four of a side are NaN."""
     if None in stats:
         return None
-    if all(v != v for v in stats):  # nothing left to tell two tensors apart
+    if all(v != v for v in stats[:4]) or all(v != v for v in stats[4:]):
         return None
     return tuple(_NAN_METRIC if v != v else v for v in stats)
 
@@ -253,8 +251,8 @@ def _distinct(ranked: list[tuple[int, ComparisonRow]], keys: list[tuple[float, .
     once ``limit`` tensors are listed only rows ranked equal to the last one can still add to a listed tensor, and
     only to one ranked equal to it that can be told apart (:func:`tensor_identity` not None).  The walk stops at the
     first row ranked after the last tensor, or at once when no listed tensor ranked equal to it can take more rows
-    (many failures ranked equal that are each their own tensor: all eight statistics NaN, or one missing); the list
-    is then settled even if ``ranked`` is only the best part of the ranking.
+    (many failures with a side all NaN rank equal, each its own tensor); the list is then settled even if
+    ``ranked`` is only the best part of the ranking.
     """
     listed: list[tuple[int, ComparisonRow, list[ComparisonRow]]] = []
     group_of: dict[tuple[int, tuple[Any, ...]], list[ComparisonRow]] = {}

@@ -170,6 +170,9 @@ def pair_units(
         else:
             pairs.append((ua, ub2))
             notes.append(f"paired A {ua.label} with B {ub2.label} (non-distributed rank taken as rank 0)")
+    # Third pass: units without a step directory (rank directories copied out of their step) against the other
+    # side's units of its one step, by rank; only when that side holds a single step (otherwise ambiguous).
+    still_a = _pair_stepless(still_a, by_id_b, pairs, notes)
     pairs.sort(key=lambda p: _unit_sort_key(p[0]))
     left_b = sorted([*by_id_b.values(), *dup_b], key=_unit_sort_key)
     for side, dups in (("A", dup_a), ("B", dup_b)):
@@ -177,6 +180,32 @@ def pair_units(
             names = ", ".join(str(u.directory) for u in dups)
             notes.append(f"{side} holds several units with the same step and rank; not compared: {names}")
     return pairs, [*still_a, *dup_a], left_b, notes
+
+
+def _pair_stepless(
+    left_a: list[RankDump], by_id_b: dict[tuple[int | None, int | None], RankDump],
+    pairs: list[tuple[RankDump, RankDump]], notes: list[str],
+) -> list[RankDump]:
+    """Pair A's and B's leftover units by rank when one side's have no step (step None) and the other side's leftovers
+    all belong to one step; appends to ``pairs`` and ``notes``, removes B's paired units from ``by_id_b`` and returns
+    A's units still unpaired."""
+    steps_a = {u.step for u in left_a}
+    steps_b = {step for step, _ in by_id_b}
+    if not left_a or not by_id_b or len(steps_a) != 1 or len(steps_b) != 1 or (None in steps_a) == (None in steps_b):
+        return left_a
+    step_b = next(iter(steps_b))
+    still: list[RankDump] = []
+    paired: list[str] = []
+    for ua in left_a:
+        ub = by_id_b.pop((step_b, ua.rank), None)
+        if ub is None:
+            still.append(ua)
+        else:
+            pairs.append((ua, ub))
+            paired.append(f"A {ua.label} with B {ub.label}")
+    if paired:
+        notes.append(f"one side's units have no step directory: paired by rank ({', '.join(paired)})")
+    return still
 
 
 def _has_md5(units: Iterable[RankDump]) -> bool:
@@ -211,15 +240,16 @@ def _noise_of(unit: UnitComparison) -> dict[str, tuple[float | None, float | Non
 
 
 def _stepless_hint(left_a: list[RankDump], left_b: list[RankDump]) -> str | None:
-    """What to give instead when one side's unpaired units have no step directory (a rank directory or dump.json was
-    given) and the other side's have steps: such units cannot be paired by step, so nothing is compared."""
+    """What to give instead when one side's unpaired units have no step directory (rank directories copied out of
+    their step) and the other side's have several steps: such units cannot be paired by step, so nothing is
+    compared (with a single step they are paired by rank: :func:`_pair_stepless`)."""
     for side, mine, other, other_side in (("A", left_a, left_b, "B"), ("B", left_b, left_a, "A")):
         steps = sorted({u.step for u in other if u.step is not None})
         if mine and all(u.step is None for u in mine) and steps:
             shown = ", ".join(str(x) for x in steps[:5]) + (", ..." if len(steps) > 5 else "")
-            return (f"{side} was given as a rank directory or dump.json (no step directory) while {other_side} has "
-                    f"step(s) {shown}: give {other_side}'s matching step or rank directory (e.g. "
-                    f"{other_side}/step{steps[0]}/rank) to compare the two")
+            example = next(u for u in other if u.step == steps[0]).directory.parent
+            return (f"{side}'s unit(s) have no step directory while {other_side} has step(s) {shown}: give one of "
+                    f"{other_side}'s step directories (e.g. {example}) to compare against them")
     return None
 
 
@@ -448,6 +478,12 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode, sources)
     notes.extend(input_notes)
     notes.extend(_mixed_recording_notes("A", units_a) + _mixed_recording_notes("B", units_b))
+    for side, side_units in (("A", units_a), ("B", units_b)):
+        notes.extend(
+            f"{side} {u.label}: the rank directory also holds {u.unread_json}, which was not read ({u.json_name} "
+            f"was): files of two recordings; give {u.unread_json} itself to compare it"
+            for u in side_units if u.unread_json is not None
+        )
     notes.extend(_unmapped_notes(units, input_notes))
     notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units))
     if world_note:

@@ -259,6 +259,9 @@ class RankDump:
         entries: the entries in file order (execution order, as recorded).
         stack: entry name → call-stack lines (forward entries).
         construct: entry name → parent cell entry name (None for top-level).
+        json_name: the file the entries were read from (``dump.json``, or ``debug.json`` for the debug level).
+        unread_json: the other of ``dump.json`` / ``debug.json`` when the directory holds both (only one is read:
+            dump.json), else None: two recordings' files in one directory.
     """
 
     directory: Path
@@ -268,6 +271,8 @@ class RankDump:
     entries: tuple[Entry, ...]
     stack: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     construct: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+    json_name: str = DUMP_JSON
+    unread_json: str | None = None
 
     @property
     def label(self) -> str:
@@ -302,7 +307,7 @@ class RankDump:
         name = leaf.data_name
         if name is None:
             return None
-        file = self.directory / DUMP_JSON
+        file = self.directory / self.json_name
         plain = name and "\x00" not in name and "/" not in name and "\\" not in name and name not in (".", "..")
         if not plain:
             raise DumpFormatError(file, f"data_name {_quoted(name)}", "not a plain file name inside dump_tensor_data")
@@ -341,7 +346,7 @@ class RankDump:
         """
         path = self.tensor_path(leaf)
         if path is None or leaf.data_name is None:
-            raise DumpFormatError(self.directory / DUMP_JSON, "data_name", "the tensor was not saved")
+            raise DumpFormatError(self.directory / self.json_name, "data_name", "the tensor was not saved")
         shown = self.shown_tensor_file(leaf.data_name)
         loader = None if path.suffix == ".npy" else _TENSOR_LOADERS.get(path.suffix)
         if path.suffix != ".npy" and loader is None:
@@ -503,6 +508,9 @@ def load_rank_dump(
         entries=entries,
         stack=_load_stack(directory / STACK_JSON),
         construct=_load_construct(directory / CONSTRUCT_JSON),
+        json_name=file.name,
+        unread_json=next((other for other in (DUMP_JSON, DEBUG_JSON)
+                          if other != file.name and file.parent == directory and (directory / other).is_file()), None),
     )
 
 

@@ -55,9 +55,28 @@ def test_a_rank_directory_against_a_dump_of_steps_says_what_to_give(msprobe_fixt
     shutil.copytree(msprobe_fixtures / "tensor_b" / "step1" / "rank", a)
     code, out, _ = _run([a / "dump.json", msprobe_fixtures / "tensor_a", "-o", tmp_path / "out"], capsys)
     assert code == 3
-    hint = ("note: A was given as a rank directory or dump.json (no step directory) while B has step(s) 0, 1: give "
-            "B's matching step or rank directory (e.g. B/step0/rank) to compare the two")
+    hint = ("note: A's unit(s) have no step directory while B has step(s) 0, 1: give one of B's step directories "
+            "(e.g. tensor_a/step0) to compare against them")
     assert hint in out.splitlines()
+    # following the hint compares: a step-less unit is paired by rank with the other side's one step
+    code, out, _ = _run([a / "dump.json", msprobe_fixtures / "tensor_a" / "step1", "-o", tmp_path / "out2"], capsys)
+    assert code == 0 and "verdict: PASS" in out.splitlines()[0]
+
+
+def test_step_less_rank_directories_pair_by_rank_with_the_other_sides_one_step(tmp_path, capsys):
+    # Found by the breaker: lone/rank0 + lone/rank1 (no step directory) against two/step0/{rank0,rank1} compared
+    # nothing and the hint pointed at a path that does not exist.
+    names = ["Functional.relu.0.forward"]
+    for rank in (0, 1):
+        _unit(tmp_path / "lone" / f"rank{rank}", names)
+        _unit(tmp_path / "two" / "step0" / f"rank{rank}", names)
+    code, out, _ = _run([tmp_path / "lone", tmp_path / "two" / "step0", "-o", tmp_path / "out"], capsys)
+    assert code == 0, out
+    doc = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert [(u["a"]["label"], u["b"]["label"]) for u in doc["units"]] == [("-/rank0", "step0/rank0"),
+                                                                        ("-/rank1", "step0/rank1")]
+    assert ("note: one side's units have no step directory: paired by rank (A -/rank0 with B step0/rank0, "
+            "A -/rank1 with B step0/rank1)") in out.splitlines()
 
 
 def _unit(path: Path, names):

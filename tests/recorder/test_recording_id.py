@@ -73,3 +73,34 @@ def test_recording_twice_into_one_dump_path_is_noted(tmp_path: Path) -> None:
     expected = (f"holds steps of 2 recordings ({parts}): a dump_path reused without emptying it keeps the steps the "
                 "later run did not record, so some steps may be stale")
     assert [n for n in c.notes if "recordings" in n] == [f"A's rank {expected}", f"B's rank {expected}"]
+
+
+def test_a_rank_directory_holding_dump_json_and_debug_json_says_which_was_read(tmp_path: Path) -> None:
+    # Found by the breaker: a debug-level recording into a dump_path of an earlier mix-level one leaves both files
+    # in each rank directory, and only the stale dump.json was read, silently.
+    for side in ("a", "b"):
+        _unit(tmp_path / side / "step0" / "rank", "run-1")
+    debug = tmp_path / "a" / "step0" / "rank" / "debug.json"
+    debug.write_text(json.dumps({"task": "statistics", "level": "debug", "framework": "pytorch", "data": {}}))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert ("A step0/rank: the rank directory also holds debug.json, which was not read (dump.json was): files of two "
+            "recordings; give debug.json itself to compare it") in c.notes
+    assert not [n for n in c.notes if n.startswith("B ")]
+
+
+def test_errors_about_a_debug_json_name_it(tmp_path: Path) -> None:
+    # Found by the breaker: a bad data_name in a debug.json was reported against a dump.json that does not exist.
+    from msprobe_cmp.errors import DumpFormatError
+
+    rank = tmp_path / "d" / "step0" / "rank"
+    rank.mkdir(parents=True)
+    leaf = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.0, "Min": 0.0, "Mean": 0.5,
+            "Norm": 1.0, "data_name": "../x.npy"}
+    (rank / "debug.json").write_text(json.dumps(
+        {"task": "tensor", "level": "debug", "framework": "pytorch", "data": {"loss.0": leaf}}))
+    unit = load_dump(tmp_path / "d").units[0]
+    assert unit.json_name == "debug.json" and unit.unread_json is None
+    (name, tensor), = [(n, lf) for e in unit.entries for n, lf in e.leaves() if isinstance(lf, TensorLeaf)]
+    with pytest.raises(DumpFormatError) as info:
+        unit.load_tensor(tensor)
+    assert str(info.value).startswith(f"{rank / 'debug.json'}: data_name '../x.npy'")

@@ -105,9 +105,12 @@ def test_mindtorch_a_failing_kernel_of_the_training_reaches_the_user(tmp_path: P
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
     plain, recorded = result["plain"], result["recorded"]
-    # 2 * 3 elements of 1 + 1: the steps without the error; step 1 sees MatMul's error, once, in both runs.
-    assert plain[0] == plain[2] == 12.0 and isinstance(plain[1], str) and "MatMul" in plain[1]
-    assert recorded == plain
+    # 2 * 3 elements of 1 + 1: the steps without the error. With the recorder MatMul's error reaches the user at
+    # step 1, once (the recorder synchronises right after the call). Without it MindSpore raises it at a later
+    # synchronisation, which under load was step 2's in one CI run: the plain run only shows the same error, after
+    # step 0.
+    assert recorded[0] == recorded[2] == 12.0 and isinstance(recorded[1], str) and "MatMul" in recorded[1]
+    assert plain[0] == 12.0 and {v for v in plain[1:] if isinstance(v, str)} == {recorded[1]}
     doc = json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())
     reasons = {item["what"]: item["reason"] for item in doc["not_captured"]}
     assert "the training raised an error" in reasons["Torch.matmul"] and "MatMul" in reasons["Torch.matmul"]

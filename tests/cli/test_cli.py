@@ -54,7 +54,7 @@ def test_a_rank_directory_against_a_dump_of_steps_says_what_to_give(msprobe_fixt
     a = tmp_path / "copied" / "rank"  # a rank directory copied out of its step: its step cannot be known
     shutil.copytree(msprobe_fixtures / "tensor_b" / "step1" / "rank", a)
     code, out, _ = _run([a / "dump.json", msprobe_fixtures / "tensor_a", "-o", tmp_path / "out"], capsys)
-    assert code == 3
+    assert code == 3 and out.splitlines()[0] == "verdict: NOTHING_COMPARED  (tensor mode)"  # both are tensor dumps
     hint = ("note: A's unit(s) have no step directory while B has step(s) 0, 1: give one of B's step directories "
             "(e.g. tensor_a/step0) to compare against them")
     assert hint in out.splitlines()

@@ -104,3 +104,18 @@ def test_errors_about_a_debug_json_name_it(tmp_path: Path) -> None:
     with pytest.raises(DumpFormatError) as info:
         unit.load_tensor(tensor)
     assert str(info.value).startswith(f"{rank / 'debug.json'}: data_name '../x.npy'")
+
+
+def test_a_noise_rerun_whose_steps_come_from_two_recordings_is_noted(tmp_path: Path) -> None:
+    # Found by the breaker: the rerun's stale steps were not noted, although the noise is measured on them.
+    from msprobe_cmp.comparator import CompareOptions
+
+    for step, rec in ((0, "rerun-2"), (1, "rerun-1")):
+        _unit(tmp_path / "rerun" / f"step{step}" / "rank0", rec)
+        for side in ("a", "b"):
+            _unit(tmp_path / side / f"step{step}" / "rank0", f"run-{side}")
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(noise=load_dump(tmp_path / "rerun")))
+    assert [n for n in c.notes if "recordings" in n] == [
+        "the rerun's rank0 holds steps of 2 recordings (rerun-1: step 1; rerun-2: step 0): a dump_path reused without "
+        "emptying it keeps the steps the later run did not record, so some steps may be stale"
+    ]

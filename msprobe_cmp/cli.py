@@ -155,16 +155,16 @@ def _say(text: str, stream: TextIO | None = None) -> None:
             pass
 
 
-#: The longest error text printed whole; a longer one (a dump's 100,000-character key) keeps its head, which names the
-#: file and field, and its tail, which says what is wrong.
-_MAX_ERROR_CHARS = 2000
+#: The longest error or summary line printed whole; a longer one (a dump's 100,000-character key or entry name) keeps
+#: its head, which names the file and field, and its tail, which says what is wrong.
+_MAX_LINE_CHARS = 2000
 
 
-def _error_text(text: str) -> str:
-    """An error message as one printable line (control characters from a dump's names escaped, so they cannot drive
-    the terminal), cut in the middle when longer than :data:`_MAX_ERROR_CHARS`."""
+def _terminal_text(text: str) -> str:
+    """A message as one printable line (control characters from a dump's names escaped, so they cannot drive the
+    terminal), cut in the middle when longer than :data:`_MAX_LINE_CHARS`."""
     text = _printable(text)
-    if len(text) <= _MAX_ERROR_CHARS:
+    if len(text) <= _MAX_LINE_CHARS:
         return text
     head, tail = text[:1400], text[-400:]
     return f"{head} ... ({len(text) - len(head) - len(tail)} characters left out) ... {tail}"
@@ -233,7 +233,7 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     lines.append("verdicts: " + (", ".join(f"{k} {v}" for k, v in comparison.verdict_counts if v) or "none"))
     first_diff = comparison.first_divergent
     if first_diff is not None:
-        lines.append(f"first divergent: {_printable(first_diff.label)}")
+        lines.append(f"first divergent: {_terminal_text(first_diff.label)}")
     elif comparison.compared_count == 0:
         lines.append("first divergent: - (nothing was compared)")
     else:
@@ -241,16 +241,16 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
                      + (f" ({by_stats} of them by their statistics only)" if by_stats else ""))
     first_fail = comparison.first_failing
     if first_fail is not None:
-        lines.append(f"first failing:   {_printable(first_fail.label)}")
+        lines.append(f"first failing:   {_terminal_text(first_fail.label)}")
     for note in comparison.notes:
-        lines.append(f"note: {_printable(note)}")
+        lines.append(f"note: {_terminal_text(note)}")
     if comparison.verdict in ("nothing_compared", "too_few_matched"):
         for side, cls in (("A", "only_in_a"), ("B", "only_in_b")):
             names = list(dict.fromkeys(r.entry_name for u in comparison.units for r in u.rows if r.match_class == cls))
             if names:
                 more = f" (and {len(names) - 10} more)" if len(names) > 10 else ""
                 shown = ", ".join(_printable(n) for n in names[:10])
-                lines.append(f"entries only in {side}: {shown}{more}")
+                lines.append(_terminal_text(f"entries only in {side}: {shown}{more}"))
     lines.append(f"report: {files['html']}")
     return "\n".join(lines)
 
@@ -421,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = args[1:]
         return _run_compare(args)
     except MsprobeCmpError as exc:
-        _say(f"msprobe-cmp: error: {_error_text(str(exc))}", sys.stderr)
+        _say(f"msprobe-cmp: error: {_terminal_text(str(exc))}", sys.stderr)
         return EXIT_USAGE
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
@@ -430,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except OSError as exc:  # the file system refused a read or a write (a directory in the way, a full disk...)
         where = f"{exc.filename}: " if exc.filename else ""
-        _say(f"msprobe-cmp: error: {_error_text(f'{where}{exc.strerror or exc}')}", sys.stderr)
+        _say(f"msprobe-cmp: error: {_terminal_text(f'{where}{exc.strerror or exc}')}", sys.stderr)
         return EXIT_USAGE
     except Exception:
         # A bug: show the traceback, but never exit 1, which CI reads as "regression found".

@@ -95,6 +95,17 @@ def test_nothing_in_common_exits_3_never_0(tmp_path, capsys):
     assert "entries only in A: Functional.relu.0.forward" in out and "entries only in B: Functional.gelu.0.forward" in out
 
 
+def test_summary_lines_quoting_a_huge_entry_name_are_cut(tmp_path, capsys):
+    # Found by the breaker: "entries only in A: ..." printed a 5,000-character entry name whole.
+    long_name = "Functional." + "x" * 5000 + ".0.forward"
+    _unit(tmp_path / "a" / "step0" / "rank", [long_name])
+    _unit(tmp_path / "b" / "step0" / "rank", ["Functional.gelu.0.forward"])
+    code, out, _ = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert code == 3
+    line = next(x for x in out.splitlines() if x.startswith("entries only in A: "))
+    assert len(line) <= 2100 and "characters left out" in line and line.endswith("x" * 50 + ".0.forward")
+
+
 def test_regression_exits_1(tmp_path, capsys):
     w = DumpWriter(tmp_path / "a" / "rank", DumpMeta("statistics", "L1", "mindspore"))
     w.put(Entry.forward("Functional.relu.0.forward", Seq(), Map(),

@@ -10,8 +10,8 @@ and returns a frozen :class:`Comparison` that reports render as they are.
 Units (one ``step<N>/rank<R>`` directory each) are paired by their (step, rank) ids, never by
 directory order.  When each side holds exactly one unit the two are paired whatever their ids
 (a note says so when the ids differ); a non-distributed ``rank`` directory (rank None) pairs with
-``rank0`` when that is unambiguous.  Units left without a partner are listed in
-:attr:`Comparison.unpaired`.
+``rank0`` when that is unambiguous, and units without a step directory pair by rank with the other side's units
+of its one step.  Units left without a partner are listed in :attr:`Comparison.unpaired`.
 
 Mode (DESIGN.md §4, anatomy §3.1): ``tensor`` when every unit of both sides was dumped with
 ``task: tensor``; otherwise ``md5`` when both sides carry checksums; otherwise ``statistics``.

@@ -187,11 +187,17 @@ def _finite_statistics_outcome(
 _PASS = RuleOutcome("pass")
 
 
+def _thresholds_and_floor(pair: RowPair, la: TensorLeaf, lb: TensorLeaf, rules: Rules) -> tuple[Thresholds, float]:
+    """A tensor row's thresholds (the rules' override for its name and dtypes, else their default) and the floor its
+    relative differences divide by at least (the thresholds' ``relative_floor``, else that of the two dtypes)."""
+    t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype)) if rules.overrides else rules.default
+    return t, t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)
+
+
 def _compare_tensors(
     pair: RowPair, la: TensorLeaf, lb: TensorLeaf, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules
 ) -> _Outcome:
-    t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype)) if rules.overrides else rules.default
-    floor = t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)
+    t, floor = _thresholds_and_floor(pair, la, lb, rules)
     if mode == "statistics":
         fast = _finite_statistics_outcome(pair, la, lb, t, floor)
         if fast is not None:
@@ -215,20 +221,18 @@ def _compare_tensors(
             arr_b = arr_b.T
         return _tensor_outcome(arr_a, arr_b, floor, t, diffs, notes, (la, lb))
     if mode == "md5":
-        without = [side for side, leaf in (("A", la), ("B", lb)) if not has_checksum(leaf)]
-        if not without:
-            assert la.md5 is not None and lb.md5 is not None  # has_checksum
+        if la.md5 is not None and lb.md5 is not None:  # has_checksum on both sides
             rule = compute_md5_verdict(la.md5, lb.md5)
             return _Outcome("md5", tuple(_stat_pairs(diffs)), rule, tuple(notes), rule.verdict != "pass")
+        without = [side for side, leaf in (("A", la), ("B", lb)) if not has_checksum(leaf)]
         where = "on either side" if len(without) == 2 else f"in {without[0]}"
         return _fallback_to_statistics(la, lb, diffs, t, notes, f"no checksum {where}")
     return _compare_statistics(la, lb, diffs, t, notes)
 
 
 def has_checksum(leaf: TensorLeaf) -> bool:
-    """Whether ``leaf`` carries a checksum to compare: an md5 that is not None, empty or blank (an empty string in
-    dump.json is no checksum, and two of them must not "agree")."""
-    return leaf.md5 is not None and leaf.md5.strip() != ""
+    """Whether ``leaf`` carries a checksum to compare (the reader makes an empty or blank md5 None)."""
+    return leaf.md5 is not None
 
 
 def _fallback_to_statistics(
@@ -238,7 +242,9 @@ def _fallback_to_statistics(
     its statistics instead.  Statistics that agree are weaker evidence than the values or checksums the user asked
     for, so a row they would pass is a warning whose reason is ``why`` (msprobe leaves such rows unjudged, Accuracy
     None: anatomy §3.6); a failing row (or one warned of) keeps its verdict and adds ``why`` to its reasons; a row with
-    no statistics either is skipped with ``why`` as a note."""
+    no statistics on either side is skipped with ``why`` as a note.  When one side recorded no statistics, the rules
+    see nothing to fault, so a row they would pass is instead a warning that nothing at all was compared (``why``,
+    and which side recorded none)."""
     text = f"{why}: compared statistics instead"
     out = _compare_statistics(la, lb, diffs, t, list(notes))
     verdict = out.rule.verdict
@@ -373,8 +379,7 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
     if cls in ("shape_mismatch", "dtype_mismatch"):
         metrics: tuple[tuple[str, float | None], ...] = ()
         if isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf):
-            t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype)) if rules.overrides else rules.default
-            floor = t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)  # as every other tensor row
+            _, floor = _thresholds_and_floor(pair, la, lb, rules)  # as every other tensor row
             metrics = tuple(_stat_pairs(compute_stat_diffs(la.stats, lb.stats, floor)))
         return _Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
     if la is None and lb is None:  # the reason first, how the row was paired after it

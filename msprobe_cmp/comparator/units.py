@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import NamedTuple
 
 from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_views, framework_namespace
 from msprobe_cmp.comparator.matching import RowPair, count_classes, match_entries, match_views
@@ -61,8 +62,22 @@ def _count_verdicts(verdicts: Iterable[Verdict]) -> tuple[tuple[Verdict, int], .
     return tuple(counts.items())
 
 
-#: Run-to-run noise of one row: (Cosine, MaxAbsErr or its statistics lower bound, whether it is that lower bound)
-#: of rerun vs baseline.
+class RowNoise(NamedTuple):
+    """Run-to-run noise of one row: how a rerun of B differs from B there.
+
+    Attributes:
+        cosine: the rerun's Cosine, or None when not known (a row judged by its statistics).
+        max_abs_err: its MaxAbsErr, or the statistics lower bound of it, or None when neither is known.
+        lower_bound: whether ``max_abs_err`` is only that lower bound.
+    """
+
+    cosine: float | None
+    max_abs_err: float | None
+    lower_bound: bool
+
+
+#: Run-to-run noise per row name: a :class:`RowNoise`, or a plain tuple in its order (what
+#: :func:`~msprobe_cmp.comparator.compare._noise_of` builds).
 NoiseMap = Mapping[str, tuple[float | None, float | None, bool]]
 
 
@@ -76,20 +91,19 @@ def _noise_mae_text(noise_mae: float | None, lower_bound: bool) -> str:
     return f"MaxAbsErr {noise_mae:.6g}"
 
 
-def _within_noise(metrics: tuple[tuple[str, float | None], ...], noise: tuple[float | None, float | None, bool],
-                  factor: float) -> str | None:
+def _within_noise(metrics: tuple[tuple[str, float | None], ...], noise: RowNoise, factor: float) -> str | None:
     """Why a failing row is within ``factor`` × the run-to-run noise, or None when it is not.  A noise MaxAbsErr
     that is only a lower bound still decides soundly: the real noise is at least that large."""
     values = dict(metrics)
     cos, mae = values.get("Cosine"), values.get("MaxAbsErr", values.get(LOWER_BOUND_NAME))
-    noise_cos, noise_mae, lower_bound = noise
+    noise_mae = noise.max_abs_err
     if mae is None or noise_mae is None or noise_mae <= 0.0 or mae > factor * noise_mae:
         return None
-    if cos is not None and noise_cos is not None and (1.0 - cos) > factor * (1.0 - noise_cos):
+    if cos is not None and noise.cosine is not None and (1.0 - cos) > factor * (1.0 - noise.cosine):
         return None
-    cos_text = "" if noise_cos is None else f", Cosine {noise_cos:.6g}"
-    return (f"within run-to-run noise: the rerun of B differs from B by {_noise_mae_text(noise_mae, lower_bound)}"
-            f"{cos_text} (tolerance {factor:g}x)")
+    cos_text = "" if noise.cosine is None else f", Cosine {noise.cosine:.6g}"
+    return (f"within run-to-run noise: the rerun of B differs from B by "
+            f"{_noise_mae_text(noise_mae, noise.lower_bound)}{cos_text} (tolerance {factor:g}x)")
 
 
 def unit_namespaces(unit_a: RankDump, unit_b: RankDump) -> tuple[Namespace | None, Namespace | None]:
@@ -208,13 +222,14 @@ def compare_units(
             if why is not None:
                 out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
         if noise is not None and out.rule.verdict == "fail" and pair.name in noise:
-            why = _within_noise(out.metrics, noise[pair.name], rules.noise_factor)
+            row_noise = RowNoise(*noise[pair.name])
+            why = _within_noise(out.metrics, row_noise, rules.noise_factor)
             if why is not None:
                 out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
             else:
-                _, noise_mae, lower_bound = noise[pair.name]
+                beyond = _noise_mae_text(row_noise.max_abs_err, row_noise.lower_bound)
                 out = out._replace(notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
-                                                       f"{_noise_mae_text(noise_mae, lower_bound)})"))
+                                                       f"{beyond})"))
         entry_name = pair.entry_name
         entry_name_b = pair.entry_name_b
         in_a, in_b = pair.in_a, pair.in_b

@@ -260,8 +260,9 @@ class RankDump:
         stack: entry name → call-stack lines (forward entries).
         construct: entry name → parent cell entry name (None for top-level).
         json_name: the file the entries were read from (``dump.json``, or ``debug.json`` for the debug level).
-        unread_json: the other of ``dump.json`` / ``debug.json`` when the directory holds both (only one is read:
-            dump.json), else None: two recordings' files in one directory.
+        unread_json: when the directory holds both ``dump.json`` and ``debug.json`` (files of two recordings), the
+            one not read, else None.  Only :attr:`json_name` is read: dump.json when the directory was given,
+            debug.json when that file itself was given (or the directory holds no dump.json).
     """
 
     directory: Path
@@ -354,10 +355,8 @@ class RankDump:
             raise DumpFormatError(shown, None, f"unsupported tensor file type {suffix} (only .npy is read)")
         try:
             mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            raise DumpFormatError(shown, None, "tensor file not found") from None
         except (OSError, ValueError) as exc:
-            raise DumpFormatError(shown, None, f"cannot read the tensor file: {_os_reason(exc)}") from None
+            raise _unreadable(shown, exc) from None
         if not stat.S_ISREG(mode):
             raise DumpFormatError(shown, None, "not a regular file")
         if loader is not None:
@@ -365,19 +364,15 @@ class RankDump:
                 arr = loader(path)
             except DumpFormatError as exc:  # it names the path it was given: the resolved one
                 raise DumpFormatError(shown, exc.field, _scrubbed(exc.problem, path, shown)) from None
-            except FileNotFoundError:
-                raise DumpFormatError(shown, None, "tensor file not found") from None
             except OSError as exc:
-                raise DumpFormatError(shown, None, f"cannot read the tensor file: {_os_reason(exc)}") from None
+                raise _unreadable(shown, exc) from None
             if not isinstance(arr, np.ndarray):
                 raise DumpFormatError(shown, None, "the tensor loader did not return an array")
         else:
             try:
                 arr = np.load(path, mmap_mode="r", allow_pickle=False)
-            except FileNotFoundError:
-                raise DumpFormatError(shown, None, "tensor file not found") from None
-            except OSError as exc:  # str(exc) would name the resolved path
-                raise DumpFormatError(shown, None, f"not a readable npy file: {_os_reason(exc)}") from None
+            except OSError as exc:
+                raise _unreadable(shown, exc, "not a readable npy file") from None
             except (ValueError, EOFError) as exc:
                 reason = f"not a readable npy file: {_scrubbed(str(exc), path, shown)}"
                 raise DumpFormatError(shown, None, reason) from None
@@ -419,6 +414,17 @@ def _os_reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         return exc.strerror or type(exc).__name__
     return "the file system cannot encode the name"
+
+
+def _unreadable(
+    shown: str, exc: OSError | ValueError, problem: str = "cannot read the tensor file"
+) -> DumpFormatError:
+    """The error of the tensor file ``shown`` when the OS refused it (``exc``, from a stat, a loader or
+    :func:`numpy.load`): "tensor file not found", or ``problem`` and :func:`_os_reason` (never ``str(exc)``, which
+    would name the resolved path)."""
+    if isinstance(exc, FileNotFoundError):
+        return DumpFormatError(shown, None, "tensor file not found")
+    return DumpFormatError(shown, None, f"{problem}: {_os_reason(exc)}")
 
 
 def _scrubbed(text: str, path: Path, shown: str, limit: int = 200) -> str:

@@ -2,7 +2,8 @@
 
 The one place that knows how a record is spelled in JSON (STYLE.md §5).  Readers call the
 ``*_from_json`` functions with the file and the JSON path of the value so every error names both;
-the writer calls the ``*_to_json`` functions.  ``x_from_json(x_to_json(r)) == r`` for every record.
+the writer calls the ``*_to_json`` functions.  ``x_from_json(x_to_json(r)) == r`` for every record but a
+tensor leaf whose ``md5`` is empty or blank: that is no checksum and reads as None.
 """
 
 from __future__ import annotations
@@ -110,8 +111,14 @@ def _stat(value: Any, file: str | Path, where: str) -> float | None:
     raise DumpFormatError(file, where, f"expected a number or null, got {type(value).__name__} {value!r:.40}")
 
 
+def _checksum_or_none(md5: str) -> str | None:
+    """A tensor leaf's ``md5`` as read: None when it is empty or blank (no checksum, so that two of them never
+    "agree" and the row counts as one without a checksum everywhere), else the string as written."""
+    return md5 if md5.strip() else None
+
+
 def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> TensorLeaf:
-    """Build a :class:`TensorLeaf` from a dump.json tensor object.
+    """Build a :class:`TensorLeaf` from a dump.json tensor object (an empty or blank ``md5`` becomes None).
 
     Raises:
         DumpFormatError: when ``dtype`` is not a string, ``shape`` is not a list of non-negative
@@ -131,8 +138,10 @@ def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> 
     if numel >= 2**63:
         raise DumpFormatError(file, f"{where}.shape", "more than 2**63 elements: too large")
     md5 = obj.get("md5")
-    if md5 is not None and not isinstance(md5, str):
-        raise DumpFormatError(file, f"{where}.md5", "expected a string")
+    if md5 is not None:
+        if not isinstance(md5, str):
+            raise DumpFormatError(file, f"{where}.md5", "expected a string")
+        md5 = _checksum_or_none(md5)
     data_name = obj.get("data_name")
     if data_name is not None and not isinstance(data_name, str):
         raise DumpFormatError(file, f"{where}.data_name", "expected a string")
@@ -390,6 +399,8 @@ def _fast_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf:
         rg is not None and type(rg) is not bool
     ):
         raise _Unusual
+    if md5 is not None:
+        md5 = _checksum_or_none(md5)
     mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
     if type(mx) is not float:
         mx = _fast_stat(mx)

@@ -452,9 +452,9 @@ class RecorderService:
         if self._writer is None:
             rank_dir = self.step_dir()
             data_dir = str(rank_dir / "dump_tensor_data") if self.config.saves_tensors else None
+            # The header's extra keys (not_captured, the recording id) are set by each flush.
             meta = DumpMeta(
-                task=self.config.task, level=self.config.level, framework=self.framework, dump_data_dir=data_dir,
-                extra=((RECORDING_KEY, self.recording_id),),
+                task=self.config.task, level=self.config.level, framework=self.framework, dump_data_dir=data_dir
             )
             self._writer = DumpWriter(rank_dir, meta)
         return self._writer

@@ -309,3 +309,26 @@ def test_a_container_with_a_null_kwarg_named_like_a_statistic_is_a_map_on_both_p
     null_key = "md5" if "md5" in kwargs else "Mean"
     assert leaves[f"kwargs.opts.{null_key}"] is None
     assert len(leaves) == 2  # the node-valued kwarg (or its one item) and the null one
+
+
+@pytest.mark.parametrize("md5", ["", "  ", "\t\n"])
+def test_an_empty_or_blank_md5_reads_as_none_on_both_paths(tmp_path, md5):
+    # Found in review: a blank md5 was no checksum to the md5 verdict only, while the row matching and the reports
+    # still saw one. The reader now reads it as None, whichever path builds the leaf.
+    from msprobe_cmp.comparator.matching import is_uncaptured
+    from msprobe_cmp.dump.serde import _fast_tensor_leaf, entries_from_json_fast, tensor_leaf_from_json
+
+    obj = _leaf(md5=md5)
+    assert tensor_leaf_from_json(obj, "f", "w").md5 is None
+    assert _fast_tensor_leaf(obj, obj["type"]).md5 is None
+    bare = {"type": "mindspore.Tensor", "dtype": "Float32", "shape": [2, 3], "md5": md5}  # nothing else recorded
+    data = {"Functional.f.0.forward": {"input_args": [_leaf(md5=md5), bare], "output": [_leaf(md5="0000beef")]}}
+    assert entries_from_json_fast(json.loads(json.dumps(data))) is not None  # the fast builder takes it
+    fast = load_dump(_write(tmp_path / "fast", data)).units[0]
+    slow_data = dict(data, **{"Functional.g.0.forward": {"input_args": [_leaf(Max=float("nan"))]}})
+    slow = load_dump(_write(tmp_path / "slow", slow_data)).units[0]
+    for unit in (fast, slow):
+        leaves = dict(unit.entries[0].leaves())
+        assert [leaves[p].md5 for p in ("input.0", "input.1", "output.0")] == [None, None, "0000beef"]
+        assert is_uncaptured(leaves["input.1"])  # no statistics, checksum or file: nothing was captured
+    assert fast.entries == slow.entries[:1]

@@ -43,7 +43,7 @@ from msprobe_cmp.dump.reader import (
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
 from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_junit, render_markdown
-from msprobe_cmp.reports.common import ReportFacts
+from msprobe_cmp.reports.common import ReportFacts, judged_by_statistics
 from msprobe_cmp.reports.tables import render_json_utf8
 
 EXIT_OK = 0
@@ -213,14 +213,16 @@ def exit_code_for(comparison: Comparison) -> int:
 
 
 def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
-    """A few lines for the terminal: verdict, counts, where the runs start to differ, the report path."""
+    """A few lines for the terminal: verdict, counts, where the runs start to differ, the first row the mode could
+    not compare (judged by its statistics only), the notes, the report path."""
+    compared = comparison.compared_count
+    # rows a tensor / md5 comparison could not compare (no tensor file, no checksum): counted on the verdict line,
+    # the first named below in the reports' wording (reports.common.STATISTICS_ONLY_WHY)
+    stats_only = judged_by_statistics(comparison, examples=1)
+    by_stats = stats_only.total
     mode = f"{comparison.mode} mode"
-    by_stats = 0
-    if comparison.mode != "statistics":  # rows the mode could not compare (no tensor file, no checksum): say how many
-        compared = [r for u in comparison.units for r in u.rows if r.match_class == "matched" and r.verdict != "skip"]
-        by_stats = sum(1 for r in compared if r.compared_by == "statistics")
-        if by_stats:
-            mode += f"; {by_stats} of {len(compared)} compared rows judged by statistics only"
+    if by_stats:
+        mode += f"; {by_stats} of {compared} compared rows judged by statistics only"
     lines = [f"verdict: {comparison.verdict.upper()}  ({mode})"]
     total = sum(n for _, n in comparison.counts)
     share = comparison.matched_share
@@ -234,14 +236,18 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     first_diff = comparison.first_divergent
     if first_diff is not None:
         lines.append(f"first divergent: {_terminal_text(first_diff.label)}")
-    elif comparison.compared_count == 0:
+    elif compared == 0:
         lines.append("first divergent: - (nothing was compared)")
     else:
-        lines.append(f"first divergent: none: the {comparison.compared_count} compared rows are identical"
+        lines.append(f"first divergent: none: the {compared} compared rows are identical"
                      + (f" ({by_stats} of them by their statistics only)" if by_stats else ""))
     first_fail = comparison.first_failing
     if first_fail is not None:
         lines.append(f"first failing:   {_terminal_text(first_fail.label)}")
+    if stats_only.examples:
+        ui, row = stats_only.examples[0]
+        lines.append(_terminal_text(f"first judged by statistics only: {row.name} "
+                                    f"({comparison.units[ui].unit_a.label}); {stats_only.why}"))
     for note in comparison.notes:
         lines.append(f"note: {_terminal_text(note)}")
     if comparison.verdict in ("nothing_compared", "too_few_matched"):
@@ -249,7 +255,7 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
             names = list(dict.fromkeys(r.entry_name for u in comparison.units for r in u.rows if r.match_class == cls))
             if names:
                 more = f" (and {len(names) - 10} more)" if len(names) > 10 else ""
-                shown = ", ".join(_printable(n) for n in names[:10])
+                shown = ", ".join(names[:10])
                 lines.append(_terminal_text(f"entries only in {side}: {shown}{more}"))
     lines.append(f"report: {files['html']}")
     return "\n".join(lines)
@@ -264,8 +270,13 @@ def _option_input(option: str) -> Iterator[None]:
     except MsprobeCmpError as exc:
         raise ConfigError(f"{option}: {exc}") from None
     except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        raise ConfigError(f"{option}: {where}{exc.strerror or exc}") from None
+        raise ConfigError(f"{option}: {_os_error_text(exc)}") from None
+
+
+def _os_error_text(exc: OSError) -> str:
+    """A file-system refusal as one message: ``<file>: <reason>`` (the file only when the error names one)."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
 
 
 def _rules_from_args(args: argparse.Namespace) -> Rules:
@@ -429,8 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say("msprobe-cmp: interrupted", sys.stderr)
         return 130
     except OSError as exc:  # the file system refused a read or a write (a directory in the way, a full disk...)
-        where = f"{exc.filename}: " if exc.filename else ""
-        _say(f"msprobe-cmp: error: {_terminal_text(f'{where}{exc.strerror or exc}')}", sys.stderr)
+        _say(f"msprobe-cmp: error: {_terminal_text(_os_error_text(exc))}", sys.stderr)
         return EXIT_USAGE
     except Exception:
         # A bug: show the traceback, but never exit 1, which CI reads as "regression found".

@@ -16,7 +16,9 @@ of its one step.  Units left without a partner are listed in :attr:`Comparison.u
 Mode (DESIGN.md §4, anatomy §3.1): ``tensor`` when every unit of both sides was dumped with
 ``task: tensor``; otherwise ``md5`` when both sides carry checksums; otherwise ``statistics``.
 Within tensor mode a row whose tensor files are missing or unreadable on either side falls back to
-its statistics (a note says why); within md5 mode a row without checksums does the same.
+its statistics (the row's reasons say why); within md5 mode a row whose checksum is missing or blank on either side
+does the same.  The comparison adds no note counting them: the reports and the CLI count them
+(``msprobe_cmp.reports.common.judged_by_statistics``).
 
 This module pairs the units, picks the mode and sums the units up (verdict, matched share, notes); the work
 below it is split, each module importing only those listed after it:
@@ -29,7 +31,7 @@ below it is split, each module importing only those listed after it:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -77,7 +79,7 @@ class CompareOptions:
     Attributes:
         rules: the thresholds in force (defaults: DESIGN.md §4).
         mode: ``"auto"`` (module docstring), or force ``"tensor"``, ``"statistics"`` or ``"md5"``
-            (rows lacking what the forced mode needs fall back to statistics, with a note).
+            (rows lacking what the forced mode needs fall back to statistics; their reasons say why).
         noise: a rerun of B (same code, same data): its differences from B measure the run-to-run
             noise, and a row of A that fails the rules but stays within ``rules.noise_factor`` times
             that noise is a warning, not a failure ("noise-floor mode").
@@ -115,6 +117,13 @@ class CompareOptions:
 
 # --------------------------------------------------------------------------------------------------
 # units and mode
+
+
+def _listed(items: Sequence[str], shown: int, sep: str = ", ") -> str:
+    """The first ``shown`` of ``items`` joined by ``sep``, followed by " and K more" when ``items`` holds K more: the
+    one way the notes list names, steps and keys."""
+    text = sep.join(items[:shown])
+    return text + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def _units_of(x: Dump | RankDump) -> tuple[RankDump, ...]:
@@ -241,12 +250,13 @@ def _noise_of(unit: UnitComparison) -> dict[str, tuple[float | None, float | Non
 
 def _stepless_hint(left_a: list[RankDump], left_b: list[RankDump]) -> str | None:
     """What to give instead when one side's unpaired units have no step directory (rank directories copied out of
-    their step) and the other side's have several steps: such units cannot be paired by step, so nothing is
-    compared (with a single step they are paired by rank: :func:`_pair_stepless`)."""
+    their step) and the other side's unpaired units belong to more than one step: such units cannot be paired by
+    step, so nothing is compared.  None otherwise: with a single step they were paired by rank where the ranks
+    agree (:func:`_pair_stepless`), and naming that step's directory would not help those left."""
     for side, mine, other, other_side in (("A", left_a, left_b, "B"), ("B", left_b, left_a, "A")):
         steps = sorted({u.step for u in other if u.step is not None})
-        if mine and all(u.step is None for u in mine) and steps:
-            shown = ", ".join(str(x) for x in steps[:5]) + (", ..." if len(steps) > 5 else "")
+        if mine and all(u.step is None for u in mine) and len(steps) > 1:
+            shown = _listed([str(x) for x in steps], 5)
             example = next(u for u in other if u.step == steps[0]).directory.parent
             return (f"{side}'s unit(s) have no step directory while {other_side} has step(s) {shown}: give one of "
                     f"{other_side}'s step directories (e.g. {example}) to compare against them")
@@ -279,7 +289,7 @@ def _mapping_file_notes(
     cells, apis = unused_mapping_keys(mapping, ms_entries)
     for keys, what, source in ((cells, "cell", mapping.cell_source), (apis, "API", mapping.api_source)):
         if keys:
-            shown = ", ".join(keys[:10]) + (f" (and {len(keys) - 10} more)" if len(keys) > 10 else "")
+            shown = _listed(keys, 10)
             count = f"{len(keys)} entr{'y' if len(keys) == 1 else 'ies'}"
             notes.append(f"warning: user {what} mapping {source or ''}: {count} match no MindSpore {what} of the "
                          f"dump (misspelt?): {shown}")
@@ -312,7 +322,7 @@ def _input_notes(
         for rank_dump in side_units:
             missing = rank_dump.meta.not_captured
             if missing:
-                shown = "; ".join(missing[:5]) + (f"; and {len(missing) - 5} more" if len(missing) > 5 else "")
+                shown = _listed(missing, 5, "; ")
                 notes.append(
                     f"{side} {rank_dump.label}: the recorder could not capture {len(missing)} thing(s): {shown}"
                 )
@@ -355,10 +365,17 @@ def _input_notes(
     return notes, world_note
 
 
-def _mixed_recording_notes(side: str, units: tuple[RankDump, ...]) -> list[str]:
-    """One note per rank of ``side`` whose steps were written by more than one recording (dump.json's
+def _steps_text(steps: list[int | None]) -> str:
+    """``"step 0, 2, 5 and 3 more"``: steps in order, a step-less unit (None) as ``-`` first."""
+    shown = sorted(-1 if s is None else s for s in steps)
+    return "step " + _listed(["-" if s < 0 else str(s) for s in shown], 6)
+
+
+def _mixed_recording_notes(subject: str, units: tuple[RankDump, ...]) -> list[str]:
+    """One note per rank of ``units`` whose steps were written by more than one recording (dump.json's
     :data:`~msprobe_cmp.dump.schema.RECORDING_KEY`, stamped by our recorder): a ``dump_path`` reused without being
-    emptied keeps the steps the new run did not record, so some steps compared may be stale."""
+    emptied keeps the steps the new run did not record, so some steps compared may be stale.  ``subject`` names the
+    side in the notes: ``"A's"``, ``"B's"`` or ``"the rerun's"``."""
     by_rank: dict[int | None, dict[str, list[int | None]]] = {}
     for u in units:
         if u.meta.recording is not None:
@@ -367,15 +384,9 @@ def _mixed_recording_notes(side: str, units: tuple[RankDump, ...]) -> list[str]:
     for rank, recordings in sorted(by_rank.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
         if len(recordings) < 2:
             continue
-
-        def steps_text(steps: list[int | None]) -> str:
-            shown = sorted(-1 if s is None else s for s in steps)
-            text = ", ".join("-" if s < 0 else str(s) for s in shown[:6])
-            return "step " + text + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
-
-        parts = "; ".join(f"{rec}: {steps_text(steps)}" for rec, steps in sorted(recordings.items()))
+        parts = "; ".join(f"{rec}: {_steps_text(steps)}" for rec, steps in sorted(recordings.items()))
         where = "rank" if rank is None else f"rank{rank}"
-        notes.append(f"{side}'s {where} holds steps of {len(recordings)} recordings ({parts}): a dump_path reused "
+        notes.append(f"{subject} {where} holds steps of {len(recordings)} recordings ({parts}): a dump_path reused "
                      "without emptying it keeps the steps the later run did not record, so some steps may be stale")
     return notes
 
@@ -390,8 +401,8 @@ def _unmapped_notes(units: tuple[UnitComparison, ...], input_notes: list[str]) -
     for side, cls in (("A", "only_in_a"), ("B", "only_in_b")):
         names = list(dict.fromkeys(r.entry_name for u in units for r in u.rows if r.match_class == cls))
         if names:
-            more = f" and {len(names) - 10} more (all in the report)" if len(names) > 10 else ""
-            out.append(f"nothing paired across frameworks; entries only in {side}: {', '.join(names[:10])}{more}")
+            more = " (all in the report)" if len(names) > 10 else ""
+            out.append(f"nothing paired across frameworks; entries only in {side}: {_listed(names, 10)}{more}")
     return out
 
 
@@ -409,7 +420,7 @@ def compare(a: Dump | RankDump, b: Dump | RankDump, options: CompareOptions | No
     Raises:
         msprobe_cmp.errors.MsprobeCmpError: only from the dump layer, for malformed input that the
             comparator cannot route around (unreadable tensor files are not errors: those rows fall
-            back to statistics with a note).
+            back to statistics, and their reasons say why).
     """
     with paused_gc():
         return _compare(a, b, options or CompareOptions())
@@ -433,7 +444,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
             notes.append(f"the rerun has no unit for B {', '.join(without)}: no noise tolerance there")
         notes.extend(f"rerun vs B: {n}" for n in noise_cmp.notes if "paired" in n)
         # the rerun's own mixed recordings (B's are noted below): the noise may be measured on stale steps
-        notes.extend(n.replace("A's ", "the rerun's ", 1) for n in _mixed_recording_notes("A", _units_of(opts.noise)))
+        notes.extend(_mixed_recording_notes("the rerun's", _units_of(opts.noise)))
         notes.append(
             f"noise-floor mode: run-to-run noise measured on {_path_of(opts.noise)} against B; failures within "
             f"{opts.rules.noise_factor:g}x that noise are warnings"
@@ -480,7 +491,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         ("cell", opts.mapping.cell_source), ("API", opts.mapping.api_source)) if src])
     input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode, sources)
     notes.extend(input_notes)
-    notes.extend(_mixed_recording_notes("A", units_a) + _mixed_recording_notes("B", units_b))
+    notes.extend(_mixed_recording_notes("A's", units_a) + _mixed_recording_notes("B's", units_b))
     for side, side_units in (("A", units_a), ("B", units_b)):
         notes.extend(
             f"{side} {u.label}: the rank directory also holds {u.unread_json}, which was not read ({u.json_name} "
@@ -491,19 +502,6 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units))
     if world_note:
         notes.insert(0, world_note)
-    if mode in ("tensor", "md5"):
-        fell_back = [
-            (u, r) for u in units for r in u.rows if r.match_class == "matched" and r.compared_by == "statistics"
-        ]
-        if fell_back:
-            compared_rows = sum(u.compared_count for u in units)
-            what = "their tensor files are missing or unreadable" if mode == "tensor" else "a side has no checksum"
-            u, r = fell_back[0]
-            notes.append(
-                f"{len(fell_back)} of {compared_rows} compared row(s) were judged by their statistics only ({what}; "
-                f"first: {r.name} in {u.unit_a.label}): each is a warning unless its statistics fail, and its reasons "
-                "say why"
-            )
     first_divergent = _first_ref(units, "first_divergent")
     first_failing = _first_ref(units, "first_failing")
     compared = sum(u.compared_count for u in units)
@@ -550,6 +548,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     return Comparison(
         input_a=_path_of(a),
         input_b=_path_of(b),
+        input_noise=None if opts.noise is None else _path_of(opts.noise),
         mode=mode,
         rules=opts.rules,
         units=units,

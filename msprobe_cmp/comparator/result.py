@@ -304,6 +304,8 @@ class Comparison:
             there are no rows): matched / rows, without ``not_captured`` rows, and across frameworks without
             B's unpaired rows of paired units.
         matched_share_of: which rows that share is of: ``"all rows"`` or ``"A's rows"``.
+        input_noise: the path the rerun of B was loaded from in noise-floor mode (``CompareOptions.noise``), or
+            None when no rerun was compared.
     """
 
     input_a: str
@@ -320,6 +322,7 @@ class Comparison:
     notes: tuple[str, ...] = ()
     matched_share: float | None = None
     matched_share_of: str = "all rows"
+    input_noise: str | None = None
 
     def row(self, ref: RowRef) -> ComparisonRow:
         """The row at ``ref``."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
@@ -34,12 +33,13 @@ ALSO_NAMES_LISTED = 200
 #: to compare (:func:`matched_not_compared`), the reports name.
 STATISTICS_ONLY_EXAMPLES = 10
 
-#: Why a matched row of a tensor / md5 comparison was judged by its statistics (:func:`judged_by_statistics`).
+#: Why a matched row of a tensor / md5 comparison was judged by its statistics (:func:`judged_by_statistics`): the one
+#: wording of report.html, summary.md and the CLI's summary.
 STATISTICS_ONLY_WHY = {
     "tensor": "tensor mode could not compare their values: a tensor file missing or unreadable, or values that "
     "are not real numbers; their statistics were compared instead",
-    "md5": "md5 mode could not compare their checksums: no checksum on one side; their statistics were compared "
-    "instead",
+    "md5": "md5 mode could not compare their checksums: a checksum missing or blank on either side; their statistics "
+    "were compared instead",
 }
 
 #: Why a matched row was skipped (:func:`matched_not_compared`); each row's reason says which case it is.
@@ -350,30 +350,41 @@ StatisticsOnly = MatchedRows
 NothingCompared = MatchedRows
 
 
-def _matched_rows(comparison: Comparison, wanted: Callable[[ComparisonRow], bool], examples: int,
-                  why: str) -> MatchedRows:
-    """The matched rows for which ``wanted`` holds: their count and the first ``examples`` of them."""
-    count = 0
-    found: list[tuple[int, ComparisonRow]] = []
-    for ui, u in enumerate(comparison.units):
-        for r in u.rows:
-            if r.match_class == "matched" and wanted(r):
-                count += 1
-                if len(found) < examples:
-                    found.append((ui, r))
-    return MatchedRows(count, tuple(found), why if count else "")
+def _matched_rows(comparison: Comparison, examples: int, statistics_only: bool,
+                  nothing_compared: bool) -> tuple[MatchedRows, MatchedRows]:
+    """The matched rows judged by their statistics only (:func:`judged_by_statistics`; when ``statistics_only`` and
+    the mode is tensor or md5) and those with nothing to compare (:func:`matched_not_compared`; when
+    ``nothing_compared``), in one walk over the rows: each kind's count and its first ``examples`` rows (none of a kind
+    not asked for)."""
+    why = STATISTICS_ONLY_WHY.get(comparison.mode, "") if statistics_only else ""
+    by_stats = bool(why)
+    n_stats = n_nothing = 0
+    stats: list[tuple[int, ComparisonRow]] = []
+    nothing: list[tuple[int, ComparisonRow]] = []
+    if by_stats or nothing_compared:
+        for ui, u in enumerate(comparison.units):
+            for r in u.rows:
+                if r.match_class != "matched":
+                    continue
+                if by_stats and r.compared_by == "statistics":
+                    n_stats += 1
+                    if len(stats) < examples:
+                        stats.append((ui, r))
+                if nothing_compared and r.verdict == "skip":
+                    n_nothing += 1
+                    if len(nothing) < examples:
+                        nothing.append((ui, r))
+    return (MatchedRows(n_stats, tuple(stats), why if n_stats else ""),
+            MatchedRows(n_nothing, tuple(nothing), NOTHING_COMPARED_WHY if n_nothing else ""))
 
 
 def judged_by_statistics(comparison: Comparison, examples: int = STATISTICS_ONLY_EXAMPLES) -> MatchedRows:
     """The matched rows whose values the comparison's mode could not compare: in tensor mode a tensor file missing or
-    unreadable, in md5 mode no checksum on one side.  Such rows were compared by their statistics
-    (``compared_by == "statistics"`` while ``comparison.mode`` is ``"tensor"`` or ``"md5"``); their verdict is a
-    warning, or fail when the statistics fail.  Statistics mode has none.  At most ``examples`` of them are
-    returned, with their count."""
-    why = STATISTICS_ONLY_WHY.get(comparison.mode)
-    if why is None:
-        return MatchedRows(0, (), "")
-    return _matched_rows(comparison, lambda r: r.compared_by == "statistics", examples, why)
+    unreadable (or values that are not real numbers), in md5 mode a checksum missing or blank on either side.  Such
+    rows were compared by their statistics (``compared_by == "statistics"`` while ``comparison.mode`` is
+    ``"tensor"`` or ``"md5"``); their verdict is a warning, or fail when the statistics fail.  Statistics mode has
+    none.  At most ``examples`` of them are returned, with their count (:data:`STATISTICS_ONLY_WHY` as ``why``)."""
+    return _matched_rows(comparison, examples, True, False)[0]
 
 
 def matched_not_compared(comparison: Comparison, examples: int = STATISTICS_ONLY_EXAMPLES) -> MatchedRows:
@@ -381,7 +392,7 @@ def matched_not_compared(comparison: Comparison, examples: int = STATISTICS_ONLY
     (null on both sides; a tensor with no statistics on either side, and no tensor file or checksum the mode could
     use).  Each row's reasons or notes say which.  They count as matched but not as compared, so the reports list
     them with the rows that could not be compared.  At most ``examples`` of them are returned, with their count."""
-    return _matched_rows(comparison, lambda r: r.verdict == "skip", examples, NOTHING_COMPARED_WHY)
+    return _matched_rows(comparison, examples, False, True)[1]
 
 
 def compared_counts(comparison: Comparison) -> tuple[int, tuple[int, ...]]:
@@ -420,17 +431,20 @@ class ReportFacts:
             self._counts = compared_counts(self.comparison)
         return self._counts
 
+    def _matched(self) -> tuple[StatisticsOnly, NothingCompared]:
+        """Both records of matched rows the reports list as not compared, filled in one walk over the rows."""
+        if self._statistics_only is None or self._nothing_compared is None:
+            self._statistics_only, self._nothing_compared = _matched_rows(
+                self.comparison, STATISTICS_ONLY_EXAMPLES, True, True)
+        return self._statistics_only, self._nothing_compared
+
     def judged_by_statistics(self) -> StatisticsOnly:
         """:func:`judged_by_statistics` of the comparison (with :data:`STATISTICS_ONLY_EXAMPLES` examples)."""
-        if self._statistics_only is None:
-            self._statistics_only = judged_by_statistics(self.comparison)
-        return self._statistics_only
+        return self._matched()[0]
 
     def matched_not_compared(self) -> NothingCompared:
         """:func:`matched_not_compared` of the comparison (with :data:`STATISTICS_ONLY_EXAMPLES` examples)."""
-        if self._nothing_compared is None:
-            self._nothing_compared = matched_not_compared(self.comparison)
-        return self._nothing_compared
+        return self._matched()[1]
 
     def disagreements(self, limit: int) -> list[Disagreement]:
         """:func:`rank_disagreements` of the comparison (distinct tensors, each with its other names); a shorter

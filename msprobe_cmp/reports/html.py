@@ -107,10 +107,6 @@ STATISTICS_ONLY_CLASS = "matched, judged by statistics only"
 #: (:func:`~msprobe_cmp.reports.common.matched_not_compared`).
 NOTHING_COMPARED_CLASS = "matched, nothing to compare"
 
-#: How a comparison says it used a noise rerun (``--noise``): its note starting with this
-#: (``msprobe_cmp.comparator.compare``); the thresholds list the noise factor only then.
-NOISE_NOTE_PREFIX = "noise-floor mode:"
-
 #: The largest-disagreements table shows a row's notes under its name when they are at most this long together.
 SHORT_NOTES_CHARS = 200
 
@@ -532,7 +528,7 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         ("relative-error floor", floor),
         ("no verdict when matched rows are below (share)", format_number(comparison.rules.min_matched_share)),
     ]
-    if any(note.startswith(NOISE_NOTE_PREFIX) for note in comparison.notes):  # a --noise rerun was compared
+    if comparison.input_noise is not None:  # a --noise rerun was compared: only then is the noise factor in force
         thresholds.append(("--noise: failures within this many times the run-to-run noise are warnings",
                            format_number(comparison.rules.noise_factor)))
     data = build_page_data(comparison, max_rows, max_stack_chars)
@@ -567,7 +563,6 @@ __all__ = [
     "HTML_COLUMNS",
     "MAX_ROWS",
     "MAX_STACK_CHARS",
-    "NOISE_NOTE_PREFIX",
     "NOTHING_COMPARED_CLASS",
     "STATISTICS_ONLY_CLASS",
     "build_page_data",

@@ -13,28 +13,25 @@ to is the evidence.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from msprobe_cmp.comparator.compare import Comparison, ComparisonRow, UnitComparison, UnitRef
-
-#: The file and directory names inside a dump root (``<root>/step<N>/rank<R>/dump.json``), which an input path may
-#: end in: a rank directory or a dump.json given directly is named by the dump root around it.
-_DUMP_FILES = ("dump.json", "debug.json")
-_STEP_DIR = re.compile(r"step\d+")
-_RANK_DIR = re.compile(r"rank\d*")
+from msprobe_cmp.dump.reader import _RANK_RE, _STEP_RE, DEBUG_JSON, DUMP_JSON
 
 
 def dump_root(path: Path) -> Path:
-    """The dump root of an input path: ``path`` without a trailing ``dump.json`` / ``debug.json``, ``rank<R>`` and
-    ``step<N>`` (in that order, each only when present): ``/runs/fp16/step0/rank/dump.json`` → ``/runs/fp16``."""
-    if path.name in _DUMP_FILES:
+    """The dump root of an input path: ``path`` without a trailing ``dump.json`` / ``debug.json``, rank directory
+    (``rank``, ``rank<R>`` or msprobe 26.x's ``proc<pid>``) and ``step<N>`` (in that order, each only when present):
+    ``/runs/fp16/step0/rank/dump.json`` → ``/runs/fp16``.  The names and patterns are the reader's
+    (:mod:`msprobe_cmp.dump.reader`), so every directory it reads as a unit is stripped, a rank directory or a
+    dump.json given directly being named by the dump root around it."""
+    if path.name in (DUMP_JSON, DEBUG_JSON):
         path = path.parent
-    if _RANK_DIR.fullmatch(path.name):
+    if _RANK_RE.fullmatch(path.name):
         path = path.parent
-    if _STEP_DIR.fullmatch(path.name):
+    if _STEP_RE.fullmatch(path.name):
         path = path.parent
     return path
 
@@ -108,6 +105,7 @@ def relative_paths(comparison: Comparison, roots: Iterable[Path]) -> Comparison:
         comparison,
         input_a=_rewrite(comparison.input_a, names),
         input_b=_rewrite(comparison.input_b, names),
+        input_noise=None if comparison.input_noise is None else _rewrite(comparison.input_noise, names),
         notes=_rewrite_all(comparison.notes, names),
         units=tuple(_unit(u, names) for u in comparison.units),
         unpaired=tuple(_unit_ref(u, names) for u in comparison.unpaired),

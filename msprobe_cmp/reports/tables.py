@@ -289,6 +289,7 @@ def _json_document(comparison: Comparison, fast: bool, facts: ReportFacts | None
         "mode": comparison.mode,
         "input_a": comparison.input_a,
         "input_b": comparison.input_b,
+        "input_noise": comparison.input_noise,
         "thresholds": _json_rules(comparison.rules),
         "class_counts": dict(comparison.counts),
         "verdict_counts": dict(comparison.verdict_counts),
@@ -317,7 +318,8 @@ def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
     """The whole comparison as a versioned, strict JSON document (module docstring).
 
     Top-level keys: ``schema``, ``version``, ``verdict``, ``mode``, ``input_a`` (target),
-    ``input_b`` (baseline), ``thresholds``, ``class_counts``, ``verdict_counts``, ``compared_count``,
+    ``input_b`` (baseline), ``input_noise`` (the ``--noise`` rerun, or null), ``thresholds``, ``class_counts``,
+    ``verdict_counts``, ``compared_count``,
     ``first_divergent`` / ``first_failing`` (``{"unit", "row", "name", "step", "rank"}`` or null),
     ``unpaired``, ``notes``, ``units`` (each with its ``rows``, the per-cell roll-up ``cells`` and the
     ``stacks`` of their entries).

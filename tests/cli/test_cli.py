@@ -253,13 +253,19 @@ def test_unreadable_tensor_files_are_said_in_the_summary(msprobe_fixtures, tmp_p
     by_stats = [r for r in compared if r["compared_by"] == "statistics"]
     # the same data on both sides: every tensor row's statistics agree, so each is a warning, and nothing fails
     assert by_stats and all(r["verdict"] == "warning" for r in by_stats) and code == 0
-    assert f"{len(by_stats)} of {len(compared)} compared row(s) were judged by their statistics only" in out
-    assert f"first: {by_stats[0]['name']} in step0/rank" in out
-    first_line = out.splitlines()[0]
-    assert first_line == (f"verdict: PASS  (tensor mode; {len(by_stats)} of {len(compared)} compared rows judged by "
-                          "statistics only)")
+    lines = out.splitlines()
+    assert lines[0] == (f"verdict: PASS  (tensor mode; {len(by_stats)} of {len(compared)} compared rows judged by "
+                        "statistics only)")
     assert (f"first divergent: none: the {len(compared)} compared rows are identical ({len(by_stats)} of them by "
-            "their statistics only)") in out.splitlines()
+            "their statistics only)") in lines
+    # one line names the first such row, in the reports' wording; the count is said once, on the verdict line
+    assert (f"first judged by statistics only: {by_stats[0]['name']} (step0/rank); tensor mode could not compare "
+            "their values: a tensor file missing or unreadable, or values that are not real numbers; their statistics "
+            "were compared instead") in lines
+    assert sum("by statistics only" in x or "by their statistics only" in x for x in lines) == 3
+    assert not [x for x in lines if x.startswith("note:") and "statistics only" in x]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert summary.count("statistics only") == 1  # its own bullet; no note repeats it
 
 
 def test_cross_framework_pair_says_why_little_matched(msprobe_fixtures, tmp_path, capsys):
@@ -418,11 +424,11 @@ def test_absolute_paths_resolves_relative_inputs(tmp_path, capsys, monkeypatch):
     inputs = ["../real/a", "b", "--noise", "../real/rerun"]
     assert _run([*inputs, "-o", "typed"], capsys)[0] == 1
     doc = json.loads((tmp_path / "work" / "typed" / "comparison.json").read_text())
-    assert (doc["input_a"], doc["input_b"]) == ("../real/a", "b")
+    assert (doc["input_a"], doc["input_b"], doc["input_noise"]) == ("../real/a", "b", "../real/rerun")
     assert _run([*inputs, "-o", "absolute", "--absolute-paths"], capsys)[0] == 1
     doc = json.loads((tmp_path / "work" / "absolute" / "comparison.json").read_text())
     a, b = str((real / "a").resolve()), str((real / "b").resolve())
-    assert (doc["input_a"], doc["input_b"]) == (a, b)
+    assert (doc["input_a"], doc["input_b"], doc["input_noise"]) == (a, b, str((real / "rerun").resolve()))
     assert (doc["units"][0]["a"]["directory"], doc["units"][0]["b"]["directory"]) == (f"{a}/step0/rank",
                                                                                       f"{b}/step0/rank")
     noise_note = [n for n in doc["notes"] if n.startswith("noise-floor mode")]

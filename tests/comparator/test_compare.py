@@ -123,6 +123,8 @@ def test_missing_tensor_file_falls_back_to_statistics(tmp_path):
     assert r.metric("Max diff") == 0.0 and r.metric("MaxAbsErr lower bound") == 0.0
     assert rows_by_name(c)["Functional.f.0.forward.output.0"].verdict == "pass"  # its file is there
     assert c.verdict == "pass"  # warnings do not fail the run
+    # the comparison adds no note counting such rows: the reports and the CLI count them, in one wording
+    assert not [n for n in c.notes if "statistics" in n]
 
 
 def test_unreadable_tensor_file_with_failing_statistics_fails(tmp_path):
@@ -542,6 +544,43 @@ def test_units_with_the_same_id_are_reported_not_dropped(tmp_path):
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     assert len(c.units) == 1 and len(c.unpaired) == 2  # one pair, one leftover per side: nothing vanishes
     assert any("same step and rank" in n for n in c.notes)
+
+
+def _stepless_notes(c: Comparison) -> list[str]:
+    return [n for n in c.notes if "have no step directory" in n]
+
+
+def test_step_less_units_against_one_step_get_no_hint(tmp_path):
+    # A -/rank0, -/rank1 against B step0/rank2: the ranks do not meet, so nothing is paired; B has a single step, so
+    # "give one of B's step directories (e.g. b/step0)" would only say what was given: no such hint.
+    for r in (0, 1):
+        write_unit(tmp_path / "a" / f"rank{r}", {"x": X})
+    write_unit(tmp_path / "b" / "step0" / "rank2", {"x": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.units == () and len(c.unpaired) == 3
+    assert _stepless_notes(c) == []
+    # the same from B's side: B's step-less units against A's one step
+    c = compare(load_dump(tmp_path / "b"), load_dump(tmp_path / "a"))
+    assert c.units == () and _stepless_notes(c) == []
+
+
+def test_step_less_units_against_several_steps_get_a_hint_listing_them(tmp_path):
+    for r in (0, 1):
+        write_unit(tmp_path / "a" / f"rank{r}", {"x": X})
+    for step in range(7):
+        write_unit(tmp_path / "b" / f"step{step}" / "rank0", {"x": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.units == ()
+    assert _stepless_notes(c) == [
+        f"A's unit(s) have no step directory while B has step(s) 0, 1, 2, 3, 4 and 2 more: give one of B's step "
+        f"directories (e.g. {tmp_path / 'b' / 'step0'}) to compare against them"]
+    # with two steps the hint fires too (more than one), from B's side as well
+    for step in range(2):
+        write_unit(tmp_path / "two" / f"step{step}" / "rank0", {"x": X})
+    c = compare(load_dump(tmp_path / "two"), load_dump(tmp_path / "a"))
+    assert _stepless_notes(c) == [
+        f"B's unit(s) have no step directory while A has step(s) 0, 1: give one of A's step directories "
+        f"(e.g. {tmp_path / 'two' / 'step0'}) to compare against them"]
 
 
 def test_rows_of_unpaired_steps_count_against_the_matched_share(tmp_path):

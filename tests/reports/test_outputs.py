@@ -118,6 +118,7 @@ def test_json_output_validates_against_the_schema(case, validator, mixed, tmp_pa
     doc = json.loads(render_json(c))
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors[:5])
+    assert doc["input_noise"] == (str(tmp_path / "n") if case == "noise" else None)
 
 
 def test_json_schema_rejects_what_we_do_not_write(validator, mixed):
@@ -127,6 +128,7 @@ def test_json_schema_rejects_what_we_do_not_write(validator, mixed):
         lambda d: d.pop("units"),
         lambda d: d.update(verdict="maybe"),
         lambda d: d.update(surprise=1),
+        lambda d: d.update(input_noise=3),
         lambda d: d["units"][0]["rows"][0].update(verdict="ok"),
         lambda d: d["units"][0]["rows"][0]["metrics"].update(Cosine="0.5"),
         lambda d: d["units"][0]["rows"][0]["a"].update(max="nan"),

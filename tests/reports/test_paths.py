@@ -33,6 +33,19 @@ def test_absolute_roots_are_shown_by_their_last_component(tmp_path: Path, capsys
     assert "fp16/step0/rank/dump_tensor_data/" + RELU_OUT in texts["comparison.json"]
 
 
+def test_an_absolute_noise_rerun_is_shown_by_its_last_component(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    _pair_with_a_missing_tensor_file(tmp_path)
+    _write_dump(tmp_path / "runs" / "rerun")
+    out = tmp_path / "out"
+    runs = tmp_path / "runs"
+    assert main([str(runs / "fp16"), str(runs / "fp32"), "--noise", str(runs / "rerun"), "-o", str(out)]) == 0
+    texts = _report_texts(out)
+    for name, text in texts.items():
+        assert str(tmp_path) not in text, name
+    assert json.loads(texts["comparison.json"])["input_noise"] == "rerun"
+
+
 def test_absolute_paths_option_keeps_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _pair_with_a_missing_tensor_file(tmp_path)
     out = tmp_path / "out"
@@ -96,3 +109,25 @@ def test_dump_root_strips_only_the_dump_layout() -> None:
     assert dump_root(Path("/r/fp16/rank0/debug.json")) == Path("/r/fp16")
     assert dump_root(Path("/r/fp16")) == Path("/r/fp16")
     assert dump_root(Path("/r/ranking/stepper")) == Path("/r/ranking/stepper")  # not rank<R> / step<N>
+    # msprobe 26.x's proc<pid> rank directories, which the reader reads as units, are part of the layout too
+    assert dump_root(Path("/r/fp16/step0/proc4242/dump.json")) == Path("/r/fp16")
+    assert dump_root(Path("/r/fp16/step3/proc7")) == Path("/r/fp16")
+    assert dump_root(Path("/r/fp16/proc")) == Path("/r/fp16/proc")  # proc<pid> has digits
+    assert dump_root(Path("/r/fp16/process1")) == Path("/r/fp16/process1")
+
+
+def test_an_absolute_proc_directory_is_named_by_its_dump_root(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    for run, pid in (("fp16", 4242), ("fp32", 77)):
+        rank = _write_dump(tmp_path / "runs" / run)
+        rank.rename(rank.parent / f"proc{pid}")  # msprobe 26.x's layout: step0/proc<pid>
+    (tmp_path / "runs" / "fp16" / "step0" / "proc4242" / "dump_tensor_data" / RELU_OUT).unlink()
+    out = tmp_path / "out"
+    a, b = tmp_path / "runs" / "fp16" / "step0" / "proc4242", tmp_path / "runs" / "fp32" / "step0" / "proc77"
+    assert main([str(a), str(b), "-o", str(out)]) == 0
+    texts = _report_texts(out)
+    for name, text in texts.items():
+        assert str(tmp_path) not in text, name
+    doc = json.loads(texts["comparison.json"])
+    assert (doc["input_a"], doc["input_b"]) == ("fp16/step0/proc4242", "fp32/step0/proc77")
+    assert "fp16/step0/proc4242/dump_tensor_data/" + RELU_OUT in texts["comparison.json"]

@@ -18,7 +18,7 @@ import pytest
 from msprobe_cmp.comparator import Comparison, compare
 from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, RankDump, Seq, TensorLeaf, load_dump
 from msprobe_cmp.reports import common, render_html, render_markdown
-from msprobe_cmp.reports.html import NOISE_NOTE_PREFIX, NOTHING_COMPARED_CLASS, STATISTICS_ONLY_CLASS
+from msprobe_cmp.reports.html import NOTHING_COMPARED_CLASS, STATISTICS_ONLY_CLASS
 from msprobe_cmp.reports.tables import markdown_text
 
 # ------------------------------------------------------------------ a small HTML tree
@@ -425,14 +425,17 @@ def test_rows_judged_by_statistics_are_listed_as_not_comparable(tmp_path):
 
 
 def test_md5_rows_without_a_checksum_are_listed_too():
-    a = [fwd(f"Functional.op.{k}.forward", t(md5=f"{k:08x}")) for k in range(4)]
+    # op.1: no checksum on A; op.2: none on B (the reader makes a blank one None); the others carry one on both sides
+    a = [fwd(f"Functional.op.{k}.forward", t(md5=f"{k:08x}" if k != 1 else None)) for k in range(4)]
     b = [fwd(f"Functional.op.{k}.forward", t(md5=f"{k:08x}" if k != 2 else None)) for k in range(4)]
     c = compare(unit(a), unit(b))
     assert c.mode == "md5"
     entry = not_comparable_rows(parse_html(render_html(c)))[STATISTICS_ONLY_CLASS]
-    assert (entry["count"], entry["names"]) == (1, ["Functional.op.2.forward.output.0"])
-    assert entry["why"].startswith("md5 mode could not compare their checksums")
-    assert "- **Judged by their statistics only:** 1 of 4 compared rows" in render_markdown(c)
+    assert (entry["count"], entry["names"]) == (2, ["Functional.op.1.forward.output.0",
+                                                    "Functional.op.2.forward.output.0"])
+    assert entry["why"] == ("md5 mode could not compare their checksums: a checksum missing or blank on either side; "
+                            "their statistics were compared instead")
+    assert "- **Judged by their statistics only:** 2 of 4 compared rows" in render_markdown(c)
 
 
 def test_statistics_mode_has_no_such_rows():
@@ -557,11 +560,17 @@ def test_the_noise_factor_is_shown_only_when_a_rerun_was_compared(factor):
     a = unit([fwd("Functional.op.0.forward", t(mx=3.0))])
     b = unit([fwd("Functional.op.0.forward", t())])
     rerun = unit([fwd("Functional.op.0.forward", t(mx=2.5))])  # noise: Max off by 1.5; A's 2 is within 2 x 1.5
-    plain = thresholds_table(parse_html(render_html(compare(a, b, CompareOptions(rules=rules)))))
+    without = compare(a, b, CompareOptions(rules=rules))
+    assert without.input_noise is None  # how the comparator says no rerun was compared
+    plain = thresholds_table(parse_html(render_html(without)))
     assert NOISE_LABEL not in plain
     assert plain["relative-error floor"] == "eps of the coarser dtype"
     with_noise = compare(a, b, CompareOptions(rules=rules, noise=rerun))
-    assert any(n.startswith(NOISE_NOTE_PREFIX) for n in with_noise.notes)  # how the comparator says it
+    assert with_noise.input_noise == str(rerun.directory) == "mem"
+    # the field alone decides, not the notes' wording
+    assert NOISE_LABEL not in thresholds_table(parse_html(render_html(replace(with_noise, input_noise=None))))
+    shown_without_notes = thresholds_table(parse_html(render_html(replace(with_noise, notes=()))))
+    assert shown_without_notes[NOISE_LABEL] == ("2" if factor is None else "3")
     shown = thresholds_table(parse_html(render_html(with_noise)))
     assert shown[NOISE_LABEL] == ("2" if factor is None else "3")
     assert {k: v for k, v in shown.items() if k != NOISE_LABEL} == plain

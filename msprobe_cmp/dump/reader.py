@@ -95,8 +95,9 @@ def tensor_loader_for(suffix: str) -> TensorLoader | None:
     return _TENSOR_LOADERS.get(suffix)
 
 
-_STEP_RE = re.compile(r"^step(\d+)$")
-_RANK_RE = re.compile(r"^(?:rank(\d*)|proc(\d+))$")
+#: Names of a step directory (``step<N>``) and of a rank directory (``rank``, ``rank<R>``, msprobe 26.x's ``proc<id>``).
+STEP_DIR_RE = re.compile(r"^step(\d+)$")
+RANK_DIR_RE = re.compile(r"^(?:rank(\d*)|proc(\d+))$")
 
 
 def _reject_duplicates(file: Path):  # type: ignore[no-untyped-def]
@@ -459,7 +460,7 @@ class Dump:
 
 
 def _parse_rank(name: str) -> tuple[bool, int | None]:
-    m = _RANK_RE.match(name)
+    m = RANK_DIR_RE.match(name)
     if not m:
         return False, None
     if m.group(1):
@@ -468,7 +469,7 @@ def _parse_rank(name: str) -> tuple[bool, int | None]:
 
 
 def _parse_step(name: str) -> int | None:
-    m = _STEP_RE.match(name)
+    m = STEP_DIR_RE.match(name)
     return int(m.group(1)) if m else None
 
 

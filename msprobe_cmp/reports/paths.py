@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from msprobe_cmp.comparator.compare import Comparison, ComparisonRow, UnitComparison, UnitRef
-from msprobe_cmp.dump.reader import _RANK_RE, _STEP_RE, DEBUG_JSON, DUMP_JSON
+from msprobe_cmp.dump.reader import DEBUG_JSON, DUMP_JSON, RANK_DIR_RE, STEP_DIR_RE
 
 
 def dump_root(path: Path) -> Path:
@@ -29,9 +29,9 @@ def dump_root(path: Path) -> Path:
     dump.json given directly being named by the dump root around it."""
     if path.name in (DUMP_JSON, DEBUG_JSON):
         path = path.parent
-    if _RANK_RE.fullmatch(path.name):
+    if RANK_DIR_RE.fullmatch(path.name):
         path = path.parent
-    if _STEP_RE.fullmatch(path.name):
+    if STEP_DIR_RE.fullmatch(path.name):
         path = path.parent
     return path
 

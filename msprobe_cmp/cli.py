@@ -79,7 +79,7 @@ def _compare_parser() -> _Parser:
         "3 nothing comparable, 4 internal error (a bug).",
     )
     p.add_argument("target", metavar="TARGET", type=Path,
-                   help="dump root, step<N> dir, rank<R> dir or dump.json to check")
+                   help="dump root, step<N> dir, rank dir (rank, rank<R>), dump.json or debug.json to check")
     p.add_argument("baseline", metavar="BASELINE", type=Path,
                    help="the reference dump (msprobe's 'bench'); same forms as TARGET")
     p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-report"), metavar="OUT",

@@ -154,6 +154,7 @@ class ApiCall:
         "recorded",
         "record_backward",
         "step",
+        "grad_state",
     )
 
     def __init__(self, forward_name: str, backward_name: str, parent: str | None, step: int) -> None:
@@ -167,6 +168,8 @@ class ApiCall:
         self.recorded = True
         self.record_backward = True
         self.step = step
+        #: The adapter's bookkeeping of this call's backward (PyTorch: the inputs' gradient edges), or None.
+        self.grad_state: Any = None
 
 
 class CellCall:
@@ -178,9 +181,11 @@ class CellCall:
         forward_name: ``Cell.<path>.<Class>.forward.<index>``.
         parent: the enclosing cell's forward entry, or None at top level.
         recorded: whether the entry passes the filters (name list, data mode).
+        inputs: the collected ``(input_args, input_kwargs)``, taken at the pre-hook before the cell runs (so an
+            in-place cell such as ``nn.ReLU(inplace=True)`` records what it received), or None when not taken.
     """
 
-    __slots__ = ("path", "cls", "model_index", "index", "forward_name", "parent", "recorded", "step")
+    __slots__ = ("path", "cls", "model_index", "index", "forward_name", "parent", "recorded", "step", "inputs")
 
     def __init__(
         self,
@@ -201,6 +206,7 @@ class CellCall:
         self.parent = parent
         self.recorded = recorded
         self.step = step
+        self.inputs: tuple[Seq, Map] | None = None
 
 
 class RecorderService:
@@ -721,8 +727,18 @@ class RecorderService:
 
     # ----------------------------------------------------------------- cells
 
-    def begin_cell(self, path: str, cls: str, model_index: int | None) -> CellCall:
-        """Name a cell forward call (counted at its pre-hook) and push it on the construct stack."""
+    def begin_cell(
+        self,
+        path: str,
+        cls: str,
+        model_index: int | None,
+        args: Sequence[object] | None = None,
+        kwargs: Mapping[str, object] | None = None,
+    ) -> CellCall:
+        """Name a cell forward call (counted at its pre-hook), push it on the construct stack and, when the
+        call is recorded, collect its inputs ``args`` / ``kwargs`` now, before the cell runs: an in-place cell
+        (``nn.ReLU(inplace=True)``, ``x += y`` on its input) then records the values it received, not the ones
+        it left behind."""
         stem = cell_name(path, cls, "forward", 0, prefix=self.cell_prefix, model_index=model_index)
         index = self._cell_counts.get(stem, 0)
         self._cell_counts[stem] = index + 1
@@ -732,6 +748,12 @@ class RecorderService:
             path, cls, model_index, index, fwd, parent.forward_name if parent else None, False, self.current_step
         )
         call.recorded = self._selected(fwd, call)
+        if args is not None and call.recorded and self.config.records_direction("forward"):
+            # Before the push: a failure here leaves nothing on the construct stack.
+            if self.config.records_io("input"):
+                call.inputs = (self.collect_seq(args, fwd, "input"), self.collect_map(kwargs or {}, fwd, "kwargs"))
+            else:
+                call.inputs = (Seq(), Map())
         self._cell_stack.append(call)
         return call
 
@@ -760,7 +782,8 @@ class RecorderService:
 
         Args:
             call: from :meth:`begin_cell`.
-            args, kwargs: the cell's inputs; output: its output (a tuple/list is several outputs).
+            args, kwargs: the cell's inputs, collected here only when :meth:`begin_cell` did not take them;
+                output: its output (a tuple/list is several outputs).
             parameters: the cell's own (non-recursive) parameters, ``(local name, value)``.
             grad_params: local names of those parameters that get gradients (placeholders).
         """
@@ -773,7 +796,9 @@ class RecorderService:
             return
         fwd = call.forward_name
         if self.config.records_direction("forward"):
-            if self.config.records_io("input"):
+            if call.inputs is not None:
+                in_seq, in_map = call.inputs
+            elif self.config.records_io("input"):
                 in_seq = self.collect_seq(args, fwd, "input")
                 in_map = self.collect_map(kwargs, fwd, "kwargs")
             else:

@@ -9,9 +9,10 @@ wrappers and model hooks, registering tensor hooks).  This module imports no fra
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -353,15 +354,29 @@ class AdapterBase(abc.ABC):
         svc.run_guarded(f"{key}.backward", hook_all)
 
     def _grad_skeleton(self, value: Any, position: tuple[Any, ...], out: list[Any], depth: int) -> Any:
+        """``value``'s structure with None in place of every leaf; appends ``(position, tensor)`` to ``out`` for
+        each tensor that will get a gradient.  Containers are walked as the collector walks them, so positions are
+        the argument paths of the forward record: named tuples and dataclasses (``ModelOutput``) by field name,
+        mappings by key, lists and tuples by index."""
         if self._wants_grad(value):
             out.append((position, value))
             return None
         if depth >= 10:
             return None
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return {
+                str(k): self._grad_skeleton(v, (*position, str(k)), out, depth + 1)
+                for k, v in zip(value._fields, value, strict=True)
+            }
         if isinstance(value, (list, tuple)):
             return [self._grad_skeleton(v, (*position, i), out, depth + 1) for i, v in enumerate(value)]
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             return {str(k): self._grad_skeleton(v, (*position, str(k)), out, depth + 1) for k, v in value.items()}
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {
+                f.name: self._grad_skeleton(getattr(value, f.name), (*position, f.name), out, depth + 1)
+                for f in dataclasses.fields(value)
+            }
         return None
 
     def _debug_grad_hook(self, key: str, grad_entry: str, position: tuple[Any, ...]) -> Callable[[Any], None]:

@@ -64,6 +64,7 @@ import numpy as np
 
 from msprobe_cmp.dump.schema import ValueLeaf
 from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_stacked, never
+from msprobe_cmp.recorder.adapters.torch_grads import EdgeWatch, InputGrads
 from msprobe_cmp.recorder.adapters.torch_support import (
     _FLOAT_DTYPES,
     _HOST_ONLY_DTYPES,
@@ -76,13 +77,15 @@ from msprobe_cmp.recorder.adapters.torch_support import (
     MINDTORCH_NO_API_INPUT_GRADS,
     MINDTORCH_NO_BACKWARD,
     MINDTORCH_NO_INPUT_GRADS,
+    PASSTHROUGH_REASON,
     SCRIPT_MODULE_REASON,
     TRACING_KEY,
     TRACING_REASON,
     _ModuleBackward,
     _ModuleState,
-    _no_views_for,
     import_torch,
+    incomplete_reason,
+    unreached_reason,
 )
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DeferredTensor, HostTensor
@@ -90,6 +93,10 @@ from msprobe_cmp.recorder.config import RecordConfig
 from msprobe_cmp.recorder.service import ApiCall, CellCall, describe_error
 
 logger = logging.getLogger(__name__)
+
+#: One observed backward call: (backward entry name, hooked output paths, "is this path filled?", its inputs'
+#: gradient bookkeeping or None).
+_Observed = tuple[str, list[tuple[Any, ...]], Callable[[tuple[Any, ...]], bool], InputGrads | None]
 
 
 class TorchAdapter(AdapterBase):
@@ -118,8 +125,15 @@ class TorchAdapter(AdapterBase):
         self._tensor_type = torch.Tensor
         self._model_type = torch.nn.Module
         self._dtype_type = type(torch.float32)
-        # Originals captured before anything is wrapped: the recorder's own operations.
-        self._view_as = getattr(getattr(torch, "_C", None), "TensorBase", torch.Tensor).view_as
+        # Gradients w.r.t. inputs from autograd's own nodes (PyTorch; mindtorch has no such graph).
+        self._edges = (
+            EdgeWatch(torch, lambda: self.service.collecting())
+            if not self._mindtorch and EdgeWatch.available(torch)
+            else None
+        )
+        # This step's calls whose backward is being observed: (backward entry name, hooked output paths,
+        # the slots they fill, the input-gradient bookkeeping).  Checked at step() for what never arrived.
+        self._observed: list[_Observed] = []
         self._ms_hook: Callable[[Any, Callable[[Any], Any]], Any] | None = None
         self._ms_requires_grad: Callable[[], bool] | None = None
         # torch.compile: dynamo folds is_compiling() to True while tracing, so a compiled region holds only the
@@ -188,8 +202,30 @@ class TorchAdapter(AdapterBase):
     def _unfired_call(self, pending: _ModuleBackward) -> CellCall | None:
         return None if pending.fired else pending.call
 
+    def step(self) -> None:
+        """Declare what the step's observed backward calls did not receive, then advance (see AdapterBase)."""
+        self._declare_unreached()
+        super().step()
+
+    def _declare_unreached(self) -> None:
+        """List in ``not_captured`` every gradient slot of a backward entry that was written but stayed null:
+        a hooked output no gradient reached (it does not lead to the loss), an input whose contributions did
+        not all arrive."""
+        svc = self.service
+        for bwd, paths, filled, grads in self._observed:
+            if not any(filled(p) for p in paths):
+                continue  # no gradient reached the call at all: the entry is absent (noted as unfired)
+            for path in paths:
+                if not filled(path):
+                    svc.note_not_captured(f"{bwd}.input.{'.'.join(map(str, path))}", unreached_reason("output"))
+            if grads is not None:
+                for pos, (got, expected) in grads.incomplete().items():
+                    svc.note_not_captured(f"{bwd}.output.{pos}", incomplete_reason(got, expected))
+        self._observed.clear()
+
     def _reset_step(self) -> None:
         self._mindtorch_grad_seen = False
+        self._observed.clear()
         super()._reset_step()
 
     # ----------------------------------------------------------------- flavour differences
@@ -357,7 +393,7 @@ class TorchAdapter(AdapterBase):
                         continue
                     if id(original) in ours:
                         continue  # the same function reached through a second owner (mindtorch's proxy)
-                    wrapper = self._wrap_api(owner, target, family, name, original, not _no_views_for(name))
+                    wrapper = self._wrap_api(owner, target, family, name, original, True)
                     ours.add(id(wrapper))
         if not self._mindtorch:
             self._guard_backward_hook_machinery()
@@ -389,23 +425,68 @@ class TorchAdapter(AdapterBase):
             self._replace(BackwardHook, name, original, make(original))
 
     def _substitute_inputs(
-        self, family: str, api: str, call: ApiCall, args: Sequence[Any], view_inputs: bool
+        self, family: str, api: str, call: ApiCall, args: Sequence[Any], substitute: bool
     ) -> tuple[Any, ...]:
+        """PyTorch: takes the gradient edges of the call's positional inputs (:mod:`.torch_grads`); the API
+        receives its arguments unchanged.  mindtorch: gradients w.r.t. API inputs are not captured (noted)."""
         svc = self.service
-        if self._mindtorch:
+        if self._edges is None:
             svc.note_not_captured(MINDTORCH_API_INPUT_GRADS_KEY, MINDTORCH_NO_API_INPUT_GRADS)
             return tuple(args)
-        if not view_inputs:
-            return tuple(args)
-        key = key_of(family, api)
         with svc.collecting():
-            return self._view_inputs(args, lambda i: self._grad_hook(key, call, "output", i))
+            call.grad_state = self._edges.begin(args, self._wants_grad)
+        return tuple(args)
 
     def _hook_api_outputs(self, key: str, call: ApiCall, outputs: Sequence[Any]) -> None:
-        with self.service.collecting():
+        svc = self.service
+        grads: InputGrads | None = call.grad_state
+        call.grad_state = None
+        with svc.collecting():
+            hooked: list[Any] = []
+            paths: list[tuple[Any, ...]] = []
             for i, value in enumerate(outputs):
-                if self._wants_grad(value):
-                    self._hook_tensor(value, self._grad_hook(key, call, "input", i))
+                if not self._wants_grad(value):
+                    continue
+                if self._passthrough(grads, value, call.backward_name, (i,)):
+                    continue
+                self._hook_tensor(value, self._grad_hook(key, call, "input", i))
+                hooked.append(value)
+                paths.append((i,))
+            if grads is not None:
+                self._attach(
+                    grads, hooked, key, lambda pos, grad: svc.api_grad(call, "output", pos, grad), call.backward_name
+                )
+            if paths:
+                slots = call.grad_inputs
+                self._observed.append(
+                    (call.backward_name, paths, lambda p: p[0] < len(slots) and slots[p[0]] is not None, grads)
+                )
+
+    def _passthrough(self, grads: InputGrads | None, tensor: Any, bwd: str, path: tuple[Any, ...]) -> bool:
+        """True (and both gradients declared in ``not_captured``) when output ``tensor`` is one of the call's
+        inputs unchanged: its gradient at the call's boundary cannot be observed without changing the graph."""
+        if grads is None or self._edges is None:
+            return False
+        pos = self._edges.is_passthrough(grads, tensor)
+        if pos is None:
+            return False
+        svc = self.service
+        grads.passthrough.add(pos)
+        svc.note_not_captured(f"{bwd}.input.{'.'.join(map(str, path))}", PASSTHROUGH_REASON)
+        svc.note_not_captured(f"{bwd}.output.{pos}", PASSTHROUGH_REASON)
+        return True
+
+    def _attach(
+        self, grads: InputGrads, outputs: list[Any], key: str, deliver: Callable[[int, Any], None], bwd: str
+    ) -> None:
+        """Hook the call's own autograd nodes for its input gradients (:meth:`EdgeWatch.attach`); inputs whose
+        edge could not be taken are declared in ``not_captured``."""
+        assert self._edges is not None
+        for pos, reason in grads.failed.items():
+            self.service.note_not_captured(f"{bwd}.output.{pos}", reason)
+        self._edges.attach(
+            grads, outputs, deliver, lambda record: self._guarded_grad_hook(f"{key}.backward", record)
+        )
 
     # ----------------------------------------------------------------- model: modules and parameters
 
@@ -474,35 +555,29 @@ class TorchAdapter(AdapterBase):
         def pre_hook(_module: Any, args: Any, kwargs: Any) -> Any:
             if compiling() or not svc.cell_active() or svc.is_disabled(key) or self._in_transform():
                 return None
-            call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi))
+            # The inputs are collected now, before the module runs (an in-place module changes them).
+            call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi, args, kwargs))
             if call is None:
                 return None
             # From here the call is on the construct stack: the forward hook pops it, whatever happens.
             state.open_calls.append((call, None))
-            new_args = svc.run_guarded(key, lambda: prepare_backward(call, args), disable=False)
-            return None if new_args is None else (new_args, kwargs)
+            svc.run_guarded(key, lambda: prepare_backward(call, args), disable=False)
+            return None  # the module always receives its caller's arguments unchanged
 
-        def prepare_backward(call: CellCall, args: Any) -> tuple[Any, ...] | None:
-            """Open the call's backward bookkeeping; PyTorch: its inputs as hooked views (None: unchanged)."""
+        def prepare_backward(call: CellCall, args: Any) -> None:
+            """Open the call's backward bookkeeping; PyTorch: its inputs' gradient edges (:mod:`.torch_grads`)."""
             if not (call.recorded and svc.config.records_direction("backward") and self._grad_enabled()):
-                return None
+                return
             backward = _ModuleBackward(call, len(args))
-            if self._mindtorch or not svc.config.records_io("output"):
-                # No views when the gradients w.r.t. inputs are not recorded (data_mode) or not capturable.
-                state.open_calls[-1] = (call, backward)
-                return None
+            state.open_calls[-1] = (call, backward)
+            if self._edges is None or not svc.config.records_io("output"):
+                return  # gradients w.r.t. inputs not recorded (data_mode) or not capturable (mindtorch)
             bwd = call.forward_name.replace(".forward.", ".backward.")
             with svc.collecting():
-                # A failure here costs this call its backward entry only; the forward entry is still recorded.
-                new_args = svc.run_guarded(
-                    backward_key,
-                    lambda: self._view_inputs(args, lambda i: self._module_grad_hook(key, backward, "output", i)),
-                    disable=False,
-                    what=bwd,
+                # A failure here costs this call its input gradients only.
+                backward.grads = svc.run_guarded(
+                    backward_key, lambda: self._edges.begin(args, self._wants_grad), disable=False, what=bwd
                 )
-            if new_args is not None:
-                state.open_calls[-1] = (call, backward)
-            return new_args
 
         def forward_hook(_module: Any, args: Any, kwargs: Any, output: Any) -> None:
             if not state.open_calls or compiling() or self._in_transform():
@@ -513,10 +588,9 @@ class TorchAdapter(AdapterBase):
                     done = svc.run_guarded(key, lambda: record_forward(call, args, kwargs, output))
                     if done and backward is not None:
                         bwd = call.forward_name.replace(".forward.", ".backward.")
-                        outputs = output if isinstance(output, (tuple, list)) else (output,)
                         hooked = svc.run_guarded(
                             backward_key,
-                            lambda: self._hook_module_outputs(key, backward, outputs),
+                            lambda: self._hook_module_outputs(key, backward, output),
                             disable=False,
                             what=bwd,
                         )
@@ -549,41 +623,41 @@ class TorchAdapter(AdapterBase):
                 if handle is not None:
                     self._handles.append(handle)
 
-    def _view_inputs(self, args: Sequence[Any], hook_at: Callable[[int], Callable[[Any], None]]) -> tuple[Any, ...]:
-        """PyTorch: each positional input that needs a gradient → a ``view_as`` view carrying the hook
-        ``hook_at(position)`` (the gradient w.r.t. that input); the same tensor at several positions gets one
-        view, hooked for its first position."""
-        replaced = list(args)
-        views: dict[int, Any] = {}
-        for i, arg in enumerate(args):
-            if not self._wants_grad(arg):
+    def _hook_module_outputs(self, key: str, backward: _ModuleBackward, output: Any) -> bool:
+        """Hook each floating-point output tensor that will get a gradient, wherever it sits in the output
+        (tuples, lists, dicts, ``ModelOutput`` and other dataclasses, named tuples: the backward entry's ``input``
+        mirrors the forward ``output``'s structure and argument paths), and the module's own autograd nodes
+        for the gradients w.r.t. its inputs.  Returns whether any output was hooked (a backward is then
+        expected)."""
+        outputs = output if isinstance(output, (tuple, list)) and not hasattr(output, "_fields") else (output,)
+        found: list[tuple[tuple[Any, ...], Any]] = []
+        backward.grad_outputs = [self._grad_skeleton(o, (i,), found, 0) for i, o in enumerate(outputs)]
+        bwd = backward.call.forward_name.replace(".forward.", ".backward.")
+        grads = backward.grads
+        backward.grads = None
+        hooked: list[Any] = []
+        paths: list[tuple[Any, ...]] = []
+        for path, tensor in found:
+            if self._passthrough(grads, tensor, bwd, path):
                 continue
-            view = views.get(id(arg))
-            if view is None:
-                view = self._view_as(arg, arg)
-                view.register_hook(hook_at(i))
-                views[id(arg)] = view
-            replaced[i] = view
-        return tuple(replaced)
-
-    def _hook_module_outputs(self, key: str, backward: _ModuleBackward, outputs: Sequence[Any]) -> bool:
-        """Hook each floating-point output that will get a gradient (the backward entry's ``input``);
-        returns whether any was hooked (a backward is then expected)."""
-        backward.grad_outputs = [None] * len(outputs)
-        hooked = False
-        for i, value in enumerate(outputs):
-            if self._wants_grad(value):
-                self._hook_tensor(value, self._module_grad_hook(key, backward, "input", i))
-                hooked = True
-        if hooked and self._mindtorch:
-            self.service.note_not_captured(
-                backward.call.forward_name.replace(".forward.", ".backward.") + ".output", MINDTORCH_NO_INPUT_GRADS
+            self._hook_tensor(tensor, self._module_grad_hook(key, backward, "input", path))
+            hooked.append(tensor)
+            paths.append(path)
+        if grads is not None:
+            self._attach(
+                grads, hooked, key, lambda pos, grad: self._module_grad_hook(key, backward, "output", pos)(grad), bwd
             )
-        return hooked
+        if paths:
+            self._observed.append((bwd, paths, lambda p: _at(backward.grad_outputs, p) is not None, grads))
+        if paths and self._mindtorch:
+            self.service.note_not_captured(bwd + ".output", MINDTORCH_NO_INPUT_GRADS)
+        return bool(paths)
 
     def _module_grad_hook(
-        self, key: str, backward: _ModuleBackward, field: str, position: int
+        self, key: str, backward: _ModuleBackward, field: str, position: tuple[Any, ...] | int
     ) -> Callable[[Any], None]:
+        """A gradient hook filling the backward entry's ``input`` at output path ``position`` (a tuple) or its
+        ``output`` at input ``position`` (an int), then (re)putting the entry."""
         svc = self.service
 
         def record(grad: Any) -> None:
@@ -592,11 +666,33 @@ class TorchAdapter(AdapterBase):
             if call.step != svc.current_step or not svc.config.records_io(field):
                 return
             bwd = call.forward_name.replace(".forward.", ".backward.")
-            slots = backward.grad_outputs if field == "input" else backward.grad_inputs
-            slots[position] = svc.collect(grad, bwd, f"{field}.{position}")
+            if isinstance(position, tuple):
+                leaf = svc.collect(grad, bwd, "input." + ".".join(map(str, position)))
+                _set_at(backward.grad_outputs, position, leaf)
+            else:
+                backward.grad_inputs[position] = svc.collect(grad, bwd, f"output.{position}")
             svc.cell_backward(call, tuple(backward.grad_outputs), tuple(backward.grad_inputs))
 
         return self._guarded_grad_hook(f"{key}.backward", record)
+
+
+def _at(skeleton: Any, path: tuple[Any, ...]) -> Any:
+    """The value at ``path`` in a gradient skeleton (nested lists and dicts), or None."""
+    node = skeleton
+    for key in path:
+        try:
+            node = node[key]
+        except (IndexError, KeyError, TypeError):
+            return None
+    return node
+
+
+def _set_at(skeleton: Any, path: tuple[Any, ...], value: Any) -> None:
+    """Put ``value`` at ``path`` in a gradient skeleton (nested lists and dicts)."""
+    node = skeleton
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
 
 
 def _working(check: Callable[[], Any] | None) -> Callable[[], bool] | None:

@@ -9,7 +9,6 @@ from typing import Any
 
 from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD
 from msprobe_cmp.errors import MissingFrameworkError
-from msprobe_cmp.recorder.adapters.base import writes_in_place
 from msprobe_cmp.recorder.service import CellCall
 
 #: (family prefix, target, api list file); target "Tensor" is the class, the others module paths.
@@ -20,57 +19,26 @@ API_FAMILIES = (
     ("Distributed", "torch.distributed", "torch_distributed.txt"),
 )
 
-#: APIs whose inputs are never replaced by views: they return views or cast, or write in place.
-#: Names ending in "_" (in-place) and "__i*__" are excluded as well.
-NO_VIEW_APIS = frozenset(
-    {
-        "__getitem__",
-        "__setitem__",
-        "view",
-        "view_as",
-        "reshape",
-        "reshape_as",
-        "transpose",
-        "swapaxes",
-        "swapdims",
-        "moveaxis",
-        "movedim",
-        "permute",
-        "squeeze",
-        "unsqueeze",
-        "flatten",
-        "unflatten",
-        "ravel",
-        "narrow",
-        "select",
-        "split",
-        "tensor_split",
-        "chunk",
-        "unbind",
-        "t",
-        "diagonal",
-        "broadcast_to",
-        "broadcast_tensors",
-        "expand",
-        "expand_as",
-        "contiguous",
-        "to",
-        "type_as",
-        "float",
-        "half",
-        "double",
-        "view_as_real",
-        "view_as_complex",
-        "real",
-        "ones_like",
-        "zeros_like",
-        "empty_like",
-        "full_like",
-        "rand_like",
-        "randn_like",
-        "randint_like",
-    }
+#: not_captured reason of a gradient that cannot be observed because an output is one of the call's inputs.
+PASSTHROUGH_REASON = (
+    "the call returned this input tensor itself (no autograd node of its own: nn.Identity, eval-mode dropout, "
+    "x.contiguous() of a contiguous x), so its gradient at the call's boundary cannot be told apart from that "
+    "tensor's other consumers' without changing the autograd graph; not recorded"
 )
+
+
+def unreached_reason(what: str) -> str:
+    """not_captured reason of a hooked gradient slot that stayed empty although the call's backward ran."""
+    return f"no gradient reached this {what} in this step (it does not lead to what backward() was called on)"
+
+
+def incomplete_reason(got: int, expected: int) -> str:
+    """not_captured reason of an input gradient of which only ``got`` of ``expected`` contributions arrived."""
+    return (
+        f"only {got} of the {expected} gradient contributions of the call's autograd nodes to this input arrived "
+        "in this step; not recorded"
+    )
+
 _FLOAT_DTYPES = frozenset({"torch.float16", "torch.float32", "torch.float64", "torch.bfloat16"})
 _HOST_ONLY_DTYPES = frozenset({"torch.complex32", "torch.complex64", "torch.complex128"})
 #: not_captured reasons of the mindtorch flavour.
@@ -135,10 +103,6 @@ def import_torch(framework: str = "pytorch") -> Any:
     return torch
 
 
-def _no_views_for(api: str) -> bool:
-    return api in NO_VIEW_APIS or writes_in_place(api)
-
-
 class _ModuleBackward:
     """One module call's backward bookkeeping: the gradient leaves collected so far.
 
@@ -147,15 +111,18 @@ class _ModuleBackward:
         grad_outputs: leaves of the gradients w.r.t. the call's outputs (the entry's ``input``).
         grad_inputs: leaves of the gradients w.r.t. its positional inputs (the entry's ``output``).
         fired: whether any gradient arrived.
+        grads: PyTorch: the inputs' gradient edges taken at the pre-hook (:mod:`.torch_grads`), until the
+            forward hook attaches them.
     """
 
-    __slots__ = ("call", "grad_outputs", "grad_inputs", "fired")
+    __slots__ = ("call", "grad_outputs", "grad_inputs", "fired", "grads")
 
     def __init__(self, call: CellCall, n_inputs: int) -> None:
         self.call = call
         self.grad_outputs: list[Any] = []
         self.grad_inputs: list[Any] = [None] * max(n_inputs, 1)
         self.fired = False
+        self.grads: Any = None
 
 
 class _ModuleState:

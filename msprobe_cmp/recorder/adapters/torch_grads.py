@@ -1,0 +1,230 @@
+"""Gradients w.r.t. a call's inputs, observed on autograd's own nodes (PyTorch), without changing the graph.
+
+The gradient a module or API call contributes to one of its inputs ``x`` is the sum of what the call's autograd
+nodes send to ``x``.  The recorder observes exactly that:
+
+1. **Before the call** (:meth:`EdgeWatch.begin`): for each positional input that needs a gradient, its gradient
+   edge (``torch.autograd.graph.get_gradient_edge``: the node that will receive ``x``'s gradient and which of
+   its inputs; for a leaf, its ``AccumulateGrad``), and autograd's sequence number
+   (``torch._C._autograd._get_sequence_nr``): every node created from then on has a number at least as large.
+2. **After the call** (:meth:`EdgeWatch.attach`): a walk from the outputs' ``grad_fn`` through the nodes created
+   during the call (and only those), and a post-hook (``Node.register_hook``) on each node with an edge to an
+   input.  An in-place call is covered too: its input's edge was taken before the call rebased the tensor.
+3. **In the backward**: each post-hook sees its node's ``grad_inputs``, the contribution along that edge.  When a
+   position has one contribution it is recorded as autograd computed it; several are summed by the recorder in
+   float64 (complex128 for complex gradients), for the record only, and cast back to the gradient's dtype.
+
+Nothing is added between a tensor and its consumers (no ``view_as``, copy or custom autograd Function), so autograd
+sums the gradients of every tensor in the same order as without the recorder and training stays bit-identical.
+(Handing the call ``x.view_as(x)``, as ``register_full_backward_hook`` and msprobe do, inserts a node whose
+gradient is summed separately from ``x``'s other consumers: the sum's order, and its last bits, change.)
+
+What cannot be observed this way is reported, never guessed: an output that *is* one of the inputs (same gradient
+edge: ``nn.Identity``, eval-mode dropout, ``x.contiguous()`` of a contiguous ``x``) has no node of the call, so
+the gradient at the call's boundary cannot be told apart from that tensor's other consumers'
+(:attr:`InputGrads.passthrough`); and a contribution that never arrives (a path that does not reach the loss)
+leaves its position incomplete (:meth:`InputGrads.incomplete`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+#: What a post-hook receives and forwards: ``deliver(position, gradient)`` once a position's sum is complete.
+Deliver = Callable[[int, Any], None]
+
+
+class InputGrads:
+    """One call's input-gradient bookkeeping.
+
+    Attributes:
+        watermark: autograd's sequence number before the call: nodes numbered at least this were created by it.
+        edges: ``(id(node), input number) → (position, node)`` for each positional input that needs a gradient
+            (the same tensor at several positions: its first position); dropped once the hooks are attached.
+        expected: position → how many contributions the attached hooks will send.
+        got: position → how many arrived in the current backward pass (0 again once all did).
+        done: positions whose contributions all arrived at least once.
+        acc: position → the float64 (complex128) sum so far, when a position expects several; dtypes: the
+            gradient's dtype, which the sum is cast back to.
+        passthrough: positions of inputs returned as outputs unchanged (see the module docstring).
+        failed: position → why its edge could not be taken (its gradient is not recorded).
+    """
+
+    __slots__ = ("watermark", "edges", "expected", "got", "done", "acc", "dtypes", "passthrough", "failed")
+
+    def __init__(self, watermark: int, edges: dict[tuple[int, int], tuple[int, Any]]) -> None:
+        self.watermark = watermark
+        self.edges: dict[tuple[int, int], tuple[int, Any]] | None = edges
+        self.expected: dict[int, int] = {}
+        self.got: dict[int, int] = {}
+        self.done: set[int] = set()
+        self.acc: dict[int, Any] = {}
+        self.dtypes: dict[int, Any] = {}
+        self.passthrough: set[int] = set()
+        self.failed: dict[int, str] = {}
+
+    def incomplete(self) -> dict[int, tuple[int, int]]:
+        """Positions whose contributions did not all arrive: ``position → (arrived, expected)``."""
+        return {
+            pos: (self.got.get(pos, 0), n)
+            for pos, n in self.expected.items()
+            if pos not in self.done or self.got.get(pos, 0)
+        }
+
+
+class EdgeWatch:
+    """Takes input gradient edges before a call and hooks the call's own nodes after it (module docstring).
+
+    Args:
+        torch: the torch module (real PyTorch; mindtorch has no such graph).
+        collecting: the recorder's guard (a context manager) under which its own tensor operations run unrecorded.
+    """
+
+    def __init__(self, torch: Any, collecting: Callable[[], AbstractContextManager[Any]]) -> None:
+        self._seq: Callable[[], int] = torch._C._autograd._get_sequence_nr
+        self._edge = torch.autograd.graph.get_gradient_edge
+        self._torch = torch
+        self._collecting = collecting
+
+    @staticmethod
+    def available(torch: Any) -> bool:
+        """True when this torch exposes what the watch needs (torch ≥ 2.2)."""
+        autograd = getattr(getattr(torch, "_C", None), "_autograd", None)
+        graph = getattr(getattr(torch, "autograd", None), "graph", None)
+        return callable(getattr(autograd, "_get_sequence_nr", None)) and callable(
+            getattr(graph, "get_gradient_edge", None)
+        )
+
+    def begin(self, args: Sequence[Any], wants_grad: Callable[[Any], bool]) -> InputGrads | None:
+        """Before the call: the gradient edges of the positional ``args`` that need a gradient, or None when
+        none does."""
+        edges: dict[tuple[int, int], tuple[int, Any]] = {}
+        failed: dict[int, str] = {}
+        for i, arg in enumerate(args):
+            if not wants_grad(arg):
+                continue
+            try:
+                edge = self._edge(arg)
+            except Exception as exc:  # e.g. a sparse leaf: torch finds a leaf's edge through a view
+                failed[i] = f"its gradient edge could not be taken ({type(exc).__name__}); not recorded"
+                continue
+            edges.setdefault((id(edge.node), edge.output_nr), (i, edge.node))
+        if not edges and not failed:
+            return None
+        grads = InputGrads(self._seq(), edges)
+        grads.failed = failed
+        return grads
+
+    def edge_key(self, tensor: Any) -> tuple[int, int] | None:
+        """The ``(id(node), input number)`` of ``tensor``'s gradient edge, or None when it has none."""
+        node = tensor.grad_fn
+        if node is not None:
+            return id(node), tensor.output_nr
+        if not getattr(tensor, "requires_grad", False):
+            return None
+        edge = self._edge(tensor)
+        return id(edge.node), edge.output_nr
+
+    def is_passthrough(self, grads: InputGrads, tensor: Any) -> int | None:
+        """The input position ``tensor`` is, unchanged (the same gradient edge), else None."""
+        if grads.edges is None:
+            return None
+        key = self.edge_key(tensor)
+        hit = grads.edges.get(key) if key is not None else None
+        return None if hit is None else hit[0]
+
+    def attach(
+        self,
+        grads: InputGrads,
+        outputs: Sequence[Any],
+        deliver: Deliver,
+        guard: Callable[[Callable[[Any], None]], Callable[[Any], None]],
+    ) -> None:
+        """After the call: hook the nodes the call created that send gradients to its inputs.
+
+        Args:
+            grads: from :meth:`begin`; its ``edges`` are released here.
+            outputs: the call's output tensors that need a gradient (pass-through ones excluded by the caller).
+            deliver: called with ``(position, gradient)`` once a position's contributions are all in (one
+                contribution: autograd's tensor itself; several: their float64 sum cast to its dtype).
+            guard: wraps a ``record(grad_inputs)`` function into a hook body that never raises (the adapter's).
+        """
+        edges = grads.edges
+        grads.edges = None
+        if not edges:
+            return
+        watermark = grads.watermark
+        visited: list[Any] = []  # keeps every node visited alive, so no id is reused during the walk
+        seen: set[int] = set()
+        stack: list[Any] = []
+        for t in outputs:
+            node = t.grad_fn
+            if node is not None and id(node) not in seen and node._sequence_nr() >= watermark:
+                seen.add(id(node))
+                stack.append(node)
+        while stack:
+            node = stack.pop()
+            visited.append(node)
+            hits: list[tuple[int, int]] = []
+            for k, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                hit = edges.get((id(nxt), nr))
+                if hit is not None:
+                    hits.append((k, hit[0]))
+                elif id(nxt) not in seen and nxt._sequence_nr() >= watermark:
+                    seen.add(id(nxt))
+                    stack.append(nxt)
+            if hits:
+                for _, pos in hits:
+                    grads.expected[pos] = grads.expected.get(pos, 0) + 1
+                self._hook_node(node, hits, grads, deliver, guard)
+
+    def _hook_node(
+        self,
+        node: Any,
+        hits: list[tuple[int, int]],
+        grads: InputGrads,
+        deliver: Deliver,
+        guard: Callable[[Callable[[Any], None]], Callable[[Any], None]],
+    ) -> None:
+        def record(grad_inputs: Any) -> None:
+            for k, pos in hits:
+                self._contribute(grads, pos, grad_inputs[k], deliver)
+
+        body = guard(record)
+
+        def post_hook(grad_inputs: Any, _grad_outputs: Any) -> None:
+            body(grad_inputs)
+            return None
+
+        node.register_hook(post_hook)
+
+    def _contribute(self, grads: InputGrads, pos: int, grad: Any, deliver: Deliver) -> None:
+        expected = grads.expected.get(pos, 0)
+        pending = grads.got.get(pos, 0) + 1
+        if expected <= 1:
+            grads.done.add(pos)
+            if grad is not None:
+                deliver(pos, grad)
+            return
+        torch = self._torch
+        total = None
+        with self._collecting(), torch.no_grad():
+            if grad is not None:
+                wide = grad.to(torch.complex128 if grad.is_complex() else torch.float64)
+                prev = grads.acc.get(pos)
+                grads.acc[pos] = wide if prev is None else prev + wide
+                grads.dtypes[pos] = grad.dtype
+            if pending < expected:
+                grads.got[pos] = pending
+                return
+            grads.got[pos] = 0  # complete; a retained graph's next backward pass starts a new sum
+            grads.done.add(pos)
+            total = grads.acc.pop(pos, None)
+            if total is not None:
+                total = total.to(grads.dtypes[pos])
+        if total is not None:
+            deliver(pos, total)

@@ -10,6 +10,9 @@ rm -rf "$venv"
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q "mindspore==2.7.0" "numpy<2" ml-dtypes safetensors tqdm typing_extensions
 "$venv/bin/pip" install -q --no-deps "mindnlp==0.5.1"
+# Real model code for the mindtorch corpus tests: transformers 4.57.1 runs under this mindtorch (5.x does not
+# import there); it needs no torch from the registry (mindtorch provides it).
+"$venv/bin/pip" install -q "transformers==4.57.1" "numpy<2"
 # msprobe-cmp itself (its dependencies resolve inside numpy<2).
 "$venv/bin/pip" install -q -e .
 "$venv/bin/python" -c "import mindtorch, torch, mindspore; assert isinstance(torch.tensor(0.), mindspore.Tensor)"

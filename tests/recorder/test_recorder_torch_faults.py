@@ -13,7 +13,6 @@ import pytest
 from msprobe_cmp import PrecisionDebugger
 from msprobe_cmp.recorder.adapters.torch_support import FUNCTORCH_KEY, SCRIPT_MODULE_REASON
 from msprobe_cmp.recorder.collector import Collector
-from msprobe_cmp.recorder.service import MAX_ERROR_CHARS
 
 pytestmark = pytest.mark.torch
 

@@ -570,13 +570,14 @@ class TorchAdapter(AdapterBase):
                 return
             backward = _ModuleBackward(call, len(args))
             state.open_calls[-1] = (call, backward)
-            if self._edges is None or not svc.config.records_io("output"):
+            edges = self._edges
+            if edges is None or not svc.config.records_io("output"):
                 return  # gradients w.r.t. inputs not recorded (data_mode) or not capturable (mindtorch)
             bwd = call.forward_name.replace(".forward.", ".backward.")
             with svc.collecting():
                 # A failure here costs this call its input gradients only.
                 backward.grads = svc.run_guarded(
-                    backward_key, lambda: self._edges.begin(args, self._wants_grad), disable=False, what=bwd
+                    backward_key, lambda: edges.begin(args, self._wants_grad), disable=False, what=bwd
                 )
 
         def forward_hook(_module: Any, args: Any, kwargs: Any, output: Any) -> None:

@@ -1,0 +1,190 @@
+"""The PyTorch recorder on real model code (transformers BERT, GPT-2, Llama; pytorchcv's ResNet-18 with in-place
+ReLUs and BatchNorm): training bit-identical, in-place modules recorded as they ran, outputs of any structure,
+gradients w.r.t. module inputs equal to those of an independent method, every gap declared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.realmodels.conftest import need
+from tests.realmodels.walk import undeclared_gaps
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+from msprobe_cmp import PrecisionDebugger  # noqa: E402
+from msprobe_cmp.comparator.compare import CompareOptions, compare  # noqa: E402
+from msprobe_cmp.dump.reader import load_dump  # noqa: E402
+from tests.realmodels import torch_corpus  # noqa: E402
+
+MODELS = ("bert", "gpt2", "llama", "resnet18")
+
+
+def _build(name: str, **kw: Any) -> torch_corpus.Case:
+    need("pytorchcv.models.resnet" if name == "resnet18" else "transformers")
+    return torch_corpus.BUILDERS[name](torch, **kw)
+
+
+def _train(case: torch_corpus.Case, steps: int, dump: Path | None = None, **debugger: Any) -> list[bytes]:
+    """``steps`` SGD steps (recorded into ``dump`` when given); losses, parameters and buffers as bytes."""
+    opt = torch.optim.SGD(case.model.parameters(), lr=0.05, momentum=0.9)
+    torch.manual_seed(7)  # dropout draws from here: the recorder must not draw
+    dbg = PrecisionDebugger(dump_path=str(dump), framework="pytorch", **debugger) if dump else None
+    out: list[bytes] = []
+    for _ in range(steps):
+        opt.zero_grad()
+        if dbg:
+            dbg.start(case.model)
+        loss = case.loss_of(case.model, case.batch)
+        loss.backward()
+        if dbg:
+            dbg.stop()
+        opt.step()
+        if dbg:
+            dbg.step()
+        out.append(loss.detach().numpy().tobytes())
+    if dbg:
+        dbg.close()
+    out += [t.detach().numpy().tobytes() for t in case.model.state_dict().values()]  # parameters and buffers
+    return out
+
+
+def _doc(dump: Path, step: int = 0) -> dict[str, Any]:
+    return json.loads((dump / f"step{step}" / "rank" / "dump.json").read_text())
+
+
+_PLAIN: dict[str, list[bytes]] = {}
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(("level", "task"), [("L0", "statistics"), ("L1", "statistics"), ("mix", "statistics"),
+                                             ("L0", "tensor"), ("L1", "tensor"), ("mix", "tensor")])
+def test_three_steps_are_bit_identical_with_and_without_the_recorder(
+    tmp_path: Path, name: str, level: str, task: str
+) -> None:
+    if name not in _PLAIN:
+        _PLAIN[name] = _train(_build(name), 3)
+    recorded = _train(_build(name), 3, tmp_path, level=level, task=task)
+    assert len(recorded) == len(_PLAIN[name])
+    differ = [i for i, (a, b) in enumerate(zip(_PLAIN[name], recorded, strict=True)) if a != b]
+    assert differ == [], f"{name} {level}/{task}: losses/parameters/buffers differ at {differ}"
+    assert _doc(tmp_path, 2)["data"]  # and it recorded
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One mix/statistics step of each model (and the ResNet twin with every ReLU out of place)."""
+    out = {}
+    for name, kw in [(m, {}) for m in MODELS] + [("resnet18", {"inplace": False})]:
+        key = name + ("_twin" if kw else "")
+        dump = tmp_path_factory.mktemp(key)
+        _train(_build(name, **kw), 1, dump, level="mix", task="statistics")
+        out[key] = dump
+    return out
+
+
+def test_an_inplace_relu_records_what_it_received(recordings: dict[str, Path]) -> None:
+    data = _doc(recordings["resnet18"])["data"]
+    bn = data["Module.features.init_block.conv.bn.BatchNorm2d.forward.0"]["output"][0]
+    relu = data["Module.features.init_block.conv.activ.ReLU.forward.0"]
+    # Its input is the BatchNorm's output (negative values included), not the ReLU's result.
+    assert relu["input_args"][0]["Min"] == bn["Min"] < 0
+    assert relu["input_args"][0]["Norm"] == bn["Norm"]
+    assert relu["output"][0]["Min"] == 0.0
+    # Its backward: the gradient w.r.t. its input is there, and is the gradient w.r.t. its output masked by x > 0.
+    backward = data["Module.features.init_block.conv.activ.ReLU.backward.0"]
+    assert backward["output"][0] is not None and backward["input"][0] is not None
+    assert backward["output"][0]["Norm"] < backward["input"][0]["Norm"]
+
+
+def test_the_inplace_model_and_its_out_of_place_twin_compare_as_a_pass(recordings: dict[str, Path]) -> None:
+    result = compare(load_dump(recordings["resnet18"]), load_dump(recordings["resnet18_twin"]), CompareOptions())
+    assert result.verdict == "pass", dict(result.verdict_counts)
+    assert dict(result.verdict_counts).get("fail", 0) == 0
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_gap_is_declared(recordings: dict[str, Path], name: str) -> None:
+    doc = _doc(recordings[name])
+    assert undeclared_gaps(doc) == []
+    fwd = [k for k in doc["data"] if k.startswith("Module.") and ".forward." in k]
+    assert fwd  # every module call recorded, each with its backward (or declared: checked above)
+
+
+@pytest.mark.parametrize(("name", "module", "field"), [
+    ("bert", "Module.bert.BertModel", "last_hidden_state"),
+    ("gpt2", "Module.transformer.GPT2Model", "last_hidden_state"),
+    ("llama", "Module.model.LlamaModel", "last_hidden_state"),
+])
+def test_modules_returning_a_model_output_get_their_backward(
+    recordings: dict[str, Path], name: str, module: str, field: str
+) -> None:
+    """The gradient w.r.t. a ``ModelOutput`` field equals the one a tensor hook on that field sees (an
+    independent run of the same model, same seed)."""
+    case = _build(name)
+    sub = case.model.get_submodule(module.split(".", 1)[1].rsplit(".", 1)[0])
+    seen: list[Any] = []
+
+    def hook(_m: Any, _a: Any, out: Any) -> None:
+        out[field].register_hook(lambda g: seen.append(g.clone()))
+
+    sub.register_forward_hook(hook)
+    torch.manual_seed(7)
+    case.loss_of(case.model, case.batch).backward()
+    backward = _doc(recordings[name])["data"][f"{module}.backward.0"]
+    leaf = backward["input"][0][field]
+    g = seen[0].double().numpy()
+    assert leaf["shape"] == list(g.shape)
+    assert leaf["Max"] == pytest.approx(g.max(), rel=1e-6) and leaf["Min"] == pytest.approx(g.min(), rel=1e-6)
+    assert leaf["Norm"] == pytest.approx(np.linalg.norm(g), rel=1e-6)
+
+
+def _reference_input_grads(name: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Gradients w.r.t. each once-called module's first input and first output, by torch's own
+    ``register_full_backward_hook`` (a view between the tensor and the module: an independent method) on the
+    out-of-place twin (full backward hooks refuse in-place modules)."""
+    case = _build(name, **({"inplace": False} if name == "resnet18" else {}))
+    calls: dict[str, int] = {}
+    grads: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for path, module in case.model.named_modules():
+        if not path:
+            continue
+        key = f"Module.{path}.{type(module).__name__}"
+        module.register_forward_pre_hook(lambda _m, _a, key=key: calls.__setitem__(key, calls.get(key, 0) + 1))
+
+        def hook(_m: Any, gin: Any, gout: Any, key: str = key) -> None:
+            if gin and gin[0] is not None and gout and gout[0] is not None:
+                grads[key] = (gin[0].double().numpy(), gout[0].double().numpy())
+
+        if not list(module.children()) and name != "resnet18" or isinstance(module, (torch.nn.Linear,
+                                                                                     torch.nn.Conv2d,
+                                                                                     torch.nn.BatchNorm2d,
+                                                                                     torch.nn.ReLU)):
+            module.register_full_backward_hook(hook)
+    torch.manual_seed(7)
+    case.loss_of(case.model, case.batch).backward()
+    return {k: v for k, v in grads.items() if calls.get(k) == 1}
+
+
+@pytest.mark.parametrize("name", ["bert", "resnet18"])
+def test_module_input_gradients_equal_full_backward_hooks(recordings: dict[str, Path], name: str) -> None:
+    data = _doc(recordings[name])["data"]
+    reference = _reference_input_grads(name)
+    assert len(reference) > 10
+    checked = 0
+    for key, (gin, gout) in reference.items():
+        backward = data.get(f"{key}.backward.0")
+        assert backward is not None, key
+        for leaf, g in ((backward["output"][0], gin), (backward["input"][0], gout)):
+            assert leaf is not None, key
+            scale = float(np.abs(g).max()) or 1.0
+            assert abs(leaf["Max"] - g.max()) <= 1e-5 * scale, key
+            assert abs(leaf["Min"] - g.min()) <= 1e-5 * scale, key
+            assert leaf["Norm"] == pytest.approx(np.linalg.norm(g), rel=1e-5, abs=1e-12), key
+            checked += 1
+    assert checked >= 2 * len(reference)

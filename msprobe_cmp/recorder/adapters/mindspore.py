@@ -532,9 +532,10 @@ class MindSporeAdapter(AdapterBase):
         grad_params = [name for name, p in params if p.requires_grad]
         grad_enabled = self._grad_enabled
 
-        def pre_hook(_cell: Any, _args: Any, _kwargs: Any) -> None:
+        def pre_hook(_cell: Any, args: Any, kwargs: Any) -> None:
             if svc.cell_active() and not svc.is_disabled(key):
-                call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi))
+                # The inputs are collected now, before the cell runs (a cell may change them in place).
+                call = svc.run_guarded(key, lambda: svc.begin_cell(path, cls, mi, args, kwargs))
                 if call is not None:
                     state.open_calls.append((call, sys.exc_info()[1]))
             return None

@@ -233,7 +233,8 @@ class Entry:
         name: the entry name (see :mod:`msprobe_cmp.dump.naming`).
         fields: the entry's fields in file order, as ``(key, node)`` pairs:
             forward: ``input_args`` (Seq), ``input_kwargs`` (Map), ``output`` (Seq) and, for cells,
-            ``parameters`` (Map); backward: ``input`` (gradients w.r.t. the forward outputs) and ``output``
+            ``parameters`` (Map) and, for PyTorch modules with buffers, ``buffers_before`` / ``buffers`` (Map);
+            backward: ``input`` (gradients w.r.t. the forward outputs) and ``output``
             (gradients w.r.t. the forward inputs); parameters_grad: one ``(param name, Seq of leaves)`` each.
     """
 
@@ -242,9 +243,21 @@ class Entry:
 
     @classmethod
     def forward(
-        cls, name: str, input_args: Seq, input_kwargs: Map, output: Seq, parameters: Map | None = None
+        cls,
+        name: str,
+        input_args: Seq,
+        input_kwargs: Map,
+        output: Seq,
+        parameters: Map | None = None,
+        buffers: Map | None = None,
+        buffers_before: Map | None = None,
     ) -> Entry:
-        """A forward entry (API or cell); ``parameters`` only for cells."""
+        """A forward entry (API or cell); ``parameters`` only for cells.
+
+        ``buffers`` / ``buffers_before`` (PyTorch modules only, an msprobe-cmp extension that msprobe's compare,
+        which reads the four fields above, ignores): the module's own buffers after the call (BatchNorm's
+        ``running_mean`` as the forward updated it, the counterpart of MindSpore's ``moving_mean`` parameter),
+        and, for the buffers the call changed, their values before it.  Empty maps are left out."""
         fields: list[tuple[str, Node]] = [
             ("input_args", input_args),
             ("input_kwargs", input_kwargs),
@@ -252,6 +265,10 @@ class Entry:
         ]
         if parameters is not None:
             fields.append(("parameters", parameters))
+        if buffers_before is not None and buffers_before.items:
+            fields.append(("buffers_before", buffers_before))
+        if buffers is not None and buffers.items:
+            fields.append(("buffers", buffers))
         return cls(name, tuple(fields))
 
     @classmethod

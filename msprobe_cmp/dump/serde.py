@@ -229,6 +229,8 @@ _FIELD_TYPES: dict[str, tuple[type, str]] = {
     "output": (list, "a list"),
     "input_kwargs": (dict, "an object"),
     "parameters": (dict, "an object"),
+    "buffers": (dict, "an object"),
+    "buffers_before": (dict, "an object"),
 }
 
 

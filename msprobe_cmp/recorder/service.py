@@ -776,6 +776,8 @@ class RecorderService:
         output: object,
         parameters: Sequence[tuple[str, object]],
         grad_params: Sequence[str],
+        buffers: Sequence[tuple[str, object]] = (),
+        buffers_before: Sequence[tuple[str, object]] = (),
     ) -> None:
         """Pop a cell call, put its forward entry (with its direct parameters) and its
         parameters_grad placeholder.
@@ -786,6 +788,8 @@ class RecorderService:
                 output: its output (a tuple/list is several outputs).
             parameters: the cell's own (non-recursive) parameters, ``(local name, value)``.
             grad_params: local names of those parameters that get gradients (placeholders).
+            buffers: the module's own buffers after the call, ``(local name, value)`` (PyTorch);
+                buffers_before: the values before the call of those it changed.
         """
         self.leave_cell(call)
         if call.step != self.current_step:
@@ -806,7 +810,9 @@ class RecorderService:
             outputs = output if isinstance(output, (tuple, list)) else (output,)
             out_seq = self.collect_seq(outputs, fwd, "output") if self.config.records_io("output") else Seq()
             params = Map(tuple((name, self.collect(value, fwd, f"parameters.{name}")) for name, value in parameters))
-            self.put(Entry.forward(fwd, in_seq, in_map, out_seq, params))
+            before = Map(tuple((n, self.collect(v, fwd, f"buffers_before.{n}")) for n, v in buffers_before))
+            after = Map(tuple((n, self.collect(v, fwd, f"buffers.{n}")) for n, v in buffers))
+            self.put(Entry.forward(fwd, in_seq, in_map, out_seq, params, after, before))
             writer.set_stack(fwd, self.capture_stack())
         if grad_params and self.config.records_direction("backward"):
             pg = parameters_grad_name(call.path, call.cls, prefix=self.cell_prefix, model_index=call.model_index)

@@ -139,6 +139,23 @@ def test_user_cell_mapping_beats_the_table_and_parameters_are_renamed():
     assert views[2].mapped_by == "user cell mapping m.yaml: blocks.0.Dense → layers.0.MyLinear"
 
 
+def test_batchnorm_moving_statistics_pair_with_pytorch_buffers():
+    """MindSpore holds BatchNorm's running statistics as parameters, PyTorch as buffers (recorded in the forward
+    entry's ``buffers`` field): the built-in table pairs them, and the pair matches row for row."""
+    ms = _fwd("Cell.bn.BatchNorm2d.forward.0", [_t([2, 3, 4, 4])], [_t([2, 3, 4, 4])],
+              {"gamma": _t([3]), "beta": _t([3]), "moving_mean": _t([3], mean=0.1), "moving_variance": _t([3])})
+    pt_leaf = TensorLeaf("torch.Tensor", "torch.float32", (3,), 1.0, 0.0, 0.1, 1.0)
+    pt = Entry.forward("Module.bn.BatchNorm2d.forward.0", Seq((pt_leaf,)), Map(()), Seq((pt_leaf,)),
+                       Map((("weight", pt_leaf), ("bias", pt_leaf))),
+                       buffers=Map((("running_mean", pt_leaf), ("running_var", pt_leaf), ("num_batches_tracked",
+                                    TensorLeaf("torch.Tensor", "torch.int64", (), 1.0, 1.0, 1.0, 1.0)))))
+    view = build_views([ms], "mindspore")[0]
+    assert [i.path for i in view.items] == ["input.0", "output.0", "parameters.weight", "parameters.bias",
+                                            "buffers.running_mean", "buffers.running_var"]
+    pt_paths = [p for p, _ in pt.leaves()]
+    assert {"buffers.running_mean", "buffers.running_var"} <= set(pt_paths)
+
+
 def test_pytorch_side_keeps_its_names():
     e = _fwd("Module.fc.Linear.forward.0", [_t([2])], [_t([2])])
     assert [v.name for v in build_views([e], "pytorch")] == ["Module.fc.Linear.forward.0"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -18,23 +18,34 @@ def leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:
             yield from leaves(v, f"{path}.{k}")
 
 
-def _needs_grad(leaf: Any) -> bool:
-    return (
-        isinstance(leaf, dict)
-        and leaf.get("requires_grad") is True
-        and str(leaf.get("dtype", "")).split(".")[-1].startswith(("float", "bfloat", "complex"))
+def floating(leaf: Any) -> bool:
+    """True for a tensor leaf of a floating or complex dtype, spelt as PyTorch (``torch.float32``) or MindSpore
+    (``Float32``, ``BFloat16``) spells it."""
+    return isinstance(leaf, dict) and str(leaf.get("dtype", "")).split(".")[-1].lower().startswith(
+        ("float", "bfloat", "complex")
     )
+
+
+def requires_grad(leaf: Any) -> bool:
+    """PyTorch's rule: a floating leaf recorded with ``requires_grad`` true."""
+    return floating(leaf) and leaf.get("requires_grad") is True
 
 
 def _declared(name: str, not_captured: dict[str, str]) -> bool:
     return any(name == what or name.startswith(what + ".") for what in not_captured)
 
 
-def undeclared_gaps(doc: dict[str, Any], prefix: str = "Module.") -> list[str]:
-    """What a PyTorch dump leaves out without saying why: for every forward entry whose outputs need a gradient
+def undeclared_gaps(
+    doc: dict[str, Any], prefix: str = "Module.", needs_grad: Callable[[Any], bool] = requires_grad
+) -> list[str]:
+    """What a dump leaves out without saying why: for every forward entry whose outputs need a gradient
     (a backward ran in the step), its backward entry; in it, a gradient for every output and every positional input
     that needs one; for every module's ``parameters_grad``, a gradient per parameter.  A gap is declared when
-    ``not_captured`` names it or an enclosing name (the entry, its field)."""
+    ``not_captured`` names it or an enclosing name (the entry, its field).
+
+    ``needs_grad(leaf)`` says which tensor leaves need a gradient: by default :func:`requires_grad` (PyTorch's leaves
+    carry the flag).  MindSpore's carry none (msprobe's MindSpore dumps neither), so a MindSpore caller passes its
+    own rule, e.g. :func:`floating` minus the batch it fed."""
     data = doc["data"]
     declared = {item["what"]: item["reason"] for item in doc.get("not_captured", [])}
     gaps: list[str] = []
@@ -43,7 +54,7 @@ def undeclared_gaps(doc: dict[str, Any], prefix: str = "Module.") -> list[str]:
             continue
         bwd = name.replace(".forward.", ".backward.") if name.startswith(("Module.", "Cell.")) else (
             name.replace(".forward", ".backward"))
-        outputs = [(p, leaf) for p, leaf in leaves(entry.get("output"), "input") if _needs_grad(leaf)]
+        outputs = [(p, leaf) for p, leaf in leaves(entry.get("output"), "input") if needs_grad(leaf)]
         if not outputs:
             continue
         backward = data.get(bwd)
@@ -57,7 +68,7 @@ def undeclared_gaps(doc: dict[str, Any], prefix: str = "Module.") -> list[str]:
                 gaps.append(f"{bwd}.{path}: null")
         grads = backward.get("output") or []
         for i, leaf in enumerate(entry.get("input_args") or []):
-            if _needs_grad(leaf) and (i >= len(grads) or grads[i] is None) and not _declared(
+            if needs_grad(leaf) and (i >= len(grads) or grads[i] is None) and not _declared(
                 f"{bwd}.output.{i}", declared
             ):
                 gaps.append(f"{bwd}.output.{i}: null")

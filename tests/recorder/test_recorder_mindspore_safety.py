@@ -13,7 +13,7 @@ import pytest
 
 from msprobe_cmp.errors import ConfigError
 from msprobe_cmp.recorder import PrecisionDebugger
-from msprobe_cmp.recorder.adapters.mindspore import WRAPPED_MARK
+from msprobe_cmp.recorder.adapters.mindspore import NOT_COPIED_DTYPE, NOT_COPIED_VIEW, WRAPPED_MARK
 from msprobe_cmp.recorder.service import RecorderService
 
 
@@ -361,10 +361,19 @@ def test_bfloat16_training_under_value_and_grad_is_unchanged(tmp_path: Path, ms:
     np.testing.assert_array_equal(plain[1], x_np)
     np.testing.assert_array_equal(recorded[1], x_np)
     doc = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())
-    assert doc["not_captured"] == []
     backward = doc["data"]["Functional.mul.0.backward"]
     assert backward["input"][0]["dtype"] == "BFloat16" and backward["input"][0]["Max"] == 1.0  # d(loss)/d(x * w)
     assert backward["output"] == [None, None]  # no copy of a bfloat16 input on CPU: its gradient is not captured
+    # ... and the header says so (and that astype, a cast, gets no copy either)
+    reasons = {item["what"]: item["reason"] for item in doc["not_captured"]}
+    bf16 = NOT_COPIED_DTYPE.format(dtype="BFloat16")
+    assert reasons == {
+        "Functional.mul.0.backward.output.0": bf16,
+        "Functional.mul.0.backward.output.1": bf16,
+        "Functional.add.0.backward.output.0": bf16,
+        "Functional.add.0.backward.output.1": bf16,
+        "Tensor.astype.0.backward.output.0": NOT_COPIED_VIEW,
+    }
 
 
 def test_a_dump_path_with_an_earlier_run_is_warned_about(

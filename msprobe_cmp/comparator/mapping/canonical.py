@@ -313,7 +313,10 @@ def _rename_params(path: str, renames: Mapping[str, str], parameters_grad: bool)
     if top != "parameters":
         return path
     name, dot2, tail = rest.partition(".")
-    return f"parameters.{renames.get(name, name)}{dot2}{tail}"
+    target = renames.get(name, name)
+    if target.startswith("buffers."):  # a MindSpore parameter that PyTorch keeps as a buffer
+        return f"{target}{dot2}{tail}"
+    return f"parameters.{target}{dot2}{tail}"
 
 
 class _Mapper:

@@ -12,7 +12,7 @@ import abc
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -131,6 +131,7 @@ class AdapterBase(abc.ABC):
         self._apis_installed = False
         self._closed = False
         self._warned_save = False
+        self._rank_filter_checked = False
         self._warn_config(config)
         # API wrappers go in now, so names bound after the debugger is built (``from mindspore.ops
         # import relu``) are wrapped too; the switch (start/stop) decides what is recorded.
@@ -149,6 +150,10 @@ class AdapterBase(abc.ABC):
 
     @abc.abstractmethod
     def _detect_rank(self) -> int | None: ...
+
+    def _world_size(self) -> int | None:
+        """The number of ranks of the distributed job; None when not distributed or not known (the default)."""
+        return None
 
     @abc.abstractmethod
     def _convert(self, value: object) -> HostTensor | DeferredTensor | ValueLeaf | None: ...
@@ -209,6 +214,9 @@ class AdapterBase(abc.ABC):
         models, is_list = self._as_models(model)
         if svc.tracks_cells and not models:
             raise ConfigError(f"start(model): level {svc.config.level} records {self._PARTS} and needs the model")
+        if not self._rank_filter_checked:
+            self._rank_filter_checked = True
+            self._check_rank_filter()
         if not svc.step_selected():
             return
         if svc.tracks_apis and not self._apis_installed:
@@ -220,13 +228,79 @@ class AdapterBase(abc.ABC):
             len(models) != len(self._models) or any(a is not b for a, b in zip(models, self._models, strict=True))
         ):
             self._remove_model_hooks()
-            self._install_model_atomically(models, is_list)
+            if self._install_model_atomically(models, is_list) and svc.tracks_apis:
+                svc.run_guarded("start(model): pre-bound APIs", lambda: self._declare_prebound_apis(models, is_list),
+                                disable=False)
         svc.begin()
 
-    def _install_model_atomically(self, models: tuple[Any, ...], is_list: bool) -> None:
+    def _named_parts(self, model: Any) -> Iterator[tuple[str, Any]]:
+        """``(path, cell or module)`` of every part of ``model``, the root as ``""`` (the adapter's walk)."""
+        return iter(())
+
+    def _declare_prebound_apis(self, models: tuple[Any, ...], is_list: bool) -> None:
+        """Warn (once per attribute) and declare in ``not_captured`` every attribute of a model part that holds an
+        API function the recorder wraps, taken before the wrappers were installed (transformers'
+        ``GELUActivation`` stores ``torch.nn.functional.gelu`` when the model is built): its calls reach the
+        original function and are not recorded.  Attributes holding our wrapper are fine."""
+        originals: dict[int, str] = {}
+        for p in self._patches:  # the first name a function is wrapped under (mindspore.ops before mint)
+            if callable(p.original):
+                originals.setdefault(id(p.original), f"{getattr(p.owner, '__name__', type(p.owner).__name__)}.{p.name}")
+        if not originals:
+            return
+        prefix = self.service.cell_prefix
+        for model_index, model in enumerate(models):
+            for path, part in self._named_parts(model):
+                try:
+                    attrs = vars(part)
+                except TypeError:
+                    continue
+                for attr, value in list(attrs.items()):
+                    api = originals.get(id(value))
+                    if api is None:
+                        continue
+                    where = ".".join(x for x in (str(model_index) if is_list else "", path, attr) if x)
+                    what = f"{prefix}.{where}"
+                    if what in self.service.not_captured:
+                        continue
+                    self.service.note_not_captured(
+                        what,
+                        f"holds {api} as it was before the debugger wrapped it (bound when the model was built): its "
+                        "calls are not recorded; create the PrecisionDebugger before building the model",
+                        persistent=True,
+                    )
+                    self._logger.warning(
+                        "msprobe-cmp: %s (%s) holds %s bound before the debugger was created: those calls are not "
+                        "recorded; create the PrecisionDebugger before building the model", where,
+                        type(part).__name__, api)
+
+    def _check_rank_filter(self) -> None:
+        """At the first :meth:`start`, when the config lists ranks and the run is distributed: an info line on a
+        rank the list leaves out (this process records nothing), and a warning when the job's world size is
+        known and no listed rank exists in it (the whole job would record nothing, silently otherwise)."""
+        ranks = self.service.config.ranks
+        rank = self.service.rank
+        if not ranks or rank is None:
+            return  # no list, or not distributed (_warn_config said so)
+        if rank not in ranks:
+            self._logger.info("msprobe-cmp: rank %d is not in the rank list %s; it is not recorded", rank, list(ranks))
+        try:
+            world = self._world_size()
+        except Exception:  # an unknown world size only skips the check
+            world = None
+        if world is not None and not any(r < world for r in ranks):
+            self._logger.warning(
+                "msprobe-cmp: %s: rank %s matches no rank of this %d-rank job (ranks 0-%d); nothing is recorded",
+                self.service.config.source,
+                list(ranks),
+                world,
+                world - 1,
+            )
+
+    def _install_model_atomically(self, models: tuple[Any, ...], is_list: bool) -> bool:
         """Install the model hooks, or none: on an unexpected failure everything installed so far is removed,
         the failure is logged once and listed in ``not_captured`` (APIs are still recorded) and the next
-        ``start(model)`` tries again.
+        ``start(model)`` tries again.  Returns whether the hooks are installed.
 
         Raises:
             ConfigError: from the installation (after removing what it installed).
@@ -240,6 +314,8 @@ class AdapterBase(abc.ABC):
         except Exception as exc:  # start() must not break training either
             self._remove_model_hooks()
             self.service.hook_failed(f"{self.service.cell_prefix} hooks (start(model))", exc, disable=False)
+            return False
+        return True
 
     def stop(self) -> None:
         """Switch recording off and flush the step's files so far."""
@@ -273,6 +349,8 @@ class AdapterBase(abc.ABC):
     def _reset_step(self) -> None:
         for state in self._states:
             state.open_calls.clear()
+            if hasattr(state, "snapshots"):
+                state.snapshots.clear()
             state.awaiting_backward.clear()
 
     def close(self) -> None:
@@ -462,9 +540,13 @@ class AdapterBase(abc.ABC):
                 out = original(*call_args, **kwargs)
             if prepared is not None:
                 call = prepared[0]
-                svc.run_guarded(key, lambda: after(key, call, out))
+                # A collective that writes its result into its first argument and returns None (torch's
+                # all_reduce, broadcast, all_gather, ...): that argument, after the call, is its output.
+                result = call_args[0] if in_place_collective and out is None and call_args else out
+                svc.run_guarded(key, lambda: after(key, call, result))
             return out
 
+        in_place_collective = family == "Distributed"
         setattr(wrapper, WRAPPED_MARK, True)
         return wrapper
 

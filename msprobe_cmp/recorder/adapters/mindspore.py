@@ -22,9 +22,18 @@ API backward, in a gradient context only (``value_and_grad``/``grad``):
   on each floating-point output;
 * gradients w.r.t. each floating-point positional input (its ``output``) come from a hook on an
   ``ops.deepcopy`` (Identity) copy of that input, which the wrapped API then receives instead (values are the
-  same, so results are unchanged).  APIs that return views, cast, or write in place get no copy, so
-  their ``output`` stays ``null``; inputs that need no gradient stay ``null`` too, and so do bfloat16 inputs on
-  CPU (no Identity kernel there: :data:`_NO_CPU_COPY_DTYPES`).
+  same, so results are unchanged).  Inputs an API may write get no copy (a copy would receive the write): the
+  first input of an in-place API (``add_``, ``__iadd__``, ``assign_add``; its other inputs are copied) and the
+  inputs a Primitive with ``side_effect_mem`` writes (``BatchNorm``'s ``gamma``, ``beta`` and running
+  statistics; its ``x`` is copied: :data:`SIDE_EFFECT_READ_INPUTS`).  Neither do the inputs of APIs that return
+  views or cast, nor bfloat16 inputs on CPU (no Identity kernel there: :data:`_NO_CPU_COPY_DTYPES`).  Inputs
+  that need no gradient stay ``null`` too.
+
+At the end of a step (``step()``, ``close()``), every floating-point slot left ``null`` in an API backward entry
+that exists is listed in ``not_captured`` (``<entry>.output.<i>`` / ``<entry>.input.<i>``) with its reason: an
+input deliberately not copied (above), or an output whose gradient hook never fired (the output did not reach
+what was differentiated, e.g. ``BatchNorm``'s batch statistics).  An input whose copy's hook never fired is not
+listed: MindSpore does not say whether it needed a gradient (the batch) or none reached it.
 
 Cell backward entries are paired with their forward call last-in-first-out per cell (backward runs
 in reverse order of the forward calls), so ``backward.<n>`` carries the index of forward call ``n``.
@@ -50,8 +59,8 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -83,7 +92,7 @@ JIT_NOT_CAPTURED = (
 )
 
 #: APIs whose inputs are never replaced by identity copies: they return views or the input itself,
-#: or only read metadata.  Names ending in "_" (in-place) and "__i*__" are excluded as well.
+#: or only read metadata.  (In-place APIs: :data:`WRITES_FIRST_INPUT_APIS`.)
 NO_COPY_APIS = frozenset(
     {
         "__getitem__",
@@ -119,14 +128,11 @@ NO_COPY_APIS = frozenset(
         "shape",
         "ones_like",
         "zeros_like",
-        # in-place on their first argument: a copy would receive the write instead
-        "assign",
-        "assign_add",
-        "assign_sub",
-        "scatter_update",
-        "scatter_nd_update",
     }
 )
+#: APIs that write their first input in place (besides names ending in "_" and "__i*__": ``writes_in_place``): that
+#: input gets no copy (the copy would receive the write instead); their other inputs are only read and are copied.
+WRITES_FIRST_INPUT_APIS = frozenset({"assign", "assign_add", "assign_sub", "scatter_update", "scatter_nd_update"})
 #: Primitive classes treated the same way.
 NO_COPY_PRIMITIVES = frozenset(
     {
@@ -144,6 +150,23 @@ NO_COPY_PRIMITIVES = frozenset(
         "ZerosLike",
         "OnesLike",
     }
+)
+#: Primitives that write some of their inputs in place (``side_effect_mem``) → the positions of the inputs their
+#: signature declares read-only (``sig_rw.RW_READ``), which get a copy; the others are left alone, since a copy
+#: would receive the write.  ``BatchNorm(is_training=True)``: ``x`` is read; ``scale``, ``bias``, ``mean`` and
+#: ``variance`` are declared written (the running statistics are updated in place).  A side-effect Primitive not
+#: listed gets no copy at all.
+SIDE_EFFECT_READ_INPUTS: dict[str, frozenset[int]] = {"BatchNorm": frozenset({0})}
+#: ``not_captured`` reasons of API backward slots left null (listed at the end of a step, see ``_declare_api_gaps``).
+NOT_COPIED_IN_PLACE = "input written in place by the API: not replaced by a copy, so its gradient is not observed"
+NOT_COPIED_SIDE_EFFECT = (
+    "input the Primitive declares written in place (side_effect_mem): not replaced by a copy, so its gradient is "
+    "not observed (a trainable parameter's is in its cell's parameters_grad)"
+)
+NOT_COPIED_VIEW = "input of a view/cast/shape API: not replaced by a copy, so its gradient is not observed"
+NOT_COPIED_DTYPE = "{dtype} input on CPU (no Identity kernel): not replaced by a copy, so its gradient is not observed"
+NO_GRADIENT_TO_OUTPUT = (
+    "no gradient reached this output (its hook never fired: it does not contribute to what was differentiated)"
 )
 _FLOAT_DTYPES = frozenset({"Float16", "Float32", "Float64", "BFloat16"})
 #: Floating dtypes the CPU Identity kernel (``ops.deepcopy``) does not take (MindSpore 2.7 and 2.10): their API
@@ -213,8 +236,58 @@ def import_mindspore() -> Any:
     return mindspore
 
 
-def _copies_inputs(api: str) -> bool:
-    return not (api in NO_COPY_APIS or writes_in_place(api))
+class _CopyRule(NamedTuple):
+    """Which floating-point positional inputs of one API get an Identity copy (``copies(position)``), and the
+    ``not_captured`` reason of the others."""
+
+    copies: Callable[[int], bool]
+    reason: str
+
+
+def _always(_position: int) -> bool:
+    return True
+
+
+def _never(_position: int) -> bool:
+    return False
+
+
+def _after_first(position: int) -> bool:
+    return position > 0
+
+
+COPY_ALL = _CopyRule(_always, "")
+
+
+def api_copy_rule(api: str) -> _CopyRule:
+    """The copy rule of a wrapped API (``Functional.``/``Tensor.``/``Mint.`` ... name ``api``): none for views and
+    casts, all but the first input for in-place APIs, all otherwise."""
+    if api in NO_COPY_APIS:
+        return _CopyRule(_never, NOT_COPIED_VIEW)
+    if api in WRITES_FIRST_INPUT_APIS or writes_in_place(api):
+        return _CopyRule(_after_first, NOT_COPIED_IN_PLACE)
+    return COPY_ALL
+
+
+def primitive_copy_rule(cls_name: str, side_effect: bool) -> _CopyRule:
+    """The copy rule of a Primitive of class ``cls_name``; ``side_effect``: its ``side_effect_mem`` attribute (it
+    writes some inputs in place; only those :data:`SIDE_EFFECT_READ_INPUTS` declares read are copied)."""
+    if cls_name in NO_COPY_PRIMITIVES:
+        return _CopyRule(_never, NOT_COPIED_VIEW)
+    if side_effect:
+        return _CopyRule(SIDE_EFFECT_READ_INPUTS.get(cls_name, frozenset()).__contains__, NOT_COPIED_SIDE_EFFECT)
+    return COPY_ALL
+
+
+class _BackwardSlots:
+    """The slots of one API call's backward entry a gradient was expected in (``ApiCall.grad_state``): outputs
+    whose gradient hook was registered, and inputs deliberately left without a copy (position → reason)."""
+
+    __slots__ = ("hooked_outputs", "uncopied")
+
+    def __init__(self) -> None:
+        self.hooked_outputs: list[int] = []
+        self.uncopied: dict[int, str] = {}
 
 
 #: The ``not_captured`` reason of a cell call whose ``construct`` raised (see ``forward_hook`` in ``_hook_cell``).
@@ -307,6 +380,10 @@ class MindSporeAdapter(AdapterBase):
         self._no_copy_dtypes: frozenset[str] | None = None
         self._save_tensors = config.saves_tensors
         self._prims: list[tuple[Any, type]] = []
+        # Per hook key (``Functional.add``, ``Primitive.bn_train.BatchNorm``): which inputs get an Identity copy.
+        self._copy_rules: dict[str, _CopyRule] = {}
+        # API calls of the current step whose backward is recorded (their null slots are declared at its end).
+        self._backward_calls: list[ApiCall] = []
         super().__init__(config, framework="mindspore", cell_prefix="Cell")
 
     # ----------------------------------------------------------------- lifecycle hooks
@@ -314,6 +391,40 @@ class MindSporeAdapter(AdapterBase):
     def _unfired_call(self, pending: CellCall) -> CellCall | None:
         # a cell's backward hook pops its call, so what is still awaiting never got one
         return pending if pending.recorded else None
+
+    def step(self) -> None:
+        """Declare the step's null API backward slots (:meth:`_declare_api_gaps`), then as
+        :meth:`AdapterBase.step`."""
+        self._declare_api_gaps()
+        super().step()
+
+    def close(self) -> None:
+        """Declare the open step's null API backward slots (:meth:`_declare_api_gaps`), then as
+        :meth:`AdapterBase.close`."""
+        if not self.closed:
+            self._declare_api_gaps()
+        super().close()
+
+    def _declare_api_gaps(self) -> None:
+        """List in ``not_captured`` every floating-point slot still null in an API backward entry of the current
+        step that exists (at least one of its gradients arrived): ``<entry>.input.<i>`` for an output whose
+        gradient hook never fired, ``<entry>.output.<i>`` for an input deliberately not copied, each with its
+        reason.  Forgets the step's calls."""
+        svc = self.service
+        calls, self._backward_calls = self._backward_calls, []
+        inputs, outputs = svc.config.records_io("input"), svc.config.records_io("output")
+        for call in calls:
+            slots = call.grad_state
+            if not isinstance(slots, _BackwardSlots) or call.step != svc.current_step or not call.record_backward:
+                continue
+            if all(g is None for g in (*call.grad_inputs, *call.grad_outputs)):
+                continue  # no backward entry: nothing arrived (the call did not reach the loss), nothing to declare
+            for i in slots.hooked_outputs if inputs else ():
+                if i < len(call.grad_inputs) and call.grad_inputs[i] is None:
+                    svc.note_not_captured(f"{call.backward_name}.input.{i}", NO_GRADIENT_TO_OUTPUT)
+            for i, reason in slots.uncopied.items() if outputs else ():
+                if i < len(call.grad_outputs) and call.grad_outputs[i] is None:
+                    svc.note_not_captured(f"{call.backward_name}.output.{i}", reason)
 
     # ----------------------------------------------------------------- conversion
 
@@ -325,6 +436,17 @@ class MindSporeAdapter(AdapterBase):
             if management.GlobalComm.INITED:
                 return int(management.get_rank())
         except Exception:  # no distributed support: not distributed
+            return None
+        return None
+
+    def _world_size(self) -> int | None:
+        """The number of ranks once communication is initialised (``get_group_size()``); None otherwise."""
+        try:
+            from mindspore.communication import management
+
+            if management.GlobalComm.INITED:
+                return int(management.get_group_size())
+        except Exception:  # no distributed support: unknown
             return None
         return None
 
@@ -425,7 +547,8 @@ class MindSporeAdapter(AdapterBase):
                 original = getattr(owner, name, None)
                 if original is None or isinstance(original, type) or not callable(original):
                     continue
-                self._wrap_api(owner, target, family, name, original, _copies_inputs(name))
+                self._copy_rules[f"{family}.{name}"] = api_copy_rule(name)
+                self._wrap_api(owner, target, family, name, original, True)
         self._install_jit()
         self._apis_installed = True
 
@@ -474,16 +597,27 @@ class MindSporeAdapter(AdapterBase):
     def _substitute_inputs(
         self, family: str, api: str, call: ApiCall, args: Sequence[Any], copy_inputs: bool
     ) -> tuple[Any, ...]:
-        if not copy_inputs:
-            return tuple(args)
+        """The arguments the API receives: an Identity copy, with a gradient hook, in place of each floating-point
+        positional input its copy rule allows (the others are noted in ``call.grad_state`` with the reason)."""
         svc = self.service
+        key = f"{family}.{api}"
+        rule = self._copy_rules.get(key, COPY_ALL) if copy_inputs else _CopyRule(_never, NOT_COPIED_VIEW)
+        slots = _BackwardSlots()
+        call.grad_state = slots
         no_copy = self._uncopyable_dtypes()
         replaced = list(args)
         for i, arg in enumerate(args):
-            if self._is_float_tensor(arg) and str(arg.dtype) not in no_copy:
+            if not self._is_float_tensor(arg):
+                continue
+            dtype = str(arg.dtype)
+            if not rule.copies(i):
+                slots.uncopied[i] = rule.reason
+            elif dtype in no_copy:
+                slots.uncopied[i] = NOT_COPIED_DTYPE.format(dtype=dtype)
+            else:
                 with svc.collecting():
                     copy = self._identity(arg)
-                if _hook_if_differentiable(copy, self._grad_hook(f"{family}.{api}", call, "output", i)):
+                if _hook_if_differentiable(copy, self._grad_hook(key, call, "output", i)):
                     replaced[i] = copy
         return tuple(replaced)
 
@@ -499,9 +633,13 @@ class MindSporeAdapter(AdapterBase):
         return self._no_copy_dtypes
 
     def _hook_api_outputs(self, key: str, call: ApiCall, outputs: Sequence[Any]) -> None:
+        slots = call.grad_state
+        if not isinstance(slots, _BackwardSlots):  # no input substitution ran (data_mode without output)
+            slots = call.grad_state = _BackwardSlots()
+        self._backward_calls.append(call)
         for i, value in enumerate(outputs):
-            if self._is_float_tensor(value):
-                _hook_if_differentiable(value, self._grad_hook(key, call, "input", i))
+            if self._is_float_tensor(value) and _hook_if_differentiable(value, self._grad_hook(key, call, "input", i)):
+                slots.hooked_outputs.append(i)
 
     # ----------------------------------------------------------------- model: cells, parameters, primitives
 
@@ -516,6 +654,9 @@ class MindSporeAdapter(AdapterBase):
                 if path == "" or not svc.tracks_cells:
                     continue  # the root model is not hooked (msprobe's convention)
                 self._hook_cell(cell, path, type(cell).__name__, mi)
+
+    def _named_parts(self, model: Any) -> Iterator[tuple[str, Any]]:
+        return iter(model.cells_and_names())
 
     def _remove_model_hooks(self) -> None:
         super()._remove_model_hooks()
@@ -600,10 +741,13 @@ class MindSporeAdapter(AdapterBase):
             original_cls = type(value)
             if getattr(original_cls, WRAPPED_MARK, False):
                 continue  # held by another cell we already swapped, or by another recorder
-            copy_inputs = original_cls.__name__ not in NO_COPY_PRIMITIVES and not getattr(
-                value, "side_effect_mem", False
-            )
-            call = self._make_primitive_call(attr, original_cls, copy_inputs)
+            rule = primitive_copy_rule(original_cls.__name__, bool(getattr(value, "side_effect_mem", False)))
+            key = f"Primitive.{attr}.{original_cls.__name__}"
+            previous = self._copy_rules.get(key)
+            if rule is COPY_ALL and previous is not None:
+                rule = previous  # instances under one key that disagree (one with side effects): the stricter wins
+            self._copy_rules[key] = rule
+            call = self._make_primitive_call(attr, original_cls)
             sub = type(
                 original_cls.__name__,
                 (original_cls,),
@@ -618,7 +762,7 @@ class MindSporeAdapter(AdapterBase):
             self._prims.append((value, original_cls))
             known.add(id(value))
 
-    def _make_primitive_call(self, attr: str, original_cls: type, copy_inputs: bool) -> Callable[..., Any]:
+    def _make_primitive_call(self, attr: str, original_cls: type) -> Callable[..., Any]:
         svc = self.service
         api = f"{attr}.{original_cls.__name__}"
         key = f"Primitive.{api}"
@@ -629,7 +773,7 @@ class MindSporeAdapter(AdapterBase):
         def __call__(prim: Any, *args: Any, **kwargs: Any) -> Any:
             if not svc.api_active() or svc.is_disabled(key):
                 return original_call(prim, *args, **kwargs)
-            prepared = svc.run_guarded(key, lambda: before("Primitive", api, args, kwargs, copy_inputs))
+            prepared = svc.run_guarded(key, lambda: before("Primitive", api, args, kwargs, True))
             call_args = args if prepared is None else prepared[1]
             with svc.inside_api():
                 out = original_call(prim, *call_args, **kwargs)

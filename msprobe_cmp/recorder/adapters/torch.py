@@ -9,16 +9,15 @@ One adapter serves both flavours of the torch API; ``framework="pytorch"`` is re
   forward hook with kwargs (records inputs, outputs and the module's own parameters).  Backward, per call
   (so ``backward.<n>`` is forward call ``n``'s, whatever order the backward runs in):
 
-  - ``input`` = gradients w.r.t. the call's floating-point outputs, from a tensor hook on each output;
-  - ``output`` = gradients w.r.t. its positional inputs (PyTorch only): the forward pre-hook passes each
-    input that requires grad to the module as ``x.view_as(x)`` (same storage and values) with a hook on
-    that view; inputs that need no gradient stay ``null``.
+  - ``input`` = gradients w.r.t. the call's floating-point outputs, from a tensor hook on each output wherever it
+    sits (tuples, dicts, ``ModelOutput``, named tuples: the forward ``output``'s argument paths);
+  - ``output`` = gradients w.r.t. its positional inputs (PyTorch only), from post-hooks on the autograd nodes the
+    call created (:mod:`.torch_grads`): nothing is put between a tensor and its consumers, so the module receives
+    its caller's tensors and training stays bit-identical.
 
-  This gives what ``register_full_backward_hook`` gives, without its cost: torch's full backward hooks wrap
-  inputs and outputs in a custom autograd Function whose outputs may not be modified in place, so an
-  ``nn.ReLU(inplace=True)`` (or ``x += 1``) after a hooked module would raise — changing the training.
-  Under mindtorch (no full backward hooks, no usable views) ``output`` is not captured (``null``, listed in
-  ``not_captured``).
+  Inputs are collected at the pre-hook, before the module runs (an in-place module changes them); buffers after
+  the call (``buffers``) and, for those it changed, before it (``buffers_before``).  Under mindtorch (no such
+  autograd graph) ``output`` is not captured (``null``, listed in ``not_captured``).
 
   Each direct trainable parameter gets a gradient hook (``Tensor.register_hook``; mindtorch: MindSpore's
   ``TensorPy.register_hook``, since mindtorch's own ``register_hook`` is broken) that fills
@@ -33,11 +32,8 @@ One adapter serves both flavours of the torch API; ``framework="pytorch"`` is re
 API backward, when gradients are being recorded (PyTorch: grad mode on and the tensor requires grad;
 mindtorch: inside ``mindtorch.autograd.value_and_grad`` / ``mindspore.value_and_grad``): ``input`` = the
 gradients w.r.t. the call's floating-point outputs (tensor hooks), ``output`` = w.r.t. its positional
-inputs, positionally (PyTorch only: each floating-point positional input that requires grad is passed to
-the API as ``x.view_as(x)`` — same storage and values, so results are bit-identical — and the hook sits on
-that view; the same tensor at several positions gets one view, keeping ``q is k`` checks intact, and its
-gradient is written at its first position).  In-place, view and cast APIs get no views, so their
-``output`` stays ``null``.
+inputs, positionally (PyTorch only, from the call's own autograd nodes as for modules; in-place APIs included).
+The API receives its arguments unchanged.
 
 Statistics are reduced in float64 on the host from ``tensor.detach()`` (bf16 upcast to float32 first, as
 the MindSpore adapter does; the tensor task saves that float32 array as ``.npy``, with ``torch.bfloat16`` as
@@ -57,7 +53,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -122,9 +118,20 @@ class TorchAdapter(AdapterBase):
         self._mindtorch = framework == "mindtorch"
         # mindtorch: whether a gradient context was seen while recording this step (see stop()).
         self._mindtorch_grad_seen = False
+        # mindtorch: the step in which Tensor.backward() was last called while recording (see stop()).
+        self._mindtorch_backward_step: int | None = None
+        self._mindtorch_backward_watch: tuple[Any, str, Any, Any, bool] | None = None
         self._tensor_type = torch.Tensor
         self._model_type = torch.nn.Module
-        self._dtype_type = type(torch.float32)
+
+        # The classes naming non-tensor values, resolved once.  Only real classes outside builtins qualify:
+        # mindtorch has torch.memory_format = None and torch.layout = object (which every value is an instance of).
+        classes = {name: getattr(torch, name, None) for name in ("dtype", "device", "memory_format", "layout")}
+        usable = {n: c for n, c in classes.items() if isinstance(c, type) and c.__module__ != "builtins"}
+        # torch.dtype; mindtorch's is MindSpore's dtype base class (type(torch.float32) would be Float only).
+        self._dtype_type: type = usable.pop("dtype", type(torch.float32))
+        # The other non-tensor values recorded as leaves: (class, leaf type).
+        self._value_types: tuple[tuple[type, str], ...] = tuple((c, f"torch.{n}") for n, c in usable.items())
         # Gradients w.r.t. inputs from autograd's own nodes (PyTorch; mindtorch has no such graph).
         self._edges = (
             EdgeWatch(torch, lambda: self.service.collecting())
@@ -156,6 +163,8 @@ class TorchAdapter(AdapterBase):
         self._async = config.async_dump and not self._mindtorch
         self._save_tensors = config.saves_tensors
         super().__init__(config, framework=framework, cell_prefix="Module")
+        if self._mindtorch_backward_watch is not None:
+            self._replace(*self._mindtorch_backward_watch)  # restored by close()
 
     def _warn_config(self, config: RecordConfig) -> None:
         if config.async_dump and self._mindtorch:
@@ -190,13 +199,40 @@ class TorchAdapter(AdapterBase):
         self._ms_requires_grad = lambda: bool(executor.requires_grad())
         self._training_sync = executor.sync  # mindtorch: see AdapterBase._surface_training_error
 
+        # Outside a MindSpore gradient context Tensor.backward() is not seen by the hooks (on CPU it computes
+        # nothing at all): a call while recording tells a step that tried to train, whose missing backward
+        # stop() declares, from a forward-only one.  The call itself is passed on unchanged.
+        tensor_type = self._tensor_type
+        original = getattr(tensor_type, "backward", None)
+        if not callable(original):
+            return
+
+        @functools.wraps(original)
+        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            svc = self.service
+            if svc.is_on:
+                self._mindtorch_backward_step = svc.current_step
+            return original(tensor, *args, **kwargs)
+
+        # Installed by __init__ once the service exists (it needs AdapterBase's patch list).
+        self._mindtorch_backward_watch = (tensor_type, "backward", original, backward, "backward" in vars(tensor_type))
+
     # ----------------------------------------------------------------- lifecycle
 
     def stop(self) -> None:
         """Switch recording off and flush the step's files so far."""
-        if self._mindtorch and self.service.is_on and not self._mindtorch_grad_seen:
-            # Say why a mindtorch step has no backward at all, instead of leaving it silently absent.
-            self.service.note_not_captured(MINDTORCH_BACKWARD_KEY, MINDTORCH_NO_BACKWARD)
+        svc = self.service
+        if (
+            self._mindtorch
+            and svc.is_on
+            and self._mindtorch_backward_step == svc.current_step
+            and not self._mindtorch_grad_seen
+            and svc.config.records_direction("backward")
+        ):
+            # The step tried to train (Tensor.backward() was called) but no gradient context was seen: say why it
+            # has no backward at all, instead of leaving it silently absent.  A forward-only step (no_grad, or
+            # simply no backward) declares nothing.
+            svc.note_not_captured(MINDTORCH_BACKWARD_KEY, MINDTORCH_NO_BACKWARD)
         super().stop()
 
     def _unfired_call(self, pending: _ModuleBackward) -> CellCall | None:
@@ -236,6 +272,16 @@ class TorchAdapter(AdapterBase):
             if dist.is_available() and dist.is_initialized():
                 return int(dist.get_rank())
         except Exception:  # no distributed support: not distributed
+            return None
+        return None
+
+    def _world_size(self) -> int | None:
+        """The number of ranks of the initialised default process group; None when not distributed or unknown."""
+        try:
+            dist = self._torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                return int(dist.get_world_size())
+        except Exception:  # no distributed support, or no default group: unknown
             return None
         return None
 
@@ -302,12 +348,24 @@ class TorchAdapter(AdapterBase):
             return HostTensor(self._host_array(value, dtype), dtype, "torch.Tensor", requires_grad)
         if isinstance(value, self._dtype_type):
             return ValueLeaf("torch.dtype", self._dtype_name(value))
-        if isinstance(value, getattr(torch, "device", ())):
-            return ValueLeaf("torch.device", str(value))
-        if isinstance(value, getattr(torch, "memory_format", ())):
-            return ValueLeaf("torch.memory_format", str(value))
-        if isinstance(value, getattr(torch, "layout", ())):
-            return ValueLeaf("torch.layout", str(value))
+        for cls, kind in self._value_types:  # device, memory_format, layout: those that are classes here
+            if isinstance(value, cls):
+                text = str(value)
+                if kind == "torch.device" and self._mindtorch:
+                    # mindtorch's str() is "device(type=cpu)": written as torch writes it ("cpu", "cuda:0").
+                    device_type, index = getattr(value, "type", None), getattr(value, "index", None)
+                    if isinstance(device_type, str):
+                        text = device_type if index is None else f"{device_type}:{index}"
+                return ValueLeaf(kind, text)
+        group_type = getattr(getattr(torch, "distributed", None), "ProcessGroup", None)
+        if isinstance(group_type, type) and isinstance(value, group_type):
+            # A collective's ``group``: named by the global ranks it holds (``[0, 1]``), null if unknown.
+            ranks: tuple[int, ...] | None
+            try:
+                ranks = tuple(int(r) for r in torch.distributed.get_process_group_ranks(value))
+            except Exception:  # not a group of this process's default group, or no such function
+                ranks = None
+            return ValueLeaf("torch.distributed.ProcessGroup", ranks)
         return None
 
     def _host_array(self, value: Any, dtype: str) -> np.ndarray:
@@ -517,6 +575,9 @@ class TorchAdapter(AdapterBase):
                     svc.note_not_captured(f"Module.{path}", COMPILED_MODULE_REASON, persistent=True)
                 self._hook_module_atomically(module, path, type(module).__name__, mi)
 
+    def _named_parts(self, model: Any) -> Iterator[tuple[str, Any]]:
+        return iter(model.named_modules())
+
     def _is_script(self, module: Any) -> bool:
         return self._script_type is not None and isinstance(module, self._script_type)
 
@@ -561,6 +622,9 @@ class TorchAdapter(AdapterBase):
                 return None
             # From here the call is on the construct stack: the forward hook pops it, whatever happens.
             state.open_calls.append((call, None))
+            state.snapshots.append(None)
+            if call.recorded and svc.config.records_direction("forward"):
+                state.snapshots[-1] = svc.run_guarded(key, lambda: self._snapshot_buffers(module), disable=False)
             svc.run_guarded(key, lambda: prepare_backward(call, args), disable=False)
             return None  # the module always receives its caller's arguments unchanged
 
@@ -584,9 +648,10 @@ class TorchAdapter(AdapterBase):
             if not state.open_calls or compiling() or self._in_transform():
                 return None
             call, backward = state.open_calls.pop()
+            snapshot = state.snapshots.pop() if state.snapshots else None
             try:
                 with svc.collecting():
-                    done = svc.run_guarded(key, lambda: record_forward(call, args, kwargs, output))
+                    done = svc.run_guarded(key, lambda: record_forward(call, args, kwargs, output, snapshot))
                     if done and backward is not None:
                         bwd = call.forward_name.replace(".forward.", ".backward.")
                         hooked = svc.run_guarded(
@@ -601,8 +666,9 @@ class TorchAdapter(AdapterBase):
                 svc.leave_cell(call)  # popped even when the hook is disabled or failed
             return None
 
-        def record_forward(call: CellCall, args: Any, kwargs: Any, output: Any) -> bool:
-            svc.end_cell(call, args, kwargs, output, params, grad_params if self._grad_enabled() else [])
+        def record_forward(call: CellCall, args: Any, kwargs: Any, output: Any, snapshot: Any) -> bool:
+            after, before = self._buffers_after(module, call, snapshot)
+            svc.end_cell(call, args, kwargs, output, params, grad_params if self._grad_enabled() else [], after, before)
             return True
 
         self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
@@ -624,13 +690,55 @@ class TorchAdapter(AdapterBase):
                 if handle is not None:
                     self._handles.append(handle)
 
+    def _snapshot_buffers(self, module: Any) -> dict[str, tuple[Any, int, Any]]:
+        """Before a module call: each own buffer's ``(tensor, version counter, copy)``; the copy (only of buffers
+        of at most :data:`MAX_BUFFER_COPY` elements) is what ``buffers_before`` records if the call changes it."""
+        out: dict[str, tuple[Any, int, Any]] = {}
+        with self.service.collecting(), self._torch.no_grad():
+            for name, buf in module.named_buffers(recurse=False):
+                version = getattr(buf, "_version", None)
+                if version is None:  # mindtorch: no version counter, no before-values
+                    continue
+                copy = buf.detach().clone() if buf.numel() <= MAX_BUFFER_COPY else None
+                out[name] = (buf, int(version), copy)
+        return out
+
+    def _buffers_after(
+        self, module: Any, call: CellCall, snapshot: dict[str, tuple[Any, int, Any]] | None
+    ) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+        """After a module call: its own buffers ``(name, tensor)`` and, for those the call changed (another tensor,
+        another version, or other values: BatchNorm's kernel updates its running statistics in place without
+        bumping their version counter), their values before it (a change to a buffer too large to copy is
+        declared)."""
+        after = list(module.named_buffers(recurse=False))
+        before: list[tuple[str, Any]] = []
+        torch = self._torch
+        for name, buf in after:
+            old = (snapshot or {}).get(name)
+            if old is None:
+                continue
+            if old[0] is buf and old[1] == buf._version:
+                if old[2] is None:
+                    continue
+                with self.service.collecting(), torch.no_grad():
+                    if torch.equal(old[2], buf):
+                        continue
+            if old[2] is None:
+                self.service.note_not_captured(
+                    f"{call.forward_name}.buffers_before.{name}",
+                    f"the buffer changed in the call but has more than {MAX_BUFFER_COPY} elements: not copied",
+                )
+                continue
+            before.append((name, old[2]))
+        return after, before
+
     def _hook_module_outputs(self, key: str, backward: _ModuleBackward, output: Any) -> bool:
         """Hook each floating-point output tensor that will get a gradient, wherever it sits in the output
         (tuples, lists, dicts, ``ModelOutput`` and other dataclasses, named tuples: the backward entry's ``input``
         mirrors the forward ``output``'s structure and argument paths), and the module's own autograd nodes
         for the gradients w.r.t. its inputs.  Returns whether any output was hooked (a backward is then
         expected)."""
-        outputs = output if isinstance(output, (tuple, list)) and not hasattr(output, "_fields") else (output,)
+        outputs = output if isinstance(output, (tuple, list)) else (output,)  # as the forward record splits it
         found: list[tuple[tuple[Any, ...], Any]] = []
         backward.grad_outputs = [self._grad_skeleton(o, (i,), found, 0) for i, o in enumerate(outputs)]
         bwd = backward.call.forward_name.replace(".forward.", ".backward.")
@@ -675,6 +783,11 @@ class TorchAdapter(AdapterBase):
             svc.cell_backward(call, tuple(backward.grad_outputs), tuple(backward.grad_inputs))
 
         return self._guarded_grad_hook(f"{key}.backward", record)
+
+
+#: Buffers of at most this many elements are copied before a module call, so that their values before the call
+#: can be recorded when the call changes them (BatchNorm's running statistics, ``num_batches_tracked``).
+MAX_BUFFER_COPY = 1 << 20
 
 
 def _at(skeleton: Any, path: tuple[Any, ...]) -> Any:

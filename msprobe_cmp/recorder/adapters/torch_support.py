@@ -47,10 +47,11 @@ MINDTORCH_NO_INPUT_GRADS = (
     "not captured"
 )
 MINDTORCH_BACKWARD_KEY = NOT_CAPTURED_BACKWARD
+#: Declared at stop() only for a step that called Tensor.backward() while recording (never for a forward-only one).
 MINDTORCH_NO_BACKWARD = (
-    "mindtorch: no gradient was computed inside a gradient context during this step: its Tensor.backward() computes "
-    "no gradients on CPU (mindnlp 0.5.1 on MindSpore 2.7), so backward and parameters_grad entries are recorded "
-    "only when the step runs inside mindtorch.autograd.value_and_grad"
+    "mindtorch: Tensor.backward() was called in this step but no gradient was computed inside a gradient context: "
+    "its Tensor.backward() computes no gradients on CPU (mindnlp 0.5.1 on MindSpore 2.7), so backward and "
+    "parameters_grad entries are recorded only when the step runs inside mindtorch.autograd.value_and_grad"
 )
 MINDTORCH_API_INPUT_GRADS_KEY = "API backward output (mindtorch)"
 MINDTORCH_NO_API_INPUT_GRADS = (
@@ -126,10 +127,12 @@ class _ModuleBackward:
 
 
 class _ModuleState:
-    """Per-module bookkeeping: open forward calls and calls whose backward is expected in this step."""
+    """Per-module bookkeeping: open forward calls (with, in ``snapshots``, their buffers before the call) and
+    calls whose backward is expected in this step."""
 
-    __slots__ = ("open_calls", "awaiting_backward")
+    __slots__ = ("open_calls", "awaiting_backward", "snapshots")
 
     def __init__(self) -> None:
         self.open_calls: list[tuple[CellCall, _ModuleBackward | None]] = []
+        self.snapshots: list[Any] = []
         self.awaiting_backward: list[_ModuleBackward] = []

@@ -1,0 +1,97 @@
+"""What recording costs per training step on real PyTorch model code (issue 14: "not much slower than before").
+
+    .venv/bin/python bench/record_overhead_torch.py [--models bert,gpt2,llama,resnet18] [--configs "mix statistics"]
+                                                    [--rounds 4] [--block 4]
+
+The models are the real-model corpus of the tests (tests/realmodels/torch_corpus.py: transformers' BERT, GPT-2 and
+Llama in tiny configurations, pytorchcv's ResNet-18 on 2 images of 224x224), trained with SGD.  One process per
+model alternates ``--rounds`` times a block of plain steps (no recorder) and a block of recorded steps (a fresh
+``PrecisionDebugger`` per block, closed after it), so other load on the machine disturbs both alike; the first step
+of each block is not counted.  Prints the median plain and recorded step times, their ratio and the recorded
+entries per step.  ``--recorder-src DIR`` measures the ``msprobe_cmp`` of another checkout (e.g. a ``git worktree``
+of an earlier revision) instead of the installed one; the corpus is read from this checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.append(str(REPO))  # the corpus module (tests/realmodels)
+
+
+def _use_recorder_from(src: Path) -> None:
+    """Import ``msprobe_cmp`` from ``src`` instead of the installed (editable) package."""
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__.lower()
+                        and "editable" not in getattr(f, "__name__", "").lower()]
+    sys.path.insert(0, str(src))
+
+
+def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[str, float]:
+    import torch
+
+    from msprobe_cmp import PrecisionDebugger
+    from tests.realmodels import torch_corpus
+
+    case = torch_corpus.BUILDERS[name](torch)
+    opt = torch.optim.SGD(case.model.parameters(), lr=0.01)
+
+    def one_step(dbg: PrecisionDebugger | None) -> float:
+        t = time.perf_counter()
+        opt.zero_grad()
+        if dbg:
+            dbg.start(case.model)
+        loss = case.loss_of(case.model, case.batch)
+        loss.backward()
+        if dbg:
+            dbg.stop()
+        opt.step()
+        if dbg:
+            dbg.step()
+        return time.perf_counter() - t
+
+    plain: list[float] = []
+    recorded: list[float] = []
+    entries = 0
+    for _ in range(rounds):
+        plain += [one_step(None) for _ in range(block)][1:]
+        with tempfile.TemporaryDirectory() as d:
+            dbg = PrecisionDebugger(dump_path=d, level=level, task=task, framework="pytorch")
+            recorded += [one_step(dbg) for _ in range(block)][1:]
+            dbg.close()
+            entries = len(json.loads((Path(d) / "step0" / "rank" / "dump.json").read_text())["data"])
+    p, r = statistics.median(plain), statistics.median(recorded)
+    return {"plain_ms": p * 1e3, "recorded_ms": r * 1e3, "ratio": r / p, "entries": entries}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="bert,gpt2,llama,resnet18")
+    ap.add_argument("--configs", default="mix statistics", help="';'-separated '<level> <task>' (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--block", type=int, default=4)
+    ap.add_argument("--recorder-src", type=Path, help="a checkout whose msprobe_cmp is measured")
+    args = ap.parse_args(argv)
+    if args.recorder_src:
+        _use_recorder_from(args.recorder_src)
+    import msprobe_cmp
+
+    print(f"msprobe_cmp from {Path(msprobe_cmp.__file__).parent}")
+    print(f"{'model':10} {'config':18} {'plain ms':>9} {'recorded ms':>12} {'ratio':>6} {'entries':>8}")
+    for name in args.models.split(","):
+        for config in args.configs.split(";"):
+            level, task = config.split()
+            m = _measure(name, level, task, args.rounds, args.block)
+            print(f"{name:10} {config:18} {m['plain_ms']:9.1f} {m['recorded_ms']:12.1f} {m['ratio']:6.2f} "
+                  f"{m['entries']:8d}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -44,16 +44,7 @@ def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[
 
     def one_step(dbg: PrecisionDebugger | None) -> float:
         t = time.perf_counter()
-        opt.zero_grad()
-        if dbg:
-            dbg.start(case.model)
-        loss = case.loss_of(case.model, case.batch)
-        loss.backward()
-        if dbg:
-            dbg.stop()
-        opt.step()
-        if dbg:
-            dbg.step()
+        torch_corpus.train_step(case, opt, dbg)
         return time.perf_counter() - t
 
     plain: list[float] = []

@@ -126,6 +126,20 @@ def _listed(items: Sequence[str], shown: int, sep: str = ", ") -> str:
     return text + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
+def _gaps_text(rank_dump: RankDump) -> str:
+    """A unit's ``not_captured`` items, grouped by reason: ``"<what>, <what> and K more: <reason>; ..."`` (at most 3
+    names per reason and 3 reasons); items without a name are listed as written."""
+    missing = rank_dump.meta.not_captured
+    items = rank_dump.meta.not_captured_items
+    if len(items) != len(missing):
+        return _listed(missing, 5, "; ")
+    by_reason: dict[str, list[str]] = {}
+    for what, reason in items.items():
+        by_reason.setdefault(reason, []).append(what)
+    parts = [f"{_listed(whats, 3)}: {reason}" if reason else _listed(whats, 3) for reason, whats in by_reason.items()]
+    return _listed(parts, 3, "; ")
+
+
 def _units_of(x: Dump | RankDump) -> tuple[RankDump, ...]:
     return (x,) if isinstance(x, RankDump) else tuple(x.units)
 
@@ -319,13 +333,15 @@ def _input_notes(
     (said first)."""
     notes: list[str] = []
     for side, side_units in (("A", units_a), ("B", units_b)):
+        # Units whose recorder declared the same gaps (every step of a run, as a rule) share one note.
+        grouped: dict[tuple[int, str], list[str]] = {}
         for rank_dump in side_units:
             missing = rank_dump.meta.not_captured
             if missing:
-                shown = _listed(missing, 5, "; ")
-                notes.append(
-                    f"{side} {rank_dump.label}: the recorder could not capture {len(missing)} thing(s): {shown}"
-                )
+                key = (len(missing), _gaps_text(rank_dump))
+                grouped.setdefault(key, []).append(rank_dump.label)
+        for (count, text), labels in grouped.items():
+            notes.append(f"{side} {_listed(labels, 3)}: the recorder could not capture {count} thing(s): {text}")
     tasks_a = sorted({u.meta.task for u in paired_a})
     tasks_b = sorted({u.meta.task for u in paired_b})
     if tasks_a != tasks_b:

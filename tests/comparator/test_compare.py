@@ -720,6 +720,29 @@ def test_what_the_recorder_could_not_capture_is_said(tmp_path):
     assert any("B -/rank: the recorder could not capture 1 thing(s): hook Cell.fc1.backward" in n for n in c.notes)
 
 
+def test_the_same_gaps_of_several_steps_make_one_note_grouped_by_reason(tmp_path):
+    from msprobe_cmp.dump import JsonObject
+
+    same = "the call returned this input tensor itself"
+    items = tuple(JsonObject((("what", w), ("reason", r))) for w, r in (
+        ("Tensor.to.0.backward.input.0", same), ("Tensor.to.0.backward.output.0", same),
+        ("Tensor.contiguous.1.backward.input.0", same), ("Tensor.contiguous.1.backward.output.0", same),
+        ("Module.fc.Linear.backward.0", "no gradient reached its outputs")))
+    for step in (0, 1):
+        write_unit(tmp_path / "a" / f"step{step}" / "rank", {"x": X})
+        w = DumpWriter(tmp_path / "b" / f"step{step}" / "rank",
+                       DumpMeta("tensor", "mix", "mindspore", extra=(("not_captured", items),)))
+        w.put(Entry.forward("Functional.x.0.forward", Seq((leaf(w, "i.npy", X),)), Map(), Seq((leaf(w, "o.npy", X),))))
+        w.flush()
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    notes = [n for n in c.notes if "could not capture" in n]
+    assert notes == [
+        "B step0/rank, step1/rank: the recorder could not capture 5 thing(s): Tensor.to.0.backward.input.0, "
+        "Tensor.to.0.backward.output.0, Tensor.contiguous.1.backward.input.0 and 1 more: " + same
+        + "; Module.fc.Linear.backward.0: no gradient reached its outputs"
+    ]
+
+
 def test_invalid_nonfinite_counts_are_ignored_with_a_note(tmp_path):
     for side, counts in (("a", (("nan_count", "1"), ("pos_inf_count", 0), ("neg_inf_count", 0))),
                          ("b", (("nan_count", 0), ("pos_inf_count", 0), ("neg_inf_count", -1)))):

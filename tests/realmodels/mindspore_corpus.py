@@ -2,7 +2,7 @@
 second on 2 CPU cores (PyNative).
 
 The builder returns a :class:`Case`: the model (``mindspore.nn.Cell``, in training mode), a batch, a loss function
-called outside the model, and :meth:`Case.trainer`, the usual MindSpore training step
+called outside the model, and :func:`trainer`, the usual MindSpore training step
 (``mindspore.value_and_grad(forward_fn, None, optimizer.parameters)`` and an optimizer).  The model code is the
 package's own (``mindcv``'s ResNet-18: ``BasicBlock`` with ``out += identity``, a ``ReLU`` cell shared by both of
 its uses in a block, ``BatchNorm2d`` through the ``BatchNorm`` Primitive); only the configuration is ours.  Nothing
@@ -12,34 +12,24 @@ is downloaded: weights are random.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-SEED = 1234
+from tests.realmodels.case import SEED, Case
 
 
-@dataclass
-class Case:
-    """One corpus model: ``loss_of(model, batch)`` gives a scalar loss tensor."""
+def trainer(case: Case, ms: Any, lr: float = 0.01, momentum: float = 0.9) -> tuple[Callable[[], tuple[Any, Any]], Any]:
+    """``(grad_step, optimizer)``: ``grad_step()`` runs forward and backward on the batch and returns
+    ``(loss, grads)`` (a float32 scalar tensor and a tuple with one gradient per trainable parameter, in
+    ``optimizer.parameters`` order); ``optimizer(grads)`` applies them (``nn.Momentum``)."""
+    optimizer = ms.nn.Momentum(case.model.trainable_params(), learning_rate=lr, momentum=momentum)
 
-    name: str
-    model: Any
-    batch: dict[str, Any]
-    loss_of: Callable[[Any, dict[str, Any]], Any]
+    def forward_fn(batch: dict[str, Any]) -> Any:
+        return case.loss_of(case.model, batch)
 
-    def trainer(self, ms: Any, lr: float = 0.01, momentum: float = 0.9) -> tuple[Callable[[], tuple[Any, Any]], Any]:
-        """``(grad_step, optimizer)``: ``grad_step()`` runs forward and backward on the batch and returns
-        ``(loss, grads)`` (a float32 scalar tensor and a tuple with one gradient per trainable parameter, in
-        ``optimizer.parameters`` order); ``optimizer(grads)`` applies them (``nn.Momentum``)."""
-        optimizer = ms.nn.Momentum(self.model.trainable_params(), learning_rate=lr, momentum=momentum)
-
-        def forward_fn(batch: dict[str, Any]) -> Any:
-            return self.loss_of(self.model, batch)
-
-        grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters)
-        return (lambda: grad_fn(self.batch)), optimizer
+    grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters)
+    return (lambda: grad_fn(case.batch)), optimizer
 
 
 def state_bytes(model: Any) -> list[bytes]:

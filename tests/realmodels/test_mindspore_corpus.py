@@ -40,7 +40,7 @@ def _train(steps: int, dump: Path | None = None, **debugger: Any) -> dict[str, b
     computation, stop after it, step after the optimizer): each step's loss (``loss<i>``), then every parameter by
     name (BatchNorm's moving_mean / moving_variance included), as bytes."""
     case = _build()
-    grad_step, optimizer = case.trainer(ms)
+    grad_step, optimizer = mindspore_corpus.trainer(case, ms)
     dbg = PrecisionDebugger(dump_path=str(dump), framework="mindspore", **debugger) if dump else None
     out: dict[str, bytes] = {}
     for step in range(steps):

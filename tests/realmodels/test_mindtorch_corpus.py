@@ -42,15 +42,13 @@ GPT2_DETACHED = ("Module.transformer.wpe.Embedding.", "Functional.embedding.1.ba
 
 
 def _build(name: str) -> Any:
-    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+    """The corpus model (tests/realmodels/torch_corpus.py) with dropout off, the configuration the mindtorch script
+    builds too."""
+    from tests.realmodels import torch_corpus
 
-    torch.manual_seed(1234)
     if name == "bert":
-        return BertForMaskedLM(BertConfig(
-            vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=32, type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-    return GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=32,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        return torch_corpus.bert(torch, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).model
+    return torch_corpus.gpt2(torch, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0).model
 
 
 def _called_modules(model: Any, batch: dict[str, Any]) -> set[str]:

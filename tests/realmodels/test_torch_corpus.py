@@ -37,16 +37,7 @@ def _train(case: torch_corpus.Case, steps: int, dump: Path | None = None, **debu
     dbg = PrecisionDebugger(dump_path=str(dump), framework="pytorch", **debugger) if dump else None
     out: list[bytes] = []
     for _ in range(steps):
-        opt.zero_grad()
-        if dbg:
-            dbg.start(case.model)
-        loss = case.loss_of(case.model, case.batch)
-        loss.backward()
-        if dbg:
-            dbg.stop()
-        opt.step()
-        if dbg:
-            dbg.step()
+        loss = torch_corpus.train_step(case, opt, dbg)
         out.append(loss.detach().numpy().tobytes())
     if dbg:
         dbg.close()

@@ -10,20 +10,27 @@ only the configuration is ours.  Nothing is downloaded: weights are random.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-SEED = 1234
+from tests.realmodels.case import SEED, Case
+
+__all__ = ["BUILDERS", "SEED", "Case", "train_step"]
 
 
-@dataclass
-class Case:
-    """One corpus model: ``loss_of(model, batch)`` gives a scalar loss tensor."""
-
-    name: str
-    model: Any
-    batch: dict[str, Any]
-    loss_of: Callable[[Any, dict[str, Any]], Any]
+def train_step(case: Case, opt: Any, debugger: Any = None) -> Any:
+    """One optimiser step of ``case`` (recorded by ``debugger``, a ``PrecisionDebugger``, when given: start before
+    the forward, stop after the backward, step after the optimiser); returns the loss tensor."""
+    opt.zero_grad()
+    if debugger is not None:
+        debugger.start(case.model)
+    loss = case.loss_of(case.model, case.batch)
+    loss.backward()
+    if debugger is not None:
+        debugger.stop()
+    opt.step()
+    if debugger is not None:
+        debugger.step()
+    return loss
 
 
 def _lm_batch(torch: Any, vocab: int, batch: int = 2, seq: int = 8) -> dict[str, Any]:

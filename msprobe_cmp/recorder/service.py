@@ -80,6 +80,11 @@ INCOMPLETE_STEP_KEY = NOT_CAPTURED_STEP
 #: Deferred device copies (see the adapters) are fetched before they hold more elements than this (~256 MB
 #: of float32): the one wait for the device is then paid every that many elements instead of once a step.
 MAX_PENDING_COPY_ELEMENTS = 64 * 1024 * 1024
+#: not_captured reason of a parameters_grad placeholder no gradient filled in its step.
+UNREACHED_PARAMETER = (
+    "no gradient reached this parameter in this step (its module ran with gradients enabled, but no backward pass "
+    "reached the parameter before step())"
+)
 #: Hook failures are logged and listed with at most this many characters of the exception's text.
 MAX_ERROR_CHARS = 300
 
@@ -337,7 +342,14 @@ class RecorderService:
         self.flush(durable=closing)
 
     def advance_step(self) -> None:
-        """Flush and close the current step, then start the next one with fresh counters."""
+        """Flush and close the current step, then start the next one with fresh counters.  A parameter whose
+        ``parameters_grad`` placeholder got no gradient in the step (a forward with gradients enabled that no
+        backward followed, a module whose output does not reach the loss) is listed in ``not_captured`` first."""
+        if self._writer is not None:
+            for pg, slots in self._pgrad.items():
+                for param, leaves in slots.items():
+                    if not leaves:
+                        self.note_not_captured(f"{pg}.{param}", UNREACHED_PARAMETER)
         self._on = False
         self.flush()
         self._writer = None

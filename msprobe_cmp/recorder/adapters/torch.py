@@ -77,10 +77,10 @@ from msprobe_cmp.recorder.adapters.torch_support import (
     SCRIPT_MODULE_REASON,
     TRACING_KEY,
     TRACING_REASON,
+    UNSEEN_REASON,
     _ModuleBackward,
     _ModuleState,
     import_torch,
-    incomplete_reason,
     unreached_reason,
 )
 from msprobe_cmp.recorder.api_lists import load_api_names
@@ -141,6 +141,8 @@ class TorchAdapter(AdapterBase):
         # This step's calls whose backward is being observed: (backward entry name, hooked output paths,
         # the slots they fill, the input-gradient bookkeeping).  Checked at step() for what never arrived.
         self._observed: list[_Observed] = []
+        # Hooks put on outputs that are leaves (a parameter a module returns): removed at step() and close().
+        self._leaf_hooks: list[Any] = []
         self._ms_hook: Callable[[Any, Callable[[Any], Any]], Any] | None = None
         self._ms_requires_grad: Callable[[], bool] | None = None
         # torch.compile: dynamo folds is_compiling() to True while tracing, so a compiled region holds only the
@@ -244,20 +246,31 @@ class TorchAdapter(AdapterBase):
         super().step()
 
     def _declare_unreached(self) -> None:
-        """List in ``not_captured`` every gradient slot of a backward entry that was written but stayed null:
-        a hooked output no gradient reached (it does not lead to the loss), an input whose contributions did
-        not all arrive."""
+        """List in ``not_captured`` every gradient slot of a backward entry that was written but stayed null: a
+        hooked output no gradient reached (it does not lead to the loss).  Remove the hooks put on leaf outputs
+        (a module returning a parameter): a leaf keeps its hooks from one step to the next."""
         svc = self.service
-        for bwd, paths, filled, grads in self._observed:
+        for bwd, paths, filled, _grads in self._observed:
             if not any(filled(p) for p in paths):
                 continue  # no gradient reached the call at all: the entry is absent (noted as unfired)
             for path in paths:
                 if not filled(path):
                     svc.note_not_captured(f"{bwd}.input.{'.'.join(map(str, path))}", unreached_reason("output"))
-            if grads is not None:
-                for pos, (got, expected) in grads.incomplete().items():
-                    svc.note_not_captured(f"{bwd}.output.{pos}", incomplete_reason(got, expected))
         self._observed.clear()
+        self._remove_leaf_hooks()
+
+    def _remove_leaf_hooks(self) -> None:
+        for handle in self._leaf_hooks:
+            try:
+                handle.remove()
+            except Exception:  # pragma: no cover - removing what was registered
+                pass
+        self._leaf_hooks.clear()
+
+    def close(self) -> None:
+        """Remove everything (see :meth:`AdapterBase.close`), the hooks on leaf outputs included."""
+        self._remove_leaf_hooks()
+        super().close()
 
     def _reset_step(self) -> None:
         self._mindtorch_grad_seen = False
@@ -379,7 +392,10 @@ class TorchAdapter(AdapterBase):
             if dtype == "torch.bfloat16":
                 t = t.float()  # numpy has no bf16: upcast exactly, as the MindSpore adapter does
             t = t.cpu().resolve_conj().resolve_neg()
-            return t.numpy()
+            try:
+                return t.numpy()
+            except TypeError:  # dtypes numpy lacks (float8_*, complex32): upcast exactly, the dtype stays torch's
+                return (t.to(self._torch.complex64) if t.is_complex() else t.float()).numpy()
 
     def _is_sparse(self, value: Any) -> bool:
         layout = getattr(value, "layout", None)
@@ -500,16 +516,10 @@ class TorchAdapter(AdapterBase):
         grads: InputGrads | None = call.grad_state
         call.grad_state = None
         with svc.collecting():
-            hooked: list[Any] = []
-            paths: list[tuple[Any, ...]] = []
-            for i, value in enumerate(outputs):
-                if not self._wants_grad(value):
-                    continue
-                if self._passthrough(grads, value, call.backward_name, (i,)):
-                    continue
-                self._hook_tensor(value, self._grad_hook(key, call, "input", i))
-                hooked.append(value)
-                paths.append((i,))
+            found = [((i,), value) for i, value in enumerate(outputs) if self._wants_grad(value)]
+            hooked, paths = self._hook_outputs(
+                found, grads, call.backward_name, lambda path: self._grad_hook(key, call, "input", path[0])
+            )
             if grads is not None:
                 self._attach(
                     grads, hooked, key, lambda pos, grad: svc.api_grad(call, "output", pos, grad), call.backward_name
@@ -519,6 +529,43 @@ class TorchAdapter(AdapterBase):
                 self._observed.append(
                     (call.backward_name, paths, lambda p: p[0] < len(slots) and slots[p[0]] is not None, grads)
                 )
+
+    def _hook_outputs(
+        self,
+        found: list[tuple[tuple[Any, ...], Any]],
+        grads: InputGrads | None,
+        bwd: str,
+        hook_for: Callable[[tuple[Any, ...]], Callable[[Any], None]],
+    ) -> tuple[list[Any], list[tuple[Any, ...]]]:
+        """Hook the gradient of each output tensor ``found`` (``(path, tensor)``) with ``hook_for(path)``; returns the
+        hooked tensors and their paths.  Declared instead: an output that is an input unchanged (pass-through), the
+        same tensor at a later path (its total gradient is recorded at its first path), and, when nothing is
+        hooked although outputs need a gradient, the backward entry itself."""
+        svc = self.service
+        hooked: list[Any] = []
+        paths: list[tuple[Any, ...]] = []
+        first: dict[int, tuple[Any, ...]] = {}
+        for path, tensor in found:
+            text = ".".join(map(str, path))
+            if id(tensor) in first:
+                svc.note_not_captured(
+                    f"{bwd}.input.{text}",
+                    f"the same tensor as output {'.'.join(map(str, first[id(tensor)]))}: the gradients w.r.t. the "
+                    "two positions cannot be told apart; the tensor's total gradient is recorded there",
+                )
+                continue
+            first[id(tensor)] = path
+            if self._passthrough(grads, tensor, bwd, path):
+                continue
+            handle = self._hook_tensor(tensor, hook_for(path))
+            if getattr(tensor, "grad_fn", True) is None and handle is not None:
+                self._leaf_hooks.append(handle)  # a leaf keeps its hooks across steps
+            hooked.append(tensor)
+            paths.append(path)
+        if found and not paths:
+            svc.note_not_captured(bwd, "no output of the call has a gradient of its own to observe (see the items "
+                                  f"{bwd}.input.*): no backward entry")
+        return hooked, paths
 
     def _passthrough(self, grads: InputGrads | None, tensor: Any, bwd: str, path: tuple[Any, ...]) -> bool:
         """True (and both gradients declared in ``not_captured``) when output ``tensor`` is one of the call's
@@ -540,11 +587,21 @@ class TorchAdapter(AdapterBase):
         """Hook the call's own autograd nodes for its input gradients (:meth:`EdgeWatch.attach`); inputs whose
         edge could not be taken are declared in ``not_captured``."""
         assert self._edges is not None
+        svc = self.service
         for pos, reason in grads.failed.items():
-            self.service.note_not_captured(f"{bwd}.output.{pos}", reason)
+            svc.note_not_captured(f"{bwd}.output.{pos}", reason)
+        for pos, first in grads.duplicates.items():
+            svc.note_not_captured(
+                f"{bwd}.output.{pos}",
+                f"the same tensor as input {first}: its gradient from this call (summed over both positions) is "
+                f"recorded at output.{first}",
+            )
         self._edges.attach(
             grads, outputs, deliver, lambda record: self._guarded_grad_hook(f"{key}.backward", record)
         )
+        if outputs:
+            for pos in grads.unseen:
+                svc.note_not_captured(f"{bwd}.output.{pos}", UNSEEN_REASON)
 
     # ----------------------------------------------------------------- model: modules and parameters
 
@@ -696,8 +753,9 @@ class TorchAdapter(AdapterBase):
         out: dict[str, tuple[Any, int, Any]] = {}
         with self.service.collecting(), self._torch.no_grad():
             for name, buf in module.named_buffers(recurse=False):
-                version = getattr(buf, "_version", None)
-                if version is None:  # mindtorch: no version counter, no before-values
+                try:
+                    version = buf._version
+                except Exception:  # mindtorch (no version counter), an inference-mode tensor (untracked)
                     continue
                 copy = buf.detach().clone() if buf.numel() <= MAX_BUFFER_COPY else None
                 out[name] = (buf, int(version), copy)
@@ -717,7 +775,7 @@ class TorchAdapter(AdapterBase):
             old = (snapshot or {}).get(name)
             if old is None:
                 continue
-            if old[0] is buf and old[1] == buf._version:
+            if old[0] is buf and old[1] == _version_of(buf):
                 if old[2] is None:
                     continue
                 with self.service.collecting(), torch.no_grad():
@@ -744,14 +802,9 @@ class TorchAdapter(AdapterBase):
         bwd = backward.call.forward_name.replace(".forward.", ".backward.")
         grads = backward.grads
         backward.grads = None
-        hooked: list[Any] = []
-        paths: list[tuple[Any, ...]] = []
-        for path, tensor in found:
-            if self._passthrough(grads, tensor, bwd, path):
-                continue
-            self._hook_tensor(tensor, self._module_grad_hook(key, backward, "input", path))
-            hooked.append(tensor)
-            paths.append(path)
+        hooked, paths = self._hook_outputs(
+            found, grads, bwd, lambda path: self._module_grad_hook(key, backward, "input", path)
+        )
         if grads is not None:
             self._attach(
                 grads, hooked, key, lambda pos, grad: self._module_grad_hook(key, backward, "output", pos)(grad), bwd
@@ -788,6 +841,14 @@ class TorchAdapter(AdapterBase):
 #: Buffers of at most this many elements are copied before a module call, so that their values before the call
 #: can be recorded when the call changes them (BatchNorm's running statistics, ``num_batches_tracked``).
 MAX_BUFFER_COPY = 1 << 20
+
+
+def _version_of(tensor: Any) -> int | None:
+    """``tensor._version``, or None where it is not tracked (inference-mode tensors, mindtorch)."""
+    try:
+        return int(tensor._version)
+    except Exception:
+        return None
 
 
 def _at(skeleton: Any, path: tuple[Any, ...]) -> Any:

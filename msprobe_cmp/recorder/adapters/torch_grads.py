@@ -10,20 +10,25 @@ nodes send to ``x``.  The recorder observes exactly that:
 2. **After the call** (:meth:`EdgeWatch.attach`): a walk from the outputs' ``grad_fn`` through the nodes created
    during the call (and only those), and a post-hook (``Node.register_hook``) on each node with an edge to an
    input.  An in-place call is covered too: its input's edge was taken before the call rebased the tensor.
-3. **In the backward**: each post-hook sees its node's ``grad_inputs``, the contribution along that edge.  When a
-   position has one contribution it is recorded as autograd computed it; several are summed by the recorder in
-   float64 (complex128 for complex gradients), for the record only, and cast back to the gradient's dtype.
+3. **In the backward**: each post-hook sees its node's ``grad_inputs``, the contribution along that edge.  An input
+   with one such edge gets autograd's tensor itself, recorded at once.  One with several gets the sum of the
+   contributions of the backward pass, computed by the recorder in float64 (complex128 for complex gradients), for
+   the record only, cast back to the gradient's dtype and recorded when autograd finishes the pass (a callback
+   queued on autograd's engine, as DDP queues its own).  A contribution that never comes in a pass (its node is not
+   on the way to what ``backward()`` / ``autograd.grad`` was called on) is zero in that pass; each pass replaces
+   what the previous one recorded (the last pass is kept, as for the gradients w.r.t. outputs).
 
 Nothing is added between a tensor and its consumers (no ``view_as``, copy or custom autograd Function), so autograd
 sums the gradients of every tensor in the same order as without the recorder and training stays bit-identical.
 (Handing the call ``x.view_as(x)``, as ``register_full_backward_hook`` and msprobe do, inserts a node whose
 gradient is summed separately from ``x``'s other consumers: the sum's order, and its last bits, change.)
 
-What cannot be observed this way is reported, never guessed: an output that *is* one of the inputs (same gradient
-edge: ``nn.Identity``, eval-mode dropout, ``x.contiguous()`` of a contiguous ``x``) has no node of the call, so
-the gradient at the call's boundary cannot be told apart from that tensor's other consumers'
-(:attr:`InputGrads.passthrough`); and a contribution that never arrives (a path that does not reach the loss)
-leaves its position incomplete (:meth:`InputGrads.incomplete`).
+What cannot be observed this way is reported, never guessed (:class:`InputGrads`): an output that *is* one of the
+inputs (same gradient edge: ``nn.Identity``, eval-mode dropout, ``x.contiguous()`` of a contiguous ``x``) has no node
+of the call, so the gradient at the call's boundary cannot be told apart from that tensor's other consumers'
+(``passthrough``); an input no node of the call sends a gradient to (``unseen``: its gradient flows through a node
+made before the call, such as autocast's cached cast of a weight used twice, or the input was changed in place
+through a view); the same tensor at a later position (``duplicates``: recorded at its first position).
 """
 
 from __future__ import annotations
@@ -43,35 +48,30 @@ class InputGrads:
         watermark: autograd's sequence number before the call: nodes numbered at least this were created by it.
         edges: ``(id(node), input number) → (position, node)`` for each positional input that needs a gradient
             (the same tensor at several positions: its first position); dropped once the hooks are attached.
-        expected: position → how many contributions the attached hooks will send.
-        got: position → how many arrived in the current backward pass (0 again once all did).
-        done: positions whose contributions all arrived at least once.
-        acc: position → the float64 (complex128) sum so far, when a position expects several; dtypes: the
-            gradient's dtype, which the sum is cast back to.
-        passthrough: positions of inputs returned as outputs unchanged (see the module docstring).
+        expected: position → how many hooked edges send it a gradient.
+        acc: position → the float64 (complex128) sum of the current backward pass, when a position has several
+            edges; dtypes: the gradient's dtype, which the sum is cast back to.
+        queued: whether a callback that records the sums is queued for the current backward pass.
+        passthrough: positions of inputs returned as outputs unchanged.
+        unseen: positions no node of the call sends a gradient to.
+        duplicates: position → the first position holding the same tensor.
         failed: position → why its edge could not be taken (its gradient is not recorded).
     """
 
-    __slots__ = ("watermark", "edges", "expected", "got", "done", "acc", "dtypes", "passthrough", "failed")
+    __slots__ = ("watermark", "edges", "expected", "acc", "dtypes", "queued", "passthrough", "unseen",
+                 "duplicates", "failed")
 
     def __init__(self, watermark: int, edges: dict[tuple[int, int], tuple[int, Any]]) -> None:
         self.watermark = watermark
         self.edges: dict[tuple[int, int], tuple[int, Any]] | None = edges
         self.expected: dict[int, int] = {}
-        self.got: dict[int, int] = {}
-        self.done: set[int] = set()
         self.acc: dict[int, Any] = {}
         self.dtypes: dict[int, Any] = {}
+        self.queued = False
         self.passthrough: set[int] = set()
+        self.unseen: list[int] = []
+        self.duplicates: dict[int, int] = {}
         self.failed: dict[int, str] = {}
-
-    def incomplete(self) -> dict[int, tuple[int, int]]:
-        """Positions whose contributions did not all arrive: ``position → (arrived, expected)``."""
-        return {
-            pos: (self.got.get(pos, 0), n)
-            for pos, n in self.expected.items()
-            if pos not in self.done or self.got.get(pos, 0)
-        }
 
 
 class EdgeWatch:
@@ -85,6 +85,9 @@ class EdgeWatch:
     def __init__(self, torch: Any, collecting: Callable[[], AbstractContextManager[Any]]) -> None:
         self._seq: Callable[[], int] = torch._C._autograd._get_sequence_nr
         self._edge = torch.autograd.graph.get_gradient_edge
+        self._queue_callback: Callable[[Callable[[], None]], None] = (
+            torch.autograd.Variable._execution_engine.queue_callback
+        )
         self._torch = torch
         self._collecting = collecting
 
@@ -93,8 +96,11 @@ class EdgeWatch:
         """True when this torch exposes what the watch needs (torch ≥ 2.2)."""
         autograd = getattr(getattr(torch, "_C", None), "_autograd", None)
         graph = getattr(getattr(torch, "autograd", None), "graph", None)
-        return callable(getattr(autograd, "_get_sequence_nr", None)) and callable(
-            getattr(graph, "get_gradient_edge", None)
+        engine = getattr(getattr(getattr(torch, "autograd", None), "Variable", None), "_execution_engine", None)
+        return (
+            callable(getattr(autograd, "_get_sequence_nr", None))
+            and callable(getattr(graph, "get_gradient_edge", None))
+            and callable(getattr(engine, "queue_callback", None))
         )
 
     def begin(self, args: Sequence[Any], wants_grad: Callable[[Any], bool]) -> InputGrads | None:
@@ -102,6 +108,7 @@ class EdgeWatch:
         none does."""
         edges: dict[tuple[int, int], tuple[int, Any]] = {}
         failed: dict[int, str] = {}
+        duplicates: dict[int, int] = {}
         for i, arg in enumerate(args):
             if not wants_grad(arg):
                 continue
@@ -110,11 +117,16 @@ class EdgeWatch:
             except Exception as exc:  # e.g. a sparse leaf: torch finds a leaf's edge through a view
                 failed[i] = f"its gradient edge could not be taken ({type(exc).__name__}); not recorded"
                 continue
-            edges.setdefault((id(edge.node), edge.output_nr), (i, edge.node))
+            key = (id(edge.node), edge.output_nr)
+            if key in edges:
+                duplicates[i] = edges[key][0]
+            else:
+                edges[key] = (i, edge.node)
         if not edges and not failed:
             return None
         grads = InputGrads(self._seq(), edges)
         grads.failed = failed
+        grads.duplicates = duplicates
         return grads
 
     def edge_key(self, tensor: Any) -> tuple[int, int] | None:
@@ -147,8 +159,9 @@ class EdgeWatch:
         Args:
             grads: from :meth:`begin`; its ``edges`` are released here.
             outputs: the call's output tensors that need a gradient (pass-through ones excluded by the caller).
-            deliver: called with ``(position, gradient)`` once a position's contributions are all in (one
-                contribution: autograd's tensor itself; several: their float64 sum cast to its dtype).
+            deliver: called with ``(position, gradient)``: at once for a position with one edge (autograd's
+                tensor itself), at the end of the backward pass for one with several (their float64 sum cast to
+                the gradient's dtype).
             guard: wraps a ``record(grad_inputs)`` function into a hook body that never raises (the adapter's).
         """
         edges = grads.edges
@@ -181,6 +194,9 @@ class EdgeWatch:
                 for _, pos in hits:
                     grads.expected[pos] = grads.expected.get(pos, 0) + 1
                 self._hook_node(node, hits, grads, deliver, guard)
+        grads.unseen = sorted(
+            pos for pos, _ in edges.values() if pos not in grads.expected and pos not in grads.passthrough
+        )
 
     def _hook_node(
         self,
@@ -190,9 +206,11 @@ class EdgeWatch:
         deliver: Deliver,
         guard: Callable[[Callable[[Any], None]], Callable[[Any], None]],
     ) -> None:
+        finish = guard(lambda _: self._finish_pass(grads, deliver))
+
         def record(grad_inputs: Any) -> None:
             for k, pos in hits:
-                self._contribute(grads, pos, grad_inputs[k], deliver)
+                self._contribute(grads, pos, grad_inputs[k], deliver, finish)
 
         body = guard(record)
 
@@ -202,29 +220,30 @@ class EdgeWatch:
 
         node.register_hook(post_hook)
 
-    def _contribute(self, grads: InputGrads, pos: int, grad: Any, deliver: Deliver) -> None:
-        expected = grads.expected.get(pos, 0)
-        pending = grads.got.get(pos, 0) + 1
-        if expected <= 1:
-            grads.done.add(pos)
-            if grad is not None:
-                deliver(pos, grad)
+    def _contribute(
+        self, grads: InputGrads, pos: int, grad: Any, deliver: Deliver, finish: Callable[[Any], None]
+    ) -> None:
+        if grad is None:
+            return  # this edge carries nothing in this pass (zero)
+        if grads.expected.get(pos, 0) <= 1:
+            deliver(pos, grad)
             return
         torch = self._torch
-        total = None
         with self._collecting(), torch.no_grad():
-            if grad is not None:
-                wide = grad.to(torch.complex128 if grad.is_complex() else torch.float64)
-                prev = grads.acc.get(pos)
-                grads.acc[pos] = wide if prev is None else prev + wide
-                grads.dtypes[pos] = grad.dtype
-            if pending < expected:
-                grads.got[pos] = pending
-                return
-            grads.got[pos] = 0  # complete; a retained graph's next backward pass starts a new sum
-            grads.done.add(pos)
-            total = grads.acc.pop(pos, None)
-            if total is not None:
-                total = total.to(grads.dtypes[pos])
-        if total is not None:
-            deliver(pos, total)
+            wide = grad.to(torch.complex128 if grad.is_complex() else torch.float64)
+            prev = grads.acc.get(pos)
+            grads.acc[pos] = wide if prev is None else prev + wide
+            grads.dtypes[pos] = grad.dtype
+        if not grads.queued:
+            grads.queued = True
+            self._queue_callback(lambda: finish(None))
+
+    def _finish_pass(self, grads: InputGrads, deliver: Deliver) -> None:
+        """End of a backward pass: record each summed position (and start the next pass from zero)."""
+        grads.queued = False
+        sums, grads.acc = grads.acc, {}
+        torch = self._torch
+        for pos, total in sums.items():
+            with self._collecting(), torch.no_grad():
+                value = total.to(grads.dtypes[pos])
+            deliver(pos, value)

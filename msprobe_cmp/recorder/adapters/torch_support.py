@@ -32,12 +32,12 @@ def unreached_reason(what: str) -> str:
     return f"no gradient reached this {what} in this step (it does not lead to what backward() was called on)"
 
 
-def incomplete_reason(got: int, expected: int) -> str:
-    """not_captured reason of an input gradient of which only ``got`` of ``expected`` contributions arrived."""
-    return (
-        f"only {got} of the {expected} gradient contributions of the call's autograd nodes to this input arrived "
-        "in this step; not recorded"
-    )
+#: not_captured reason of an input no autograd node created by the call sends a gradient to.
+UNSEEN_REASON = (
+    "no autograd node created during the call sends a gradient to this input (the call does not use it, its gradient "
+    "flows through a node made before the call, such as autocast's cached cast of a weight used twice, or it was "
+    "changed in place through a view): not recorded"
+)
 
 _FLOAT_DTYPES = frozenset({"torch.float16", "torch.float32", "torch.float64", "torch.bfloat16"})
 _HOST_ONLY_DTYPES = frozenset({"torch.complex32", "torch.complex64", "torch.complex128"})

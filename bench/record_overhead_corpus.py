@@ -1,10 +1,14 @@
-"""What recording costs per training step on real PyTorch model code (issue 14: "not much slower than before").
+"""What recording costs per training step on real model code (issue 14: "not much slower than before").
 
-    .venv/bin/python bench/record_overhead_torch.py [--models bert,gpt2,llama,resnet18] [--configs "mix statistics"]
-                                                    [--rounds 4] [--block 4]
+    .venv/bin/python bench/record_overhead_corpus.py [--models bert,gpt2,llama,resnet18,mindcv-resnet18]
+                                                     [--configs "mix statistics"] [--rounds 4] [--block 4]
+                                                     [--recorder-src DIR]
 
-The models are the real-model corpus of the tests (tests/realmodels/torch_corpus.py: transformers' BERT, GPT-2 and
-Llama in tiny configurations, pytorchcv's ResNet-18 on 2 images of 224x224), trained with SGD.  One process per
+The models are the real-model corpus of the tests: tests/realmodels/torch_corpus.py (PyTorch: transformers' BERT,
+GPT-2 and Llama in tiny configurations, pytorchcv's ResNet-18 on 2 images of 224x224, trained with SGD) and
+tests/realmodels/mindspore_corpus.py (``mindcv-resnet18``: mindcv's ResNet-18 on 2 images of 64x64, MindSpore
+PyNative, ``value_and_grad`` and Momentum; each step ends with ``loss.asnumpy()``, so the asynchronous dispatch is
+finished inside the timed region).  One process per
 model alternates ``--rounds`` times a block of plain steps (no recorder) and a block of recorded steps (a fresh
 ``PrecisionDebugger`` per block, closed after it), so other load on the machine disturbs both alike; the first step
 of each block is not counted.  Prints the median plain and recorded step times, their ratio and the recorded
@@ -21,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.append(str(REPO))  # the corpus module (tests/realmodels)
@@ -33,18 +38,45 @@ def _use_recorder_from(src: Path) -> None:
     sys.path.insert(0, str(src))
 
 
-def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[str, float]:
+def _stepper(name: str) -> tuple[Any, str]:
+    """``(one_step(debugger or None), framework)`` for corpus model ``name``."""
+    if name.startswith("mindcv-"):
+        import mindspore as ms
+
+        from tests.realmodels import mindspore_corpus
+
+        case = mindspore_corpus.BUILDERS[name[len("mindcv-"):]](ms)
+        grad_step, optimizer = mindspore_corpus.trainer(case, ms)
+
+        def ms_step(dbg: Any) -> None:
+            if dbg is not None:
+                dbg.start(case.model)
+            loss, grads = grad_step()
+            if dbg is not None:
+                dbg.stop()
+            optimizer(grads)
+            if dbg is not None:
+                dbg.step()
+            loss.asnumpy()
+
+        return ms_step, "mindspore"
     import torch
 
-    from msprobe_cmp import PrecisionDebugger
     from tests.realmodels import torch_corpus
 
-    case = torch_corpus.BUILDERS[name](torch)
-    opt = torch.optim.SGD(case.model.parameters(), lr=0.01)
+    tcase = torch_corpus.BUILDERS[name](torch)
+    opt = torch.optim.SGD(tcase.model.parameters(), lr=0.01)
+    return (lambda dbg: torch_corpus.train_step(tcase, opt, dbg)), "pytorch"
 
-    def one_step(dbg: PrecisionDebugger | None) -> float:
+
+def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[str, float]:
+    from msprobe_cmp import PrecisionDebugger
+
+    step, framework = _stepper(name)
+
+    def one_step(dbg: Any) -> float:
         t = time.perf_counter()
-        torch_corpus.train_step(case, opt, dbg)
+        step(dbg)
         return time.perf_counter() - t
 
     plain: list[float] = []
@@ -53,7 +85,7 @@ def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[
     for _ in range(rounds):
         plain += [one_step(None) for _ in range(block)][1:]
         with tempfile.TemporaryDirectory() as d:
-            dbg = PrecisionDebugger(dump_path=d, level=level, task=task, framework="pytorch")
+            dbg = PrecisionDebugger(dump_path=d, level=level, task=task, framework=framework)
             recorded += [one_step(dbg) for _ in range(block)][1:]
             dbg.close()
             entries = len(json.loads((Path(d) / "step0" / "rank" / "dump.json").read_text())["data"])
@@ -63,7 +95,7 @@ def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="bert,gpt2,llama,resnet18")
+    ap.add_argument("--models", default="bert,gpt2,llama,resnet18,mindcv-resnet18")
     ap.add_argument("--configs", default="mix statistics", help="';'-separated '<level> <task>' (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--block", type=int, default=4)

@@ -80,6 +80,9 @@ INCOMPLETE_STEP_KEY = NOT_CAPTURED_STEP
 #: Deferred device copies (see the adapters) are fetched before they hold more elements than this (~256 MB
 #: of float32): the one wait for the device is then paid every that many elements instead of once a step.
 MAX_PENDING_COPY_ELEMENTS = 64 * 1024 * 1024
+#: Suffix of the entry holding a module's gradients after a data-parallel all-reduce (PyTorch DDP): ``<cell>`` +
+#: ``.parameters_grad`` + this.
+REDUCED_SUFFIX = "_reduced"
 #: not_captured reason of a parameters_grad placeholder no gradient filled in its step.
 UNREACHED_PARAMETER = (
     "no gradient reached this parameter in this step (its module ran with gradients enabled, but no backward pass "
@@ -875,6 +878,22 @@ class RecorderService:
         grads = slots[param]
         grads.append(self.collect(grad, pg, param if not grads else f"{param}.{len(grads)}"))
         self._put_pgrad(pg)
+
+    def parameter_grad_reduced(
+        self, path: str, cls: str, model_index: int | None, grads: Sequence[tuple[str, object]]
+    ) -> None:
+        """Put ``<cell>.parameters_grad_reduced``: the gradients a data-parallel wrapper (PyTorch DDP) left in the
+        parameters' ``.grad`` after its all-reduce, one ``(param, gradient)`` each, at the end of a backward pass
+        (an msprobe-cmp extension; a later pass of the step replaces it).  Only for a cell whose
+        ``parameters_grad`` placeholder exists in the step."""
+        if self._writer is None:
+            return
+        pg = parameters_grad_name(path, cls, prefix=self.cell_prefix, model_index=model_index)
+        slots = self._pgrad.get(pg)
+        if slots is None:
+            return
+        name = pg + REDUCED_SUFFIX
+        self.put(Entry(name, tuple((p, Seq((self.collect(g, name, p),))) for p, g in grads if p in slots)))
 
     def _put_pgrad(self, name: str) -> None:
         slots = self._pgrad[name]

@@ -407,6 +407,21 @@ def test_ddp_parameters_grad_are_the_local_gradients_before_the_all_reduce(ddp_r
 
 
 @pytest.mark.torch
+def test_ddp_parameters_grad_reduced_are_the_averaged_gradients_after_the_all_reduce(ddp_runs: DdpRuns) -> None:
+    """``<module>.parameters_grad_reduced``: each parameter's ``.grad`` after DDP's all-reduce, i.e. the mean of
+    the ranks' local gradients (recomputed here in numpy), the same on every rank."""
+    ref = reference_run()
+    for step in range(STEPS):
+        for rank in range(WORLD):
+            data = dump_json(ddp_runs[0], step, rank)["data"]
+            for layer in ("fc1", "fc2"):
+                reduced = data[f"Module.module.{layer}.Linear.parameters_grad_reduced"]
+                for p in ("weight", "bias"):
+                    (leaf,) = reduced[p]
+                    assert_stats(leaf, ref[step]["mean"][f"{layer}.{p}"], f"{layer}.{p} reduced step {step} rank {rank}")
+
+
+@pytest.mark.torch
 def test_two_identical_ddp_runs_compare_as_a_pass_rank_by_rank(ddp_runs: DdpRuns) -> None:
     from msprobe_cmp.comparator.compare import CompareOptions, compare
     from msprobe_cmp.dump.reader import load_dump
@@ -421,7 +436,8 @@ def test_two_identical_ddp_runs_compare_as_a_pass_rank_by_rank(ddp_runs: DdpRuns
         assert unit.verdict == "pass" and unit.compared_count > 0
         rows = {r.name: r for r in unit.rows}
         for name in ("Distributed.all_reduce.0.forward.input.0", "Distributed.all_reduce.0.forward.kwargs.group",
-                     "Distributed.broadcast.0.forward.kwargs.group", "Module.module.fc1.Linear.parameters_grad.weight"):
+                     "Distributed.broadcast.0.forward.kwargs.group", "Module.module.fc1.Linear.parameters_grad.weight",
+                     "Module.module.fc1.Linear.parameters_grad_reduced.weight.0"):
             assert rows[name].match_class == "matched" and rows[name].verdict == "pass", name
 
 

@@ -143,6 +143,10 @@ class TorchAdapter(AdapterBase):
         self._observed: list[_Observed] = []
         # Hooks put on outputs that are leaves (a parameter a module returns): removed at step() and close().
         self._leaf_hooks: list[Any] = []
+        # DDP: the hooked parameters per module, whose .grad is read after the all-reduce (parameters_grad_reduced),
+        # and whether that read is queued for the current backward pass.
+        self._ddp_modules: list[tuple[str, str, int | None, list[tuple[str, Any]]]] = []
+        self._reduced_queued = False
         self._ms_hook: Callable[[Any, Callable[[Any], Any]], Any] | None = None
         self._ms_requires_grad: Callable[[], bool] | None = None
         # torch.compile: dynamo folds is_compiling() to True while tracing, so a compiled region holds only the
@@ -608,6 +612,7 @@ class TorchAdapter(AdapterBase):
     def _install_model(self, models: tuple[Any, ...], is_list: bool) -> None:
         svc = self.service
         self._models = models
+        self._ddp_modules = []
         if not svc.tracks_cells:
             return
         for model_index, model in enumerate(models):
@@ -631,6 +636,43 @@ class TorchAdapter(AdapterBase):
                 if type(module).__name__ == "OptimizedModule":  # torch.compile's wrapper of a submodule
                     svc.note_not_captured(f"Module.{path}", COMPILED_MODULE_REASON, persistent=True)
                 self._hook_module_atomically(module, path, type(module).__name__, mi)
+
+    def _is_data_parallel(self, model_index: int | None) -> bool:
+        """Whether the model ``start()`` got (``models[model_index]``) is a ``DistributedDataParallel``."""
+        ddp = getattr(getattr(getattr(self._torch, "nn", None), "parallel", None), "DistributedDataParallel", None)
+        if not isinstance(ddp, type) or not self._models:
+            return False
+        return isinstance(self._models[model_index or 0], ddp)
+
+    def _param_hook(self, path: str, cls: str, mi: int | None, name: str) -> Callable[[Any], None]:
+        """The parameter's gradient hook (see AdapterBase); under DDP it also queues, once per backward pass, the
+        reading of every hooked parameter's ``.grad`` after DDP's all-reduce (:meth:`_record_reduced`)."""
+        local = super()._param_hook(path, cls, mi, name)
+        if not self._ddp_modules or self._edges is None:
+            return local
+        queue = self._edges.queue_callback
+        finish = self._guarded_grad_hook(f"{self.service.cell_prefix}.{path}.parameters_grad_reduced",
+                                         lambda _: self._record_reduced())
+
+        def hook(grad: Any) -> None:
+            local(grad)
+            if not self._reduced_queued and self.service.is_on:
+                self._reduced_queued = True
+                # DDP queues its own end-of-backward callback (which writes the averaged gradients into .grad)
+                # when its first bucket is ready; a callback queued from inside a callback runs after it.
+                queue(lambda: queue(lambda: finish(None)))
+            return None
+
+        return hook
+
+    def _record_reduced(self) -> None:
+        """End of a DDP backward pass: each hooked parameter's ``.grad`` (DDP's averaged gradient) into
+        ``<module>.parameters_grad_reduced``."""
+        self._reduced_queued = False
+        for path, cls, mi, params in self._ddp_modules:
+            grads = [(n, p.grad) for n, p in params if p.grad is not None]
+            if grads:
+                self.service.parameter_grad_reduced(path, cls, mi, grads)
 
     def _named_parts(self, model: Any) -> Iterator[tuple[str, Any]]:
         return iter(model.named_modules())
@@ -733,6 +775,8 @@ class TorchAdapter(AdapterBase):
             self._handles.append(module.register_forward_hook(forward_hook, with_kwargs=True, always_call=True))
         except TypeError:  # mindtorch: no always_call
             self._handles.append(module.register_forward_hook(forward_hook, with_kwargs=True))
+        if self._is_data_parallel(mi) and grad_params and self._edges is not None:
+            self._ddp_modules.append((path, cls, mi, [(n, p) for n, p in params if n in grad_params]))
         for name, param in params:
             if name in grad_params:
                 try:

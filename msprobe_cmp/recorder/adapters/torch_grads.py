@@ -91,6 +91,10 @@ class EdgeWatch:
         self._torch = torch
         self._collecting = collecting
 
+    def queue_callback(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when autograd finishes the current backward pass (call it from inside the backward)."""
+        self._queue_callback(fn)
+
     @staticmethod
     def available(torch: Any) -> bool:
         """True when this torch exposes what the watch needs (torch ≥ 2.2)."""

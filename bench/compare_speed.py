@@ -16,7 +16,8 @@
    Both run on a warm page cache (the files were just written and fit in memory).
 
 Prints the tables with ratios against msprobe 1.2.2's compare measured on this machine kind
-(/work/shared/ENVIRONMENT.md: 1k entries 5.1 s / 690 MB, 10k 17.4 s / 956 MB, 100k 149 s / 3.6 GB).
+(measured once in a side environment with mindstudio-probe 1.2.2 installed: 1k entries 5.1 s / 690 MB, 10k 17.4 s /
+956 MB, 100k 149 s / 3.6 GB).
 ``--ranks R`` also times a dump of R rank units compared serially and with ``--jobs 2`` (the unit pairs in
 two spawned worker processes).  ``--profile`` also prints a cProfile of the largest statistics compare (top
 functions by cumulative and internal time).  The default run (1k, 10k, 100k, 0.2 GB of tensors) takes about

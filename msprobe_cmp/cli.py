@@ -5,9 +5,9 @@ Usage::
     msprobe-cmp TARGET BASELINE [-o OUT] [--force]
     msprobe-cmp demo [-o OUT] [--steps N] [--force]
 
-``main(argv) -> int`` is the whole command (STYLE.md §10): user errors
+``main(argv) -> int`` is the whole command (docs/design.md §4): user errors
 (:class:`~msprobe_cmp.errors.MsprobeCmpError`, bad options) are one line on stderr and exit 2;
-any other exception is a bug and keeps its traceback.  Exit codes (DESIGN.md §4): 0 no
+any other exception is a bug and keeps its traceback.  Exit codes (docs/design.md §2): 0 no
 regression, 1 regression found, 2 unusable input or usage error, 3 nothing comparable; 4 is a
 bug in msprobe-cmp (traceback shown), never a verdict.
 """

@@ -13,7 +13,7 @@ directory order.  When each side holds exactly one unit the two are paired whate
 ``rank0`` when that is unambiguous, and units without a step directory pair by rank with the other side's units
 of its one step.  Units left without a partner are listed in :attr:`Comparison.unpaired`.
 
-Mode (DESIGN.md §4, anatomy §3.1): ``tensor`` when every unit of both sides was dumped with
+Mode (docs/design.md §2, docs/design.md §3): ``tensor`` when every unit of both sides was dumped with
 ``task: tensor``; otherwise ``md5`` when both sides carry checksums; otherwise ``statistics``.
 Within tensor mode a row whose tensor files are missing or unreadable on either side falls back to
 its statistics (the row's reasons say why); within md5 mode a row whose checksum is missing or blank on either side
@@ -77,7 +77,7 @@ class CompareOptions:
     """Options of :func:`compare`.
 
     Attributes:
-        rules: the thresholds in force (defaults: DESIGN.md §4).
+        rules: the thresholds in force (defaults: docs/design.md §2).
         mode: ``"auto"`` (module docstring), or force ``"tensor"``, ``"statistics"`` or ``"md5"``
             (rows lacking what the forced mode needs fall back to statistics; their reasons say why).
         noise: a rerun of B (same code, same data): its differences from B measure the run-to-run

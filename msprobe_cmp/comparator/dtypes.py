@@ -26,7 +26,7 @@ _ALIASES = {
 
 _PREFIXES = ("torch.", "mindspore.", "numpy.", "np.", "ms.")
 
-#: Floating dtypes whose values may be compared with each other after upcasting (DESIGN.md §4:
+#: Floating dtypes whose values may be compared with each other after upcasting (docs/design.md §2:
 #: "compatible pairs such as fp16/bf16/fp32 are matched with a note"; msprobe 1.2.2 allows
 #: fp16<->fp32 and fp16<->bf16, msprobe 26.x also bf16<->fp32 and fp64).
 COMPATIBLE_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})

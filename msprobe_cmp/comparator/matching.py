@@ -2,7 +2,7 @@
 
 A *row* is one leaf of one entry, keyed by ``(entry name, argument path)`` as produced by
 :meth:`msprobe_cmp.dump.schema.Entry.leaves` (``("Cell.fc1.Dense.forward.0", "parameters.weight")``).
-Rows are paired when both keys are equal (DESIGN.md §4, "Exact"), then classified:
+Rows are paired when both keys are equal (docs/design.md §2, "Exact"), then classified:
 
 ``matched``
     both sides hold comparable data: two tensors of the same shape and the same dtype, or of a
@@ -23,7 +23,7 @@ Rows are paired when both keys are equal (DESIGN.md §4, "Exact"), then classifi
 Order is execution order, never lexicographic (:func:`execution_order`): A's rows in A's order; a
 row present in B only is placed right after the row that precedes it in B and exists in A (rows
 before any shared row go first).  msprobe 1.2.2 instead sorts rows by name and drops bench-only rows
-(anatomy §6.3).
+(docs/design.md §3).
 
 dump.json's own order is *almost* execution order; two things are put right, so that "the first
 divergent row" is the first difference that happened:

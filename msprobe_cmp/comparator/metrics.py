@@ -1,6 +1,6 @@
 """Comparison metrics: pure numpy functions of two arrays, computed in float64.
 
-Convention (msprobe's and DESIGN.md §4): ``a`` is the target ("NPU" in msprobe's columns) and ``b``
+Convention (msprobe's and docs/design.md §2): ``a`` is the target ("NPU" in msprobe's columns) and ``b``
 the baseline ("Bench", golden); relative errors divide by ``b``.  Every function upcasts both
 inputs to float64 first (bf16/fp16/ints/bools included, see :func:`to_float64`) and flattens them;
 ``a`` and ``b`` must have the same number of elements.
@@ -77,7 +77,7 @@ def _pair(a: ArrayLike, b: ArrayLike) -> tuple[F64, F64]:
 def compute_cosine(a: ArrayLike, b: ArrayLike) -> float | None:
     """Cosine similarity ``a·b / (‖a‖₂ ‖b‖₂)`` of the flattened arrays, in [-1, 1].
 
-    Source: msprobe's ``Cosine`` column (anatomy §3.5); DESIGN.md §4.
+    Source: msprobe's ``Cosine`` column (docs/design.md §3); docs/design.md §2.
 
     Returns:
         1.0 when both arrays are all-zero, or when they are identical element for element;
@@ -104,7 +104,7 @@ def compute_cosine(a: ArrayLike, b: ArrayLike) -> float | None:
 def compute_max_abs_err(a: ArrayLike, b: ArrayLike) -> float | None:
     """``max |a - b|`` over all elements, in the tensors' value units; None for empty arrays.
 
-    Source: msprobe's ``MaxAbsErr`` column (anatomy §3.5); DESIGN.md §4.
+    Source: msprobe's ``MaxAbsErr`` column (docs/design.md §3); docs/design.md §2.
     """
     fa, fb = _pair(a, b)
     if fa.size == 0:
@@ -116,7 +116,7 @@ def compute_relative_errors(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_R
     """Element-wise relative error ``|a - b| / max(|b|, floor)`` as a flat float64 array.
 
     ``floor`` (> 0) is the smallest denominator, in value units (module docstring explains the
-    default).  Source: msprobe's relative error (anatomy §3.5), with a floor in place of its epsilon.
+    default).  Source: msprobe's relative error (docs/design.md §3), with a floor in place of its epsilon.
     """
     if not floor > 0.0:
         raise ValueError(f"relative-error floor must be > 0, got {floor!r}")
@@ -127,7 +127,7 @@ def compute_relative_errors(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_R
 def compute_max_relative_err(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_RELATIVE_FLOOR) -> float | None:
     """``max(|a - b| / max(|b|, floor))``, dimensionless; None for empty arrays.
 
-    Source: msprobe's ``MaxRelativeErr`` column (anatomy §3.5); DESIGN.md §4 ("with a documented
+    Source: msprobe's ``MaxRelativeErr`` column (docs/design.md §3); docs/design.md §2 ("with a documented
     floor for |b| near 0").  Never infinite for finite inputs.
     """
     rel = compute_relative_errors(a, b, floor)
@@ -143,7 +143,7 @@ def compute_one_thousandth_err_ratio(
 ) -> float | None:
     """Share (0..1) of elements whose relative error is below 0.001; None for empty arrays.
 
-    Source: msprobe's ``One Thousandth Err Ratio`` column (anatomy §3.5); DESIGN.md §4.
+    Source: msprobe's ``One Thousandth Err Ratio`` column (docs/design.md §3); docs/design.md §2.
     """
     return _share_below(compute_relative_errors(a, b, floor), 0.001)
 
@@ -153,7 +153,7 @@ def compute_five_thousandths_err_ratio(
 ) -> float | None:
     """Share (0..1) of elements whose relative error is below 0.005; None for empty arrays.
 
-    Source: msprobe's ``Five Thousandths Err Ratio`` column (anatomy §3.5); DESIGN.md §4.
+    Source: msprobe's ``Five Thousandths Err Ratio`` column (docs/design.md §3); docs/design.md §2.
     """
     return _share_below(compute_relative_errors(a, b, floor), 0.005)
 
@@ -161,7 +161,7 @@ def compute_five_thousandths_err_ratio(
 def compute_euc_dist(a: ArrayLike, b: ArrayLike) -> float:
     """Euclidean distance ``‖a - b‖₂`` in value units (0.0 for empty arrays).
 
-    Source: msprobe 26.x's ``EucDist`` column (anatomy §3.5); DESIGN.md §4.
+    Source: msprobe 26.x's ``EucDist`` column (docs/design.md §3); docs/design.md §2.
     """
     fa, fb = _pair(a, b)
     return float(np.linalg.norm(fa - fb)) if fa.size else 0.0
@@ -184,7 +184,7 @@ class NonFiniteAgreement:
 
 
 def compute_nonfinite_agreement(a: ArrayLike, b: ArrayLike) -> NonFiniteAgreement:
-    """Count agreeing and disagreeing non-finite positions of two same-size arrays (DESIGN.md §4)."""
+    """Count agreeing and disagreeing non-finite positions of two same-size arrays (docs/design.md §2)."""
     fa, fb = _pair(a, b)
     nf_a, nf_b = ~np.isfinite(fa), ~np.isfinite(fb)
     both = nf_a & nf_b
@@ -196,7 +196,7 @@ def compute_nonfinite_agreement(a: ArrayLike, b: ArrayLike) -> NonFiniteAgreemen
 
 @dataclass(frozen=True)
 class TensorMetrics:
-    """The tensor-mode metrics of one pair of arrays (DESIGN.md §4), all in float64.
+    """The tensor-mode metrics of one pair of arrays (docs/design.md §2), all in float64.
 
     Attributes:
         cosine: see :func:`compute_cosine`; None when undefined.
@@ -258,7 +258,7 @@ def compute_tensor_metrics(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_RE
     (float16/32/64, ml_dtypes bfloat16/fp8, ints, bools); read-only ``np.memmap`` inputs are read once
     (float64 inputs of more than one chunk twice), chunk by chunk, and never copied whole.
 
-    Non-finite policy (DESIGN.md §4; msprobe instead zeroes agreeing positions): when every NaN/±Inf
+    Non-finite policy (docs/design.md §2; msprobe instead zeroes agreeing positions): when every NaN/±Inf
     of one side faces the same kind on the other, those positions are left out and the finite rest
     is compared (a note says how many were left out); otherwise no metric is computed, and the
     caller fails the row using ``nonfinite.disagreeing``.
@@ -612,7 +612,7 @@ class StatDiff:
 def compute_stat_diff(stat: str, a: float | None, b: float | None, floor: float = DEFAULT_RELATIVE_FLOOR) -> StatDiff:
     """Signed and relative difference of one statistic (msprobe's ``<S> diff`` / ``<S>RelativeErr``).
 
-    Source: msprobe statistics mode (anatomy §3.5): diff = npu − bench; its relative error is
+    Source: msprobe statistics mode (docs/design.md §3): diff = npu − bench; its relative error is
     ``|diff / bench| × 100`` as a "%" string and ``Nan`` when bench is 0.  Here it is a plain ratio
     with the same denominator floor as :func:`compute_relative_errors`.
     """

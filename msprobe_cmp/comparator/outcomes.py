@@ -240,8 +240,9 @@ def _fallback_to_statistics(
 ) -> _Outcome:
     """A row the mode in force could not compare (``why``: no tensor file, an unreadable one, no checksum), judged by
     its statistics instead.  Statistics that agree are weaker evidence than the values or checksums the user asked
-    for, so a row they would pass is a warning whose reason is ``why`` (msprobe leaves such rows unjudged, Accuracy
-    None: anatomy §3.6); a failing row (or one warned of) keeps its verdict and adds ``why`` to its reasons; a row with
+    for, so a row they would pass is a warning whose reason is ``why`` (msprobe leaves such rows unjudged,
+    Accuracy None, docs/design.md §3); a failing row (or one warned of) keeps its verdict and adds ``why`` to its
+    reasons; a row with
     no statistics on either side is skipped with ``why`` as a note.  When one side recorded no statistics, the rules
     see nothing to fault, so a row they would pass is instead a warning that nothing at all was compared (``why``,
     and which side recorded none)."""

@@ -4,7 +4,7 @@ Every rule function returns a :class:`RuleOutcome`: a verdict (``"pass"``, ``"wa
 ``"fail"``) and the reasons behind it, each a short sentence naming the metric, its value and the
 threshold it crossed.  The functions only read metrics; they compute nothing from tensors.
 
-Tensor mode (DESIGN.md §4, msprobe's ``Accuracy Reached or Not``, anatomy §3.6): a row fails when
+Tensor mode (docs/design.md §2, msprobe's ``Accuracy Reached or Not``, docs/design.md §3): a row fails when
 ``Cosine < 0.99 and MaxAbsErr > 1e-3``, or ``Cosine < 0.9``, or ``MaxAbsErr > 1``, or its non-finite
 values disagree.  An undefined cosine never fails by itself; the absolute error decides instead:
 when exactly one side is all zero (and there are at least 2 elements) the row fails when
@@ -18,7 +18,7 @@ would fail in tensor mode too), or when a non-finite statistic disagrees.  It ge
 msprobe's statistics rule fires on any statistic, ``|diff| / (max(|a|, |b|) + 1e-10) > 0.5`` (the
 PyTorch comparator's "any one" reading; msprobe's MindSpore comparator requires all four), with two
 corrections: the denominator is ``max(|a|, |b|)``, not msprobe's ``|max(a, b)|`` (which flags
-all-negative statistics, anatomy §6.3), and a statistic whose absolute change is at most
+all-negative statistics, docs/design.md §3), and a statistic whose absolute change is at most
 ``max_abs_err_suspect_above`` (1e-3) never warns (a mean of 1e-10 moving by 1e-10 is noise).
 
 md5 mode: equal checksums pass, different ones fail.
@@ -43,7 +43,7 @@ STAT_WARNING_EPSILON = 1e-10
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Thresholds of the verdict rules (defaults: DESIGN.md §4, msprobe's convention).
+    """Thresholds of the verdict rules (defaults: docs/design.md §2, msprobe's convention).
 
     Attributes:
         cosine_fail_below: fail when Cosine < this (0.9).

@@ -1,7 +1,7 @@
 """Entry-name grammar of the msprobe dump format.
 
 Names are the join keys between two dumps, so they follow msprobe exactly
-(see DESIGN.md §3 and msprobe's MindSpore/PyTorch dumps):
+(see docs/design.md §1 and msprobe's MindSpore/PyTorch dumps):
 
 * API entries: ``<Family>.<api>.<n>.<forward|backward>`` — ``Functional.relu.0.forward``,
   ``Tensor.__add__.3.backward``, ``Primitive.matmul.MatMul.0.forward``, ``Jit.net.0.forward``.

@@ -1,6 +1,6 @@
 """Typed records of the dump format (frozen dataclasses of plain values).
 
-The on-disk layout is msprobe's (DESIGN.md §3).  One ``dump.json`` holds a header
+The on-disk layout is msprobe's (docs/design.md §1).  One ``dump.json`` holds a header
 (:class:`DumpMeta`) and ``data``: a mapping of entry names to :class:`Entry` records.  An
 entry's fields hold nested nodes: :class:`Seq` (a JSON list), :class:`Map` (a JSON object),
 :class:`TensorLeaf` (a tensor's summary), :class:`ValueLeaf` (a non-tensor argument such as
@@ -203,7 +203,7 @@ class Map:
 Node = Union[TensorLeaf, ValueLeaf, Seq, Map, None]
 Leaf = Union[TensorLeaf, ValueLeaf, None]
 
-# How an entry field is spelled in an argument path (DESIGN.md §4: ".input.0", ".kwargs.dim", ...).
+# How an entry field is spelled in an argument path (docs/design.md §2: ".input.0", ".kwargs.dim", ...).
 _FIELD_PATH = {
     "input_args": "input",
     "input_kwargs": "kwargs",

@@ -1,6 +1,6 @@
 """Conversion between dump.json's JSON values and the records of :mod:`msprobe_cmp.dump.schema`.
 
-The one place that knows how a record is spelled in JSON (STYLE.md §5).  Readers call the
+The one place that knows how a record is spelled in JSON (docs/design.md §4).  Readers call the
 ``*_from_json`` functions with the file and the JSON path of the value so every error names both;
 the writer calls the ``*_to_json`` functions.  ``x_from_json(x_to_json(r)) == r`` for every record but a
 tensor leaf whose ``md5`` is empty or blank: that is no checksum and reads as None.

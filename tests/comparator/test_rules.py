@@ -1,4 +1,4 @@
-"""Verdict rules: DESIGN.md §4 thresholds at their boundaries, statistics and md5 rules, overrides."""
+"""Verdict rules: docs/design.md §2 thresholds at their boundaries, statistics and md5 rules, overrides."""
 
 from __future__ import annotations
 

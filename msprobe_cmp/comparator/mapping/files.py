@@ -24,7 +24,7 @@ msprobe's documentation shows, is accepted too)::
       ms_output: [0]                     # optional ("ms_outputs" accepted): outputs likewise
       pt_output: [0]
 
-Where msprobe 1.2.2 crashes or guesses (anatomy §3.3, §6.3) this loader is stricter and clearer: the
+Where msprobe 1.2.2 crashes or guesses (docs/design.md §3) this loader is stricter and clearer: the
 documented single-record form and the ``ms_outputs`` spelling are accepted; argument indices are
 integers compared as integers (msprobe matches them as string prefixes, so ``1`` also takes ``10``);
 ``ms_args`` without ``pt_args`` (or lists of different lengths) is an error, not a silent misalignment.
@@ -45,7 +45,7 @@ from msprobe_cmp.errors import ConfigError
 #: Largest mapping file read, in bytes (1 MiB: a mapping for the largest models is a few hundred KiB).
 MAX_MAPPING_FILE_BYTES = 1 << 20
 
-#: API families of MindSpore entry names (DESIGN.md §3) accepted as ``ms_api``.
+#: API families of MindSpore entry names (docs/design.md §1) accepted as ``ms_api``.
 MS_API_FAMILIES = ("Functional", "Tensor", "Mint", "MintFunctional", "Distributed", "Primitive", "Jit")
 #: API families of PyTorch / mindtorch entry names accepted as ``pt_api``.
 PT_API_FAMILIES = ("Torch", "Functional", "Tensor", "Distributed", "NPU", "Aten", "VF")

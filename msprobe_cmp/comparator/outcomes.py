@@ -33,6 +33,7 @@ from msprobe_cmp.comparator.rules import (
     compute_statistics_verdict,
     compute_tensor_verdict,
     compute_value_verdict,
+    is_placement_argument,
 )
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
@@ -333,19 +334,14 @@ def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-#: Arguments that say where a result is written, not what it is: a difference is noted, never a failure
-#: (``nn.ReLU(inplace=True)`` and its out-of-place twin compute the same numbers).
-PLACEMENT_ARGUMENTS = frozenset({"inplace"})
-
-
 def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -> _Outcome:
     notes = list(pair.notes)
     if va.type != vb.type:
         notes.append(f"value types differ: A {va.type}, B {vb.type}")
     x, y = va.value, vb.value
-    if x != y and pair.name.rsplit(".", 1)[-1] in PLACEMENT_ARGUMENTS:
-        notes.append(f"{pair.name.rsplit('.', 1)[-1]} differs (A {x!r}, B {y!r}): where the result is written, "
-                     "not its value")
+    argument = pair.name.rsplit(".", 1)[-1]
+    if x != y and is_placement_argument(argument):
+        notes.append(f"{argument} differs (A {x!r}, B {y!r}): where the result is written, not its value")
         return _Outcome("value", (), RuleOutcome("pass"), tuple(notes), False)
     if _is_number(x) and _is_number(y) and (isinstance(x, float) or isinstance(y, float)):
         # A float scalar is compared like a 0-d tensor (only the MaxAbsErr rules can apply).

@@ -306,6 +306,17 @@ def compute_md5_verdict(md5_a: str, md5_b: str) -> RuleOutcome:
     return RuleOutcome("fail", (f"md5 differs: A {md5_a}, B {md5_b}",))
 
 
+#: Arguments that say where a result is written, not what it is: a difference is noted, never a failure
+#: (``nn.ReLU(inplace=True)`` and its out-of-place twin compute the same numbers).
+PLACEMENT_ARGUMENTS = frozenset({"inplace"})
+
+
+def is_placement_argument(name: str) -> bool:
+    """True for a keyword argument (the last part of an argument path) in :data:`PLACEMENT_ARGUMENTS`: two values
+    of it that differ are noted by the comparator, never a failure."""
+    return name in PLACEMENT_ARGUMENTS
+
+
 def compute_value_verdict(value_a: object, value_b: object) -> RuleOutcome:
     """Non-numeric or integer non-tensor arguments (ints, strings, slices, dtypes): equal or fail.
 

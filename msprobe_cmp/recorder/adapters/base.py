@@ -132,6 +132,9 @@ class AdapterBase(abc.ABC):
         self._closed = False
         self._warned_save = False
         self._rank_filter_checked = False
+        # This step's calls whose gradients are observed: (slots, each (not_captured name, filled?, reason));
+        # what stayed empty is declared at step() / close() (_declare_unfilled).
+        self._expected: list[list[tuple[str, Callable[[], bool], str]]] = []
         self._warn_config(config)
         # API wrappers go in now, so names bound after the debugger is built (``from mindspore.ops
         # import relu``) are wrapped too; the switch (start/stop) decides what is recorded.
@@ -321,8 +324,26 @@ class AdapterBase(abc.ABC):
         """Switch recording off and flush the step's files so far."""
         self.service.end()
 
+    def _expect_gradients(self, slots: list[tuple[str, Callable[[], bool], str]]) -> None:
+        """Note one call's gradient slots: ``(not_captured name, is it filled?, reason if not)``.  At the end of
+        the step, when any of them was filled (the call's backward entry exists), the empty ones are declared; a
+        slot with reason ``""`` only counts as evidence that the entry exists and is never declared."""
+        if slots:
+            self._expected.append(slots)
+
+    def _declare_unfilled(self) -> None:
+        """List in ``not_captured`` every slot noted by :meth:`_expect_gradients` that stayed empty in a call whose
+        backward entry exists; a call none of whose slots was filled has no entry and is left alone."""
+        expected, self._expected = self._expected, []
+        for slots in expected:
+            if any(filled() for _, filled, _ in slots):
+                for what, filled, reason in slots:
+                    if reason and not filled():
+                        self.service.note_not_captured(what, reason)
+
     def step(self) -> None:
         """Flush and close the current step, advance to the next; remove everything after the last step."""
+        self._declare_unfilled()
         svc = self.service
         for state in self._states:
             for pending in state.awaiting_backward:
@@ -357,6 +378,7 @@ class AdapterBase(abc.ABC):
         """Flush, then remove every hook, wrapper and class swap; calling it again does nothing."""
         if self._closed:
             return
+        self._declare_unfilled()
         self._closed = True
         self.service.end(closing=True)
         self._remove_model_hooks()
@@ -510,7 +532,7 @@ class AdapterBase(abc.ABC):
                 f"PrecisionDebugger(): {what} is already wrapped by another PrecisionDebugger; close() it first"
             )
 
-    def _wrap_api(self, owner: Any, target: str, family: str, name: str, original: Any, substitute: bool) -> Any:
+    def _wrap_api(self, owner: Any, target: str, family: str, name: str, original: Any) -> Any:
         """Replace API ``owner.name`` (``original``) by a recording wrapper; returns the wrapper.
 
         Raises:
@@ -518,11 +540,11 @@ class AdapterBase(abc.ABC):
         """
         self._refuse_if_wrapped(original, f"{target}.{name}")
         had_own = name in vars(owner)
-        wrapper = self._make_api_wrapper(family, name, original, substitute)
+        wrapper = self._make_api_wrapper(family, name, original)
         self._replace(owner, name, original, wrapper, had_own)
         return wrapper
 
-    def _make_api_wrapper(self, family: str, api: str, original: Callable[..., Any], substitute: bool) -> Any:
+    def _make_api_wrapper(self, family: str, api: str, original: Callable[..., Any]) -> Any:
         svc = self.service
         key = f"{family}.{api}"
         before = self._api_before
@@ -534,7 +556,7 @@ class AdapterBase(abc.ABC):
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if compiling() or not svc.api_active() or svc.is_disabled(key) or in_transform():
                 return original(*args, **kwargs)
-            prepared = svc.run_guarded(key, lambda: before(family, api, args, kwargs, substitute))
+            prepared = svc.run_guarded(key, lambda: before(family, api, args, kwargs))
             call_args = args if prepared is None else prepared[1]
             with svc.inside_api():
                 out = original(*call_args, **kwargs)
@@ -551,10 +573,10 @@ class AdapterBase(abc.ABC):
         return wrapper
 
     def _api_before(
-        self, family: str, api: str, args: Sequence[Any], kwargs: dict[str, Any], substitute: bool
+        self, family: str, api: str, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> tuple[ApiCall, tuple[Any, ...]]:
         """Begin the API call; in a gradient context, prepare its backward: returns the call and the
-        arguments the API receives (substitutes carrying gradient hooks when ``substitute``)."""
+        arguments the API receives (substitutes carrying gradient hooks, as the adapter decides)."""
         svc = self.service
         call = svc.begin_api(family, api, args, kwargs)
         if not (call.record_backward and self._grad_enabled()):
@@ -566,7 +588,7 @@ class AdapterBase(abc.ABC):
         # A failure here costs this call its backward entry only: the forward entry is still recorded.
         substituted = svc.run_guarded(
             f"{family}.{api}.backward",
-            lambda: self._substitute_inputs(family, api, call, args, substitute),
+            lambda: self._substitute_inputs(family, api, call, args),
             disable=False,
             what=call.backward_name,
         )
@@ -577,7 +599,7 @@ class AdapterBase(abc.ABC):
 
     @abc.abstractmethod
     def _substitute_inputs(
-        self, family: str, api: str, call: ApiCall, args: Sequence[Any], substitute: bool
+        self, family: str, api: str, call: ApiCall, args: Sequence[Any]
     ) -> tuple[Any, ...]:
         """The arguments an API called in a gradient context receives (hooks for its backward ``output``)."""
 

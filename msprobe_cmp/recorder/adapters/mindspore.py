@@ -157,7 +157,7 @@ NO_COPY_PRIMITIVES = frozenset(
 #: ``variance`` are declared written (the running statistics are updated in place).  A side-effect Primitive not
 #: listed gets no copy at all.
 SIDE_EFFECT_READ_INPUTS: dict[str, frozenset[int]] = {"BatchNorm": frozenset({0})}
-#: ``not_captured`` reasons of API backward slots left null (listed at the end of a step, see ``_declare_api_gaps``).
+#: ``not_captured`` reasons of API backward slots left null (declared at the end of a step: ``_expect_api_gradients``).
 NOT_COPIED_IN_PLACE = "input written in place by the API: not replaced by a copy, so its gradient is not observed"
 NOT_COPIED_SIDE_EFFECT = (
     "input the Primitive declares written in place (side_effect_mem): not replaced by a copy, so its gradient is "
@@ -382,8 +382,6 @@ class MindSporeAdapter(AdapterBase):
         self._prims: list[tuple[Any, type]] = []
         # Per hook key (``Functional.add``, ``Primitive.bn_train.BatchNorm``): which inputs get an Identity copy.
         self._copy_rules: dict[str, _CopyRule] = {}
-        # API calls of the current step whose backward is recorded (their null slots are declared at its end).
-        self._backward_calls: list[ApiCall] = []
         super().__init__(config, framework="mindspore", cell_prefix="Cell")
 
     # ----------------------------------------------------------------- lifecycle hooks
@@ -391,40 +389,6 @@ class MindSporeAdapter(AdapterBase):
     def _unfired_call(self, pending: CellCall) -> CellCall | None:
         # a cell's backward hook pops its call, so what is still awaiting never got one
         return pending if pending.recorded else None
-
-    def step(self) -> None:
-        """Declare the step's null API backward slots (:meth:`_declare_api_gaps`), then as
-        :meth:`AdapterBase.step`."""
-        self._declare_api_gaps()
-        super().step()
-
-    def close(self) -> None:
-        """Declare the open step's null API backward slots (:meth:`_declare_api_gaps`), then as
-        :meth:`AdapterBase.close`."""
-        if not self.closed:
-            self._declare_api_gaps()
-        super().close()
-
-    def _declare_api_gaps(self) -> None:
-        """List in ``not_captured`` every floating-point slot still null in an API backward entry of the current
-        step that exists (at least one of its gradients arrived): ``<entry>.input.<i>`` for an output whose
-        gradient hook never fired, ``<entry>.output.<i>`` for an input deliberately not copied, each with its
-        reason.  Forgets the step's calls."""
-        svc = self.service
-        calls, self._backward_calls = self._backward_calls, []
-        inputs, outputs = svc.config.records_io("input"), svc.config.records_io("output")
-        for call in calls:
-            slots = call.grad_state
-            if not isinstance(slots, _BackwardSlots) or call.step != svc.current_step or not call.record_backward:
-                continue
-            if all(g is None for g in (*call.grad_inputs, *call.grad_outputs)):
-                continue  # no backward entry: nothing arrived (the call did not reach the loss), nothing to declare
-            for i in slots.hooked_outputs if inputs else ():
-                if i < len(call.grad_inputs) and call.grad_inputs[i] is None:
-                    svc.note_not_captured(f"{call.backward_name}.input.{i}", NO_GRADIENT_TO_OUTPUT)
-            for i, reason in slots.uncopied.items() if outputs else ():
-                if i < len(call.grad_outputs) and call.grad_outputs[i] is None:
-                    svc.note_not_captured(f"{call.backward_name}.output.{i}", reason)
 
     # ----------------------------------------------------------------- conversion
 
@@ -548,7 +512,7 @@ class MindSporeAdapter(AdapterBase):
                 if original is None or isinstance(original, type) or not callable(original):
                     continue
                 self._copy_rules[f"{family}.{name}"] = api_copy_rule(name)
-                self._wrap_api(owner, target, family, name, original, True)
+                self._wrap_api(owner, target, family, name, original)
         self._install_jit()
         self._apis_installed = True
 
@@ -580,7 +544,7 @@ class MindSporeAdapter(AdapterBase):
             if svc.is_disabled(key):
                 return original(executor, *args, **kwargs)
             user_args = args[skip:]
-            prepared = svc.run_guarded(key, lambda: before(JIT_FAMILY, name, user_args, kwargs, True))
+            prepared = svc.run_guarded(key, lambda: before(JIT_FAMILY, name, user_args, kwargs))
             call_args = args if prepared is None else (*args[:skip], *prepared[1])
             with svc.inside_api():
                 out = original(executor, *call_args, **kwargs)
@@ -595,13 +559,13 @@ class MindSporeAdapter(AdapterBase):
         return __call__
 
     def _substitute_inputs(
-        self, family: str, api: str, call: ApiCall, args: Sequence[Any], copy_inputs: bool
+        self, family: str, api: str, call: ApiCall, args: Sequence[Any]
     ) -> tuple[Any, ...]:
         """The arguments the API receives: an Identity copy, with a gradient hook, in place of each floating-point
         positional input its copy rule allows (the others are noted in ``call.grad_state`` with the reason)."""
         svc = self.service
         key = f"{family}.{api}"
-        rule = self._copy_rules.get(key, COPY_ALL) if copy_inputs else _CopyRule(_never, NOT_COPIED_VIEW)
+        rule = self._copy_rules.get(key, COPY_ALL)
         slots = _BackwardSlots()
         call.grad_state = slots
         no_copy = self._uncopyable_dtypes()
@@ -636,10 +600,29 @@ class MindSporeAdapter(AdapterBase):
         slots = call.grad_state
         if not isinstance(slots, _BackwardSlots):  # no input substitution ran (data_mode without output)
             slots = call.grad_state = _BackwardSlots()
-        self._backward_calls.append(call)
         for i, value in enumerate(outputs):
             if self._is_float_tensor(value) and _hook_if_differentiable(value, self._grad_hook(key, call, "input", i)):
                 slots.hooked_outputs.append(i)
+        self._expect_api_gradients(call, slots)
+
+    def _expect_api_gradients(self, call: ApiCall, slots: _BackwardSlots) -> None:
+        """Note the call's gradient slots for the end of the step (:meth:`AdapterBase._expect_gradients`): a hooked
+        output no gradient reached and an input deliberately not copied are declared when the entry exists; the
+        gradients of copied inputs only show that it does (MindSpore does not say whether one was needed)."""
+        config = self.service.config
+
+        def filled(grads: list[Any], i: int) -> Callable[[], bool]:
+            return lambda: i < len(grads) and grads[i] is not None
+
+        bwd = call.backward_name
+        expected: list[tuple[str, Callable[[], bool], str]] = []
+        if config.records_io("input"):
+            expected += [(f"{bwd}.input.{i}", filled(call.grad_inputs, i), NO_GRADIENT_TO_OUTPUT)
+                         for i in slots.hooked_outputs]
+        if config.records_io("output"):
+            expected += [(f"{bwd}.output.{i}", filled(call.grad_outputs, i), slots.uncopied.get(i, ""))
+                         for i in range(len(call.grad_outputs))]
+        self._expect_gradients(expected)
 
     # ----------------------------------------------------------------- model: cells, parameters, primitives
 
@@ -773,7 +756,7 @@ class MindSporeAdapter(AdapterBase):
         def __call__(prim: Any, *args: Any, **kwargs: Any) -> Any:
             if not svc.api_active() or svc.is_disabled(key):
                 return original_call(prim, *args, **kwargs)
-            prepared = svc.run_guarded(key, lambda: before("Primitive", api, args, kwargs, True))
+            prepared = svc.run_guarded(key, lambda: before("Primitive", api, args, kwargs))
             call_args = args if prepared is None else prepared[1]
             with svc.inside_api():
                 out = original_call(prim, *call_args, **kwargs)

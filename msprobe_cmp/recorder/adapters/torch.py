@@ -90,9 +90,6 @@ from msprobe_cmp.recorder.service import ApiCall, CellCall, describe_error
 
 logger = logging.getLogger(__name__)
 
-#: One observed backward call: (backward entry name, hooked output paths, "is this path filled?", its inputs'
-#: gradient bookkeeping or None).
-_Observed = tuple[str, list[tuple[Any, ...]], Callable[[tuple[Any, ...]], bool], InputGrads | None]
 
 
 class TorchAdapter(AdapterBase):
@@ -138,9 +135,6 @@ class TorchAdapter(AdapterBase):
             if not self._mindtorch and EdgeWatch.available(torch)
             else None
         )
-        # This step's calls whose backward is being observed: (backward entry name, hooked output paths,
-        # the slots they fill, the input-gradient bookkeeping).  Checked at step() for what never arrived.
-        self._observed: list[_Observed] = []
         # Hooks put on outputs that are leaves (a parameter a module returns): removed at step() and close().
         self._leaf_hooks: list[Any] = []
         # DDP: the hooked parameters per module, whose .grad is read after the all-reduce (parameters_grad_reduced),
@@ -245,23 +239,9 @@ class TorchAdapter(AdapterBase):
         return None if pending.fired else pending.call
 
     def step(self) -> None:
-        """Declare what the step's observed backward calls did not receive, then advance (see AdapterBase)."""
-        self._declare_unreached()
-        super().step()
-
-    def _declare_unreached(self) -> None:
-        """List in ``not_captured`` every gradient slot of a backward entry that was written but stayed null: a
-        hooked output no gradient reached (it does not lead to the loss).  Remove the hooks put on leaf outputs
-        (a module returning a parameter): a leaf keeps its hooks from one step to the next."""
-        svc = self.service
-        for bwd, paths, filled, _grads in self._observed:
-            if not any(filled(p) for p in paths):
-                continue  # no gradient reached the call at all: the entry is absent (noted as unfired)
-            for path in paths:
-                if not filled(path):
-                    svc.note_not_captured(f"{bwd}.input.{'.'.join(map(str, path))}", unreached_reason("output"))
-        self._observed.clear()
+        """Remove the hooks put on leaf outputs this step, then as :meth:`AdapterBase.step`."""
         self._remove_leaf_hooks()
+        super().step()
 
     def _remove_leaf_hooks(self) -> None:
         for handle in self._leaf_hooks:
@@ -278,7 +258,6 @@ class TorchAdapter(AdapterBase):
 
     def _reset_step(self) -> None:
         self._mindtorch_grad_seen = False
-        self._observed.clear()
         super()._reset_step()
 
     # ----------------------------------------------------------------- flavour differences
@@ -471,7 +450,7 @@ class TorchAdapter(AdapterBase):
                         continue
                     if id(original) in ours:
                         continue  # the same function reached through a second owner (mindtorch's proxy)
-                    wrapper = self._wrap_api(owner, target, family, name, original, True)
+                    wrapper = self._wrap_api(owner, target, family, name, original)
                     ours.add(id(wrapper))
         if not self._mindtorch:
             self._guard_backward_hook_machinery()
@@ -503,7 +482,7 @@ class TorchAdapter(AdapterBase):
             self._replace(BackwardHook, name, original, make(original))
 
     def _substitute_inputs(
-        self, family: str, api: str, call: ApiCall, args: Sequence[Any], substitute: bool
+        self, family: str, api: str, call: ApiCall, args: Sequence[Any]
     ) -> tuple[Any, ...]:
         """PyTorch: takes the gradient edges of the call's positional inputs (:mod:`.torch_grads`); the API
         receives its arguments unchanged.  mindtorch: gradients w.r.t. API inputs are not captured (noted)."""
@@ -521,17 +500,17 @@ class TorchAdapter(AdapterBase):
         call.grad_state = None
         with svc.collecting():
             found = [((i,), value) for i, value in enumerate(outputs) if self._wants_grad(value)]
-            hooked, paths = self._hook_outputs(
-                found, grads, call.backward_name, lambda path: self._grad_hook(key, call, "input", path[0])
+            slots = call.grad_inputs
+            hooked, _ = self._hook_outputs(
+                found,
+                grads,
+                call.backward_name,
+                lambda path: self._grad_hook(key, call, "input", path[0]),
+                lambda path: path[0] < len(slots) and slots[path[0]] is not None,
             )
             if grads is not None:
                 self._attach(
                     grads, hooked, key, lambda pos, grad: svc.api_grad(call, "output", pos, grad), call.backward_name
-                )
-            if paths:
-                slots = call.grad_inputs
-                self._observed.append(
-                    (call.backward_name, paths, lambda p: p[0] < len(slots) and slots[p[0]] is not None, grads)
                 )
 
     def _hook_outputs(
@@ -540,11 +519,14 @@ class TorchAdapter(AdapterBase):
         grads: InputGrads | None,
         bwd: str,
         hook_for: Callable[[tuple[Any, ...]], Callable[[Any], None]],
+        filled: Callable[[tuple[Any, ...]], bool],
     ) -> tuple[list[Any], list[tuple[Any, ...]]]:
         """Hook the gradient of each output tensor ``found`` (``(path, tensor)``) with ``hook_for(path)``; returns the
-        hooked tensors and their paths.  Declared instead: an output that is an input unchanged (pass-through), the
-        same tensor at a later path (its total gradient is recorded at its first path), and, when nothing is
-        hooked although outputs need a gradient, the backward entry itself."""
+        hooked tensors and their paths, which are noted for the end of the step (``filled(path)``: whether its
+        gradient arrived; one that did not is declared, :meth:`AdapterBase._expect_gradients`).  Declared instead:
+        an output that is an input unchanged (pass-through), the same tensor at a later path (its total gradient is
+        recorded at its first path), and, when nothing is hooked although outputs need a gradient, the backward
+        entry itself."""
         svc = self.service
         hooked: list[Any] = []
         paths: list[tuple[Any, ...]] = []
@@ -569,6 +551,10 @@ class TorchAdapter(AdapterBase):
         if found and not paths:
             svc.note_not_captured(bwd, "no output of the call has a gradient of its own to observe (see the items "
                                   f"{bwd}.input.*): no backward entry")
+        def slot(path: tuple[Any, ...]) -> tuple[str, Callable[[], bool], str]:
+            return f"{bwd}.input.{'.'.join(map(str, path))}", lambda: filled(path), unreached_reason("output")
+
+        self._expect_gradients([slot(p) for p in paths])
         return hooked, paths
 
     def _passthrough(self, grads: InputGrads | None, tensor: Any, bwd: str, path: tuple[Any, ...]) -> bool:
@@ -847,14 +833,16 @@ class TorchAdapter(AdapterBase):
         grads = backward.grads
         backward.grads = None
         hooked, paths = self._hook_outputs(
-            found, grads, bwd, lambda path: self._module_grad_hook(key, backward, "input", path)
+            found,
+            grads,
+            bwd,
+            lambda path: self._module_grad_hook(key, backward, "input", path),
+            lambda path: _at(backward.grad_outputs, path) is not None,
         )
         if grads is not None:
             self._attach(
                 grads, hooked, key, lambda pos, grad: self._module_grad_hook(key, backward, "output", pos)(grad), bwd
             )
-        if paths:
-            self._observed.append((bwd, paths, lambda p: _at(backward.grad_outputs, p) is not None, grads))
         if paths and self._mindtorch:
             self.service.note_not_captured(bwd + ".output", MINDTORCH_NO_INPUT_GRADS)
         return bool(paths)

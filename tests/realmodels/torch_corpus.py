@@ -45,39 +45,35 @@ def _hf_loss(model: Any, batch: dict[str, Any]) -> Any:
     return model(**batch).loss
 
 
-def bert(torch: Any, **overrides: Any) -> Case:
-    """``transformers`` BertForMaskedLM: 2 layers, hidden 32, 2 heads, dropout on (0.1)."""
-    from transformers import BertConfig, BertForMaskedLM
+def _hf_case(torch: Any, name: str, model_cls: str, config_cls: str, cfg: dict[str, Any], overrides: Any) -> Case:
+    """A ``transformers`` language model ``model_cls(config_cls(**cfg, **overrides))`` with fixed seeds, in training
+    mode, its batch and loss."""
+    import transformers
 
     torch.manual_seed(SEED)
+    cfg = {**cfg, **overrides}
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**cfg)).train()
+    return Case(name, model, _lm_batch(torch, cfg["vocab_size"]), _hf_loss)
+
+
+def bert(torch: Any, **overrides: Any) -> Case:
+    """``transformers`` BertForMaskedLM: 2 layers, hidden 32, 2 heads, dropout on (0.1)."""
     cfg = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                max_position_embeddings=32, type_vocab_size=2)
-    cfg.update(overrides)
-    model = BertForMaskedLM(BertConfig(**cfg)).train()
-    return Case("bert", model, _lm_batch(torch, cfg["vocab_size"]), _hf_loss)
+    return _hf_case(torch, "bert", "BertForMaskedLM", "BertConfig", cfg, overrides)
 
 
 def gpt2(torch: Any, **overrides: Any) -> Case:
     """``transformers`` GPT2LMHeadModel: 2 layers, 32 wide, 2 heads, dropout on (0.1)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(SEED)
     cfg = dict(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=32)
-    cfg.update(overrides)
-    model = GPT2LMHeadModel(GPT2Config(**cfg)).train()
-    return Case("gpt2", model, _lm_batch(torch, cfg["vocab_size"]), _hf_loss)
+    return _hf_case(torch, "gpt2", "GPT2LMHeadModel", "GPT2Config", cfg, overrides)
 
 
 def llama(torch: Any, **overrides: Any) -> Case:
     """``transformers`` LlamaForCausalLM (RMSNorm, rotary embeddings, SiLU MLP, grouped-query attention)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(SEED)
     cfg = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=32)
-    cfg.update(overrides)
-    model = LlamaForCausalLM(LlamaConfig(**cfg)).train()
-    return Case("llama", model, _lm_batch(torch, cfg["vocab_size"]), _hf_loss)
+    return _hf_case(torch, "llama", "LlamaForCausalLM", "LlamaConfig", cfg, overrides)
 
 
 def resnet18(torch: Any, inplace: bool = True) -> Case:

@@ -29,7 +29,15 @@ import numpy as np
 
 from msprobe_cmp import __version__
 from msprobe_cmp.comparator import CompareOptions, Comparison, compare
-from msprobe_cmp.comparator.mapping import ApiMappingRecord, NameMapping, load_api_mapping, load_cell_mapping
+from msprobe_cmp.comparator.compare import pair_units, unit_namespaces
+from msprobe_cmp.comparator.mapping import (
+    ApiMappingRecord,
+    NameMapping,
+    load_api_mapping,
+    load_cell_mapping,
+    mapping_file_pairs,
+    render_cell_mapping,
+)
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
 from msprobe_cmp.dump.reader import (
@@ -43,7 +51,7 @@ from msprobe_cmp.dump.reader import (
 from msprobe_cmp.dump.writer import write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
 from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_junit, render_markdown
-from msprobe_cmp.reports.common import ReportFacts, judged_by_statistics
+from msprobe_cmp.reports.common import ReportFacts, arguments_line, judged_by_statistics, origin_line
 from msprobe_cmp.reports.tables import render_json_utf8
 
 EXIT_OK = 0
@@ -67,8 +75,8 @@ def _compare_parser() -> _Parser:
         prog="msprobe-cmp",
         usage="msprobe-cmp [-h] [--version] TARGET BASELINE [-o OUT] [--force] [--rules FILE] "
         "[--min-matched-share X]\n"
-        "       [--noise RERUN] [--cell-mapping FILE] [--api-mapping FILE] [--jobs N] [--scheduler ADDRESS] "
-        "[--absolute-paths]\n"
+        "       [--noise RERUN] [--cell-mapping FILE] [--api-mapping FILE] [--write-mapping FILE] [--jobs N]\n"
+        "       [--scheduler ADDRESS] [--absolute-paths]\n"
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
@@ -101,6 +109,10 @@ def _compare_parser() -> _Parser:
     p.add_argument("-am", "--api-mapping", type=Path, metavar="FILE",
                    help="MindSpore -> PyTorch API records (ms_api/pt_api, ms_args/pt_args, ms_output/pt_output; "
                    "msprobe's format); used across frameworks before the built-in API table")
+    p.add_argument("--write-mapping", type=Path, metavar="FILE",
+                   help="write the MindSpore cell -> PyTorch module pairs used (inferred from classes, parameter "
+                   "shapes and call order where paths or classes differ, plus --cell-mapping's) as a cell-mapping "
+                   "file to edit and pass back with --cell-mapping (not overwritten unless --force)")
     p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="compare N (step, rank) unit pairs at once in worker processes; the result is the serial "
                    "one (default: %(default)s)")
@@ -213,8 +225,9 @@ def exit_code_for(comparison: Comparison) -> int:
 
 
 def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
-    """A few lines for the terminal: verdict, counts, where the runs start to differ, the first row the mode could
-    not compare (judged by its statistics only), the notes, the report path."""
+    """A few lines for the terminal: verdict, counts, the arguments that differ, the likely origin, where the runs
+    start to differ, the first row the mode could not compare (judged by its statistics only), the notes, the report
+    path."""
     compared = comparison.compared_count
     # rows a tensor / md5 comparison could not compare (no tensor file, no checksum): counted on the verdict line,
     # the first named below in the reports' wording (reports.common.STATISTICS_ONLY_WHY)
@@ -233,6 +246,11 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
                  + (f"  ({share:.1%} of {comparison.matched_share_of} matched{unpaired}, floor "
                     f"{comparison.rules.min_matched_share:.0%})" if share is not None and total else ""))
     lines.append("verdicts: " + (", ".join(f"{k} {v}" for k, v in comparison.verdict_counts if v) or "none"))
+    arguments = arguments_line(comparison)
+    if arguments:
+        lines.append(_terminal_text(arguments))
+    if compared:
+        lines.append(_terminal_text(origin_line(comparison)))
     first_diff = comparison.first_divergent
     if first_diff is not None:
         lines.append(f"first divergent: {_terminal_text(first_diff.label)}")
@@ -378,6 +396,10 @@ def _compare(argv: Sequence[str]) -> int:
         raise ConfigError(f"--jobs: must be at least 1, got {args.jobs}")
     if args.noise is not None and not args.noise.exists():  # before spending minutes on TARGET and BASELINE
         raise ConfigError(f"--noise: {args.noise}: does not exist")
+    if args.write_mapping is not None and args.write_mapping.exists() and not args.force:
+        raise ConfigError(f"--write-mapping: {args.write_mapping}: exists (give --force to replace it)")
+    if args.write_mapping is not None and not args.write_mapping.absolute().parent.is_dir():
+        raise ConfigError(f"--write-mapping: {args.write_mapping}: its directory does not exist")
     stages = _Stages(5 if args.noise is not None else 4)
     try:
         stages.start(f"loading {args.target}")
@@ -397,10 +419,37 @@ def _compare(argv: Sequence[str]) -> int:
             comparison = relative_paths(comparison, [p for p in (args.target, args.baseline, args.noise) if p])
         stages.start(f"writing reports into {args.output}")
         files = write_reports(comparison, args.output)
+        if args.write_mapping is not None:
+            _write_mapping(args.write_mapping, dump_a, dump_b, mapping)
     finally:
         stages.close()
     _say(render_summary(comparison, files))
+    if args.write_mapping is not None:
+        _say(f"cell mapping written to {args.write_mapping} (edit it, then pass it with --cell-mapping)")
     return exit_code_for(comparison)
+
+
+def _write_mapping(path: Path, dump_a: Dump, dump_b: Dump, mapping: NameMapping) -> None:
+    """``--write-mapping``: the cell pairs of the cross-framework unit pairs (the user's and the inferred ones) as a
+    cell-mapping file (:func:`~msprobe_cmp.comparator.mapping.mapping_file_pairs`)."""
+    pairs, _, _, _ = pair_units(tuple(dump_a.units), tuple(dump_b.units))
+    sides = []
+    for ua, ub in pairs:
+        ns = unit_namespaces(ua, ub)
+        if set(ns) == {"mindspore", "pytorch"}:
+            sides.append((ua.entries, ub.entries) if ns[0] == "mindspore" else (ub.entries, ua.entries))
+    cells, left_out = mapping_file_pairs(sides, mapping.cells)
+    header = ["MindSpore cell -> PyTorch module pairs written by msprobe-cmp --write-mapping (msprobe's -cm format):",
+              "<cell path>.<MindSpore class>: <module path>.<PyTorch class>.  Edit, then pass with --cell-mapping."]
+    if not sides:
+        header.append("The two dumps are not MindSpore against PyTorch: no cell pairs.")
+    if left_out:
+        header.append(f"{left_out} cell(s) used at several places pair call by call with different modules: not "
+                      "listed, they are inferred again.")
+    try:
+        write_bytes_atomic(path, render_cell_mapping(cells, header).encode())
+    except OSError as exc:
+        raise ConfigError(f"--write-mapping: {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _run_demo(argv: Sequence[str]) -> int:

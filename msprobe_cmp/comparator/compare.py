@@ -54,6 +54,8 @@ from msprobe_cmp.comparator.result import (
     ComparedBy,
     Comparison,
     ComparisonRow,
+    Jump,
+    LikelyOrigin,
     Mode,
     OverallVerdict,
     RowRef,
@@ -283,6 +285,46 @@ def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
         if index is not None:
             row = u.rows[index]
             return RowRef(i, index, row.name, u.unit_a.label, row.parent_cell, u.parent_chains.get(row.entry_name, ()))
+    return None
+
+
+def _differing_arguments(unit: UnitComparison, entries: set[str]) -> tuple[str, ...]:
+    """``"<row name>: A <value>, B <value>"`` for each non-tensor argument of ``entries`` whose two sides differ."""
+    out = []
+    for r in unit.rows:
+        if r.entry_name in entries and r.compared_by == "value" and r.differs and r.a is not None and r.b is not None:
+            out.append(f"{r.name}: A {r.a.value}, B {r.b.value}")
+    return tuple(out)
+
+
+def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
+    """``"<entry> (A only)"`` for each entry inside ``cell`` (construct.json) that found no partner: cells first, then
+    APIs, each in row order."""
+    if cell is None:
+        return ()
+    cells: dict[str, None] = {}
+    apis: dict[str, None] = {}
+    for r in unit.rows:
+        if r.match_class in ("only_in_a", "only_in_b") and cell in unit.parent_chains.get(r.entry_name, ()):
+            kind = cells if parse_name(r.entry_name).kind == "cell" else apis
+            kind[f"{r.entry_name} ({'A' if r.match_class == 'only_in_a' else 'B'} only)"] = None
+    return (*cells, *apis)
+
+
+def likely_origin(units: tuple[UnitComparison, ...]) -> LikelyOrigin | None:
+    """The first jump of the first unit (in unit order) that has one, with its cell and the arguments that differ
+    at its call and its cell (:mod:`msprobe_cmp.comparator.localise`); None when no row's error jumps."""
+    for i, u in enumerate(units):
+        if not u.jumps:
+            continue
+        j = u.jumps[0]
+        row = u.rows[j.row]
+        parents = u.parent_chains.get(row.entry_name, ())
+        ref = RowRef(i, j.row, row.name, u.unit_a.label, row.parent_cell, parents)
+        is_cell = parse_name(row.entry_name).kind == "cell"
+        cell = row.entry_name if is_cell else (parents[0] if parents else None)
+        arguments = _differing_arguments(u, {row.entry_name} | ({cell} if cell else set()))
+        return LikelyOrigin(ref, j.kind, j.error_in, j.error_out, j.floor, cell, arguments, _unpaired_inside(u, cell))
     return None
 
 
@@ -520,6 +562,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         notes.insert(0, world_note)
     first_divergent = _first_ref(units, "first_divergent")
     first_failing = _first_ref(units, "first_failing")
+    origin = likely_origin(units)
     compared = sum(u.compared_count for u in units)
     # Rows of units found on one side only count too: a verdict on step 0 says nothing about steps 1-9.
     cross_framework = any(
@@ -537,6 +580,31 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         # Tensor methods, autograd helpers): B's unpaired rows of paired units do not count.
         total_rows -= class_totals["only_in_b"]
         share_of = "A's rows"
+        # A's rows that have no counterpart by construction (framework plumbing such as MindSpore's Primitive.Shape,
+        # a Primitive's extra outputs, arguments the other API does not take: docs/mapping.md) are kept as rows but
+        # do not count against the share either.
+        from msprobe_cmp.comparator.mapping import INFERRED_LABEL, is_structural_note  # this block's own imports
+
+        structural: dict[str, int] = {}
+        for u in units:
+            for r in u.rows:
+                if r.match_class == "only_in_a" and any(is_structural_note(n) for n in r.notes):
+                    api = parse_name(r.entry_name).stem
+                    structural[api] = structural.get(api, 0) + 1
+        if structural:
+            total_rows -= sum(structural.values())
+            worst = sorted(structural.items(), key=lambda kv: (-kv[1], kv[0]))
+            notes.append(
+                f"{sum(structural.values())} row(s) of A with no counterpart in B by construction were left out of "
+                f"the matched share (framework plumbing, extra outputs, arguments the other API does not take): "
+                f"{_listed([f'{api} ×{n}' for api, n in worst], 5)}"
+            )
+        inferred = {r.mapped_by for u in units for r in u.rows if r.mapped_by and INFERRED_LABEL in r.mapped_by}
+        if inferred:
+            notes.append(
+                f"{len(inferred)} cell pair(s) inferred from classes, parameter shapes and call order (their paths or "
+                "classes differ); write them with --write-mapping FILE, edit, and pass them back with --cell-mapping"
+            )
     matched_share = class_totals["matched"] / total_rows if total_rows else 0.0
     incomplete = [  # paired or not: a partial recording anywhere means no verdict
         f"{side} {u.label}" for side, side_units in (("A", units_a), ("B", units_b)) for u in side_units
@@ -577,6 +645,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         notes=tuple(notes),
         matched_share=matched_share if total_rows else None,
         matched_share_of=share_of,
+        likely_origin=origin,
     )
 
 
@@ -592,6 +661,8 @@ __all__ = [
     "CellRollup",
     "CompareOptions",
     "ComparedBy",
+    "Jump",
+    "LikelyOrigin",
     "Comparison",
     "ComparisonRow",
     "Mode",
@@ -611,6 +682,7 @@ __all__ = [
     "compare_units",
     "compute_cell_rollups",
     "detect_mode",
+    "likely_origin",
     "pair_units",
     "unit_namespaces",
 ]

@@ -1,13 +1,21 @@
-"""Dtype spellings across frameworks: normalisation, compatibility and resolution.
+"""Dtype and device spellings across frameworks: normalisation, compatibility and resolution.
 
 Dumps spell dtypes the framework's way: MindSpore ``"Float32"`` / ``"BFloat16"``, PyTorch
 ``"torch.float32"``, numpy ``"float32"``.  The comparator compares the *canonical* spelling returned
 by :func:`normalize_dtype` (numpy-style, lower case: ``"float32"``, ``"bfloat16"``, ``"int64"``,
 ``"bool"``).
+
+Non-tensor arguments holding a dtype or a device (a cast target, ``.to(device)``) are recorded as value leaves whose
+spelling depends on the framework and the recorder: ``{"type": "mindspore.dtype", "value": "Float32"}`` (MindSpore's
+``str()``), ``{"type": "torch.dtype", "value": "torch.float32"}`` (torch's, and ours under mindtorch), a device as
+``"cpu"`` / ``"cuda:0"`` (torch's ``str()``), ``"device(type='cuda', index=0)"`` (its ``repr()``) or
+``"device(type=cpu)"`` (mindtorch's ``str()``).  :func:`as_dtype_value` and :func:`normalize_device` give their
+canonical forms, so that one dtype or one device in two spellings compares equal.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 #: Aliases mapped to the canonical spelling (after lower-casing and stripping the framework prefix).
@@ -22,9 +30,13 @@ _ALIASES = {
     "short": "int16",
     "bool_": "bool",
     "boolean": "bool",
+    "chalf": "complex32",
+    "complex_": "complex128",
+    "float_": "float64",
+    "int_": "int64",
 }
 
-_PREFIXES = ("torch.", "mindspore.", "numpy.", "np.", "ms.")
+_PREFIXES = ("torch.", "mindspore.", "numpy.", "np.", "ms.", "mstype.")
 
 #: Floating dtypes whose values may be compared with each other after upcasting (docs/design.md §2:
 #: "compatible pairs such as fp16/bf16/fp32 are matched with a note"; msprobe 1.2.2 allows
@@ -96,3 +108,85 @@ def compute_relative_floor(*canonical_dtypes: str | None) -> float:
     if known and all(d == "bool" or d.startswith(("int", "uint")) for d in known):
         return 1.0
     return DEFAULT_RELATIVE_FLOOR
+
+
+#: Every canonical dtype :func:`as_dtype_value` recognises (a value spelled otherwise is not taken for a dtype).
+KNOWN_DTYPES = frozenset(FLOAT_EPS) | COMPATIBLE_INTS | frozenset({"bool", "complex32", "complex64", "complex128"})
+
+
+def is_dtype_type(value_type: str | None) -> bool:
+    """True for a value leaf ``type`` that says the value is a dtype: ``"torch.dtype"``, ``"mindspore.dtype"``,
+    ``"numpy.dtype"``, ``"numpy.dtype[float32]"`` (any case)."""
+    if not isinstance(value_type, str):
+        return False
+    lowered = value_type.strip().lower()
+    return lowered == "dtype" or lowered.endswith(".dtype") or "dtype[" in lowered
+
+
+def as_dtype_value(value: object) -> str | None:
+    """The canonical dtype (:func:`normalize_dtype`) a value leaf's ``value`` spells, or None when it spells none.
+
+    ``"Float32"``, ``"torch.float32"``, ``"mindspore.float32"``, ``"torch.float"`` give ``"float32"``;
+    ``"Float16"`` / ``"torch.half"`` give ``"float16"``; ``"BFloat16"`` / ``"torch.bfloat16"`` give ``"bfloat16"``.
+    Only spellings of :data:`KNOWN_DTYPES` count (``"mean"`` or ``"tanh"`` give None); a value that is not a string
+    gives None.
+    """
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    canonical = normalize_dtype(value)
+    return canonical if canonical in KNOWN_DTYPES else None
+
+
+#: Device types a bare string may name (``"cpu"``, ``"cuda:0"``, MindSpore's ``"Ascend"``); inside ``device(...)``
+#: any type counts.
+KNOWN_DEVICE_TYPES = frozenset({
+    "cpu", "cuda", "gpu", "npu", "ascend", "mps", "xpu", "xla", "hpu", "ipu", "meta", "mlu", "privateuseone",
+})
+
+_DEVICE_CALL = re.compile(r"device\((?P<body>[^()]*)\)")
+_DEVICE_FIELD = re.compile(r"\s*(?:(?P<key>type|index)\s*=\s*)?(?P<q>['\"]?)(?P<val>[A-Za-z0-9_]*)(?P=q)\s*")
+_BARE_DEVICE = re.compile(r"(?P<type>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<index>\d+))?")
+
+
+def is_device_type(value_type: str | None) -> bool:
+    """True for a value leaf ``type`` that says the value is a device (``"torch.device"``, ``"mindspore.device"``)."""
+    if not isinstance(value_type, str):
+        return False
+    lowered = value_type.strip().lower()
+    return lowered == "device" or lowered.endswith(".device")
+
+
+def normalize_device(value: object) -> str | None:
+    """Canonical ``"<type>"`` or ``"<type>:<index>"`` (lower case) of a device spelling, or None when ``value`` is none.
+
+    ``"cpu"``, ``"CPU"``, ``"device(type=cpu)"`` (mindtorch's ``str()``) and ``"device(type='cpu')"`` (torch's
+    ``repr()``) give ``"cpu"``; ``"cuda:0"``, ``"device(type='cuda', index=0)"`` and ``"device(type=cuda, index=0)"``
+    give ``"cuda:0"``.  A bare string counts only when its type is in :data:`KNOWN_DEVICE_TYPES` (``"mean"`` gives
+    None).  ``"cuda"`` (the current device) and ``"cuda:0"`` stay different: which device ``"cuda"`` was is not
+    recorded.
+    """
+    if not isinstance(value, str) or len(value) > 100:
+        return None
+    text = value.strip()
+    call = _DEVICE_CALL.fullmatch(text)
+    if call is not None:
+        fields: dict[str, str] = {}
+        for position, part in enumerate(call.group("body").split(",")):
+            field = _DEVICE_FIELD.fullmatch(part)
+            if field is None or not field.group("val"):
+                return None
+            key = field.group("key") or ("type" if position == 0 else "index")
+            if key in fields:
+                return None
+            fields[key] = field.group("val")
+        device_type, index = fields.get("type"), fields.get("index")
+        if index == "None":  # device(type=cpu, index=None): no index
+            index = None
+        if device_type is None or (index is not None and not index.isdigit()):
+            return None
+        return device_type.lower() if index is None else f"{device_type.lower()}:{int(index)}"
+    bare = _BARE_DEVICE.fullmatch(text)
+    if bare is None or bare.group("type").lower() not in KNOWN_DEVICE_TYPES:
+        return None
+    index = bare.group("index")
+    return bare.group("type").lower() if index is None else f"{bare.group('type').lower()}:{int(index)}"

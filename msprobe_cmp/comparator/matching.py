@@ -39,14 +39,21 @@ divergent row" is the first difference that happened:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
 from msprobe_cmp.comparator.dtypes import COMPATIBLE_INTS, are_compatible_dtypes, normalize_dtype
-from msprobe_cmp.comparator.mapping.canonical import INTERMEDIATE, UNMAPPED, EntryView, ViewItem
+from msprobe_cmp.comparator.mapping.canonical import (
+    INTERMEDIATE,
+    NODE_GRADIENT_ORDER,
+    UNMAPPED,
+    EntryView,
+    ViewItem,
+    resolve_gradients,
+)
 from msprobe_cmp.dump.naming import parse_name
-from msprobe_cmp.dump.schema import Entry, Leaf, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import Entry, Leaf, Seq, TensorLeaf, ValueLeaf
 
 MatchClass = Literal["matched", "only_in_a", "only_in_b", "shape_mismatch", "dtype_mismatch", "not_captured"]
 
@@ -125,10 +132,33 @@ def _describe(leaf: Leaf) -> str:
     return f"{leaf.type} value"
 
 
+def squeezed_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape`` without its size-1 dimensions (``[2, 512, 1, 1]`` → ``(2, 512)``; ``[1]`` and ``[]`` → ``()``)."""
+    return tuple(d for d in shape if d != 1)
+
+
+def are_shape_equivalent(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
+    """True when two different shapes hold the same values in the same (C) order: the same shape once size-1
+    dimensions are dropped (:func:`squeezed_shape`), hence the same number of elements.
+
+    ``[2, 512]`` and ``[2, 512, 1, 1]`` (a pooled feature map one framework flattens and the other does not), ``[]``
+    and ``[1]`` (a 0-d loss against a one-element tensor) are equivalent; ``[2, 6]`` and ``[3, 4]`` (another layout of
+    12 elements: a reshape or another tensor, which the shapes cannot tell apart), ``[0, 3]`` and ``[0, 5]``, and
+    equal shapes are not.  Dropping size-1 dimensions never moves an element, so the two flattened arrays pair element
+    by element.
+    """
+    return tuple(shape_a) != tuple(shape_b) and squeezed_shape(shape_a) == squeezed_shape(shape_b)
+
+
 def classify_pair(leaf_a: Leaf, leaf_b: Leaf, transpose_b: bool = False) -> tuple[MatchClass, tuple[str, ...]]:
     """Class and notes of two leaves found under the same key (both sides present).
 
-    ``transpose_b``: B's tensor is the transpose of A's, so B's shape is compared reversed."""
+    ``transpose_b``: B's tensor is the transpose of A's, so B's shape is compared reversed.
+
+    Two tensors whose shapes differ only in size-1 dimensions (:func:`are_shape_equivalent`: ``[2, 512]`` against
+    ``[2, 512, 1, 1]``, a 0-d scalar against ``[1]``) hold the same values in the same order: they are ``matched``
+    (compared by value, flattened) with the note ``"shapes differ only in size-1 dimensions (A [2, 512], B [2, 512,
+    1, 1]): compared by value"``; any other shape difference is a ``shape_mismatch``."""
     if leaf_a is None and leaf_b is None:
         return "matched", ("null on both sides: nothing recorded",)
     if leaf_a is None or leaf_b is None:
@@ -139,12 +169,15 @@ def classify_pair(leaf_a: Leaf, leaf_b: Leaf, transpose_b: bool = False) -> tupl
         return "dtype_mismatch", (f"A is a {_describe(leaf_a)}, B is a {_describe(leaf_b)}",)
     da, db = normalize_dtype(leaf_a.dtype), normalize_dtype(leaf_b.dtype)
     shape_b = tuple(reversed(leaf_b.shape)) if transpose_b else tuple(leaf_b.shape)
-    if tuple(leaf_a.shape) != shape_b:
-        notes = [f"shape differs: A {list(leaf_a.shape)}, B {list(leaf_b.shape)}"]
-        if da != db:
-            notes.append(f"dtype differs too: A {leaf_a.dtype}, B {leaf_b.dtype}")
-        return "shape_mismatch", tuple(notes)
     notes = []
+    if tuple(leaf_a.shape) != shape_b:
+        if not are_shape_equivalent(leaf_a.shape, shape_b):
+            notes = [f"shape differs: A {list(leaf_a.shape)}, B {list(leaf_b.shape)}"]
+            if da != db:
+                notes.append(f"dtype differs too: A {leaf_a.dtype}, B {leaf_b.dtype}")
+            return "shape_mismatch", tuple(notes)
+        notes.append(f"shapes differ only in size-1 dimensions (A {list(leaf_a.shape)}, B {list(leaf_b.shape)}): "
+                     "compared by value")
     if da != db:
         if not are_compatible_dtypes(da, db):
             return "dtype_mismatch", (f"dtype differs: A {leaf_a.dtype}, B {leaf_b.dtype}",)
@@ -298,56 +331,272 @@ def _resync_opcodes(keys_a: Sequence[object], keys_b: Sequence[object]) -> list[
     return ops
 
 
-def _align_block(a: Sequence[E], b: Sequence[E], strict: bool) -> list[_Pair[E]]:
-    def key(e: E) -> object:
-        return (_loose_key(e), _shape_signature(e)) if strict else _loose_key(e)
+#: One stretch of an alignment, over indices into the two sequences: ``("pairs", [(i, j), ...])`` (aligned
+#: calls) or ``("gap", [i, ...], [j, ...])`` (calls of A and of B the alignment has not paired yet).
+_Segment = list
 
-    keys_a, keys_b = [key(e) for e in a], [key(e) for e in b]
-    # Common prefix and suffix first: an extra call in the middle leaves only a short stretch to align.
+
+def _segments(
+    ia: Sequence[int], ib: Sequence[int], keys_a: Sequence[object], keys_b: Sequence[object]
+) -> list[_Segment]:
+    """Align the calls ``ia`` of A with the calls ``ib`` of B (indices into ``keys_a`` / ``keys_b``) on their keys:
+    common prefix and suffix first, then difflib's matcher, or :func:`_resync_opcodes` on a stretch larger than
+    :data:`MAX_ALIGN_CELLS`.  Returns the aligned stretches and the gaps between them, in order."""
+    ka, kb = [keys_a[i] for i in ia], [keys_b[j] for j in ib]
     lo = 0
-    while lo < len(a) and lo < len(b) and keys_a[lo] == keys_b[lo]:
+    while lo < len(ka) and lo < len(kb) and ka[lo] == kb[lo]:
         lo += 1
-    hi_a, hi_b = len(a), len(b)
-    while hi_a > lo and hi_b > lo and keys_a[hi_a - 1] == keys_b[hi_b - 1]:
+    hi_a, hi_b = len(ka), len(kb)
+    while hi_a > lo and hi_b > lo and ka[hi_a - 1] == kb[hi_b - 1]:
         hi_a, hi_b = hi_a - 1, hi_b - 1
-    out: list[_Pair[E]] = list(zip(a[:lo], b[:lo], strict=True))
-    mid_a, mid_b = a[lo:hi_a], b[lo:hi_b]
-    mid_keys_a, mid_keys_b = keys_a[lo:hi_a], keys_b[lo:hi_b]
+    out: list[_Segment] = []
+    if lo:
+        out.append(["pairs", list(zip(ia[:lo], ib[:lo], strict=True))])
+    mid_a, mid_b = ka[lo:hi_a], kb[lo:hi_b]
     opcodes: list[Opcode]
-    if len(mid_a) * len(mid_b) > MAX_ALIGN_CELLS:
-        opcodes = _resync_opcodes(mid_keys_a, mid_keys_b)
+    if not mid_a or not mid_b:
+        opcodes = [("differ", 0, len(mid_a), 0, len(mid_b))] if mid_a or mid_b else []
+    elif len(mid_a) * len(mid_b) > MAX_ALIGN_CELLS:
+        opcodes = _resync_opcodes(mid_a, mid_b)
     else:
-        matcher = difflib.SequenceMatcher(None, mid_keys_a, mid_keys_b, autojunk=False)
+        matcher = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False)
         opcodes = [(tag, *rest) for tag, *rest in matcher.get_opcodes()]  # type: ignore[misc]
     for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal":
-            out.extend(zip(mid_a[i1:i2], mid_b[j1:j2], strict=True))
-        elif strict:
-            # No exact block here: pair what is the same call up to its shapes (a shape mismatch to report).
-            out.extend(_align_block(mid_a[i1:i2], mid_b[j1:j2], strict=False))
+            out.append(["pairs", list(zip(ia[lo + i1:lo + i2], ib[lo + j1:lo + j2], strict=True))])
         else:
-            out.extend((e, None) for e in mid_a[i1:i2])
-            out.extend((None, e) for e in mid_b[j1:j2])
-    out.extend(zip(a[hi_a:], b[hi_b:], strict=True))
+            out.append(["gap", list(ia[lo + i1:lo + i2]), list(ib[lo + j1:lo + j2])])
+    if hi_a < len(ka):
+        out.append(["pairs", list(zip(ia[hi_a:], ib[hi_b:], strict=True))])
     return out
 
 
-def align_entries(entries_a: Sequence[E], entries_b: Sequence[E]) -> list[_Pair[E]]:
+def _pair_gaps_by_name(
+    gaps: Sequence[_Segment], a: Sequence[EntryLike], b: Sequence[EntryLike], named: dict[int, int],
+    keys: tuple[Sequence[object], Sequence[object]] | None,
+) -> None:
+    """Pair calls left in ``gaps`` (of any gap, so across the alignment's order) whose entry names are equal and
+    unique among them, and, when ``keys`` is given, whose keys are equal too; record them in ``named`` (A index →
+    B index) and take them out of the gaps."""
+    lone_a: dict[str, list[int]] = {}
+    lone_b: dict[str, list[int]] = {}
+    for _, ga, gb in gaps:
+        for i in ga:
+            lone_a.setdefault(a[i].name, []).append(i)
+        for j in gb:
+            lone_b.setdefault(b[j].name, []).append(j)
+    found: dict[int, int] = {}
+    for name, ia in lone_a.items():
+        jb = lone_b.get(name)
+        if len(ia) == 1 and jb is not None and len(jb) == 1 and (keys is None or keys[0][ia[0]] == keys[1][jb[0]]):
+            found[ia[0]] = jb[0]
+    if not found:
+        return
+    named.update(found)
+    taken_b = set(found.values())
+    for gap in gaps:
+        gap[1] = [i for i in gap[1] if i not in found]
+        gap[2] = [j for j in gap[2] if j not in taken_b]
+
+
+def _repair_crossed_names(
+    segments: list[_Segment], a: Sequence[EntryLike], b: Sequence[EntryLike], named: dict[int, int],
+    keys_a: Sequence[object], keys_b: Sequence[object],
+) -> None:
+    """Undo what the order-keeping alignment does to calls of one key written in another order: it pairs A's
+    ``x.4`` with B's ``x.5`` and leaves A's ``x.5`` and B's ``x.4`` alone (or pairs them with each other).  A pair
+    whose names differ is re-paired by name when A's call has its namesake in B and B's call its namesake in A,
+    with equal keys crosswise, and those two namesakes are both unpaired or paired with each other; the new pairs
+    go to ``named`` and leave ``segments``.  A shifted call index (one side made an extra call) never forms such
+    a cross, so it stays aligned by order."""
+    pairs = [(i, j) for seg in segments if seg[0] == "pairs" for i, j in seg[1] if a[i].name != b[j].name]
+    if not pairs:
+        return
+    index_a = {e.name: i for i, e in enumerate(a)}
+    index_b = {e.name: j for j, e in enumerate(b)}
+    partner_a: dict[int, int] = {}
+    partner_b: dict[int, int] = {}
+    for seg in segments:
+        if seg[0] == "pairs":
+            for i, j in seg[1]:
+                partner_a[i], partner_b[j] = j, i
+    found: dict[int, int] = {}
+    taken_b: set[int] = set()
+    for i, j in pairs:
+        j2, i2 = index_b.get(a[i].name), index_a.get(b[j].name)
+        if j2 is None or i2 is None or keys_a[i] != keys_b[j2] or keys_a[i2] != keys_b[j]:
+            continue
+        if {i, i2} & found.keys() or {j, j2} & taken_b:
+            continue
+        if (j2 not in partner_b and i2 not in partner_a) or partner_a.get(i2) == j2:
+            found[i], found[i2] = j2, j
+            taken_b.update((j, j2))
+    if not found:
+        return
+    named.update(found)
+    for seg in segments:
+        if seg[0] == "pairs":
+            seg[1] = [(i, j) for i, j in seg[1] if i not in found and j not in taken_b]
+        else:
+            seg[1] = [i for i in seg[1] if i not in found]
+            seg[2] = [j for j in seg[2] if j not in taken_b]
+
+
+def _align_block(
+    a: Sequence[E], b: Sequence[E], strict: bool,
+    signatures: tuple[Callable[[E], object], Callable[[E], object]] | None = None,
+) -> list[_Pair[E]]:
+    """Align two call sequences (see :func:`align_entries`); ``strict=False`` aligns on (kind, stem, direction)
+    alone.  ``signatures``: each side's function giving an entry's argument shapes (default
+    :func:`_shape_signature`)."""
+    loose_a, loose_b = [_loose_key(e) for e in a], [_loose_key(e) for e in b]
+    if not strict:
+        return _as_entries(a, b, _loose_pairs(range(len(a)), range(len(b)), loose_a, loose_b))
+    sig_a, sig_b = signatures or (_shape_signature, _shape_signature)
+    keys_a = [(k, sig_a(e)) for k, e in zip(loose_a, a, strict=True)]
+    keys_b = [(k, sig_b(e)) for k, e in zip(loose_b, b, strict=True)]
+    segments = _segments(range(len(a)), range(len(b)), keys_a, keys_b)
+    named: dict[int, int] = {}
+    # 0. Calls of one key the order-keeping alignment paired across their names although each has its namesake
+    #    free (or the two pairs cross): paired by name instead.
+    _repair_crossed_names(segments, a, b, named, keys_a, keys_b)
+    # 1. The same call (same name and shapes) the two runs made in another order (autograd visiting nodes in
+    #    another order): paired by name wherever it stands.
+    _pair_gaps_by_name([s for s in segments if s[0] == "gap"], a, b, named, (keys_a, keys_b))
+    # 2. Inside each gap, calls whose shapes agree (a long gap cut by the linear resynchronisation may hold some).
+    refined: list[_Segment] = []
+    for seg in segments:
+        if seg[0] == "gap" and seg[1] and seg[2] and len(seg[1]) * len(seg[2]) <= MAX_ALIGN_CELLS:
+            refined.extend(_segments(seg[1], seg[2], keys_a, keys_b))
+        else:
+            refined.append(seg)
+    # 3. The same name whose shapes differ (a shape mismatch to report), wherever it stands.
+    _pair_gaps_by_name([s for s in refined if s[0] == "gap"], a, b, named, None)
+    # 4. Only then, inside each gap, the same call up to its shapes by position (a shape mismatch to report).
+    pairs: list[tuple[int | None, int | None]] = []
+    for seg in refined:
+        if seg[0] == "pairs":
+            pairs.extend(seg[1])
+        else:
+            pairs.extend(_loose_pairs(seg[1], seg[2], loose_a, loose_b))
+    if named:  # a pair taken out of order stands at A's position
+        pending = sorted(named.items())
+        k = 0
+        merged: list[tuple[int | None, int | None]] = []
+        for i, j in pairs:
+            if i is not None:
+                while k < len(pending) and pending[k][0] < i:
+                    merged.append(pending[k])
+                    k += 1
+            merged.append((i, j))
+        merged.extend(pending[k:])
+        pairs = merged
+    return _as_entries(a, b, _follow_forward_pairs(pairs, a, b))
+
+
+def _backward_twin(name: str) -> str | None:
+    """The backward entry name of a forward call (``X.3.forward`` → ``X.3.backward``, ``Module.m.C.forward.0`` →
+    ``Module.m.C.backward.0``), or None when ``name`` is no forward call."""
+    if name.endswith(".forward"):
+        return name[: -len("forward")] + "backward"
+    head, sep, tail = name.rpartition(".forward.")
+    if sep and tail.isdigit():
+        return f"{head}.backward.{tail}"
+    return None
+
+
+def _follow_forward_pairs(
+    pairs: list[tuple[int | None, int | None]], a: Sequence[EntryLike], b: Sequence[EntryLike]
+) -> list[tuple[int | None, int | None]]:
+    """A backward entry carries its forward call's index: when the alignment paired A's forward call with a B call
+    of another name (a call index shifted by a call one run made and the other did not), A's backward entry pairs
+    with that B call's backward entry, not with its namesake (another call).  Partners this takes away stay
+    unpaired; the pair stands at A's position."""
+    want: dict[int, int] = {}
+    index_a: dict[str, int] | None = None
+    index_b: dict[str, int] = {}
+    for i, j in pairs:
+        if i is None or j is None or a[i].name == b[j].name:
+            continue
+        twin_a, twin_b = _backward_twin(a[i].name), _backward_twin(b[j].name)
+        if twin_a is None or twin_b is None:
+            continue
+        if index_a is None:
+            index_a = {e.name: k for k, e in enumerate(a)}
+            index_b = {e.name: k for k, e in enumerate(b)}
+        ia, jb = index_a.get(twin_a), index_b.get(twin_b)
+        if ia is not None and jb is not None:
+            want[ia] = jb
+    if not want:
+        return pairs
+    taken_b = set(want.values())
+    out: list[tuple[int | None, int | None]] = []
+    for i, j in pairs:
+        if i is not None and i in want:
+            out.append((i, want[i]))
+            if j is not None and j not in taken_b:
+                out.append((None, j))
+        elif j is not None and j in taken_b:
+            if i is not None:
+                out.append((i, None))
+        else:
+            out.append((i, j))
+    return out
+
+
+def _loose_pairs(
+    ia: Sequence[int], ib: Sequence[int], loose_a: Sequence[object], loose_b: Sequence[object]
+) -> list[tuple[int | None, int | None]]:
+    """Align calls ``ia`` of A with ``ib`` of B on (kind, stem, direction) alone; what stays apart is unpaired."""
+    out: list[tuple[int | None, int | None]] = []
+    for seg in _segments(ia, ib, loose_a, loose_b):
+        if seg[0] == "pairs":
+            out.extend(seg[1])
+        else:
+            out.extend((i, None) for i in seg[1])
+            out.extend((None, j) for j in seg[2])
+    return out
+
+
+def _as_entries(a: Sequence[E], b: Sequence[E], pairs: Iterable[tuple[int | None, int | None]]) -> list[_Pair[E]]:
+    return [(None if i is None else a[i], None if j is None else b[j]) for i, j in pairs]
+
+
+def align_entries(
+    entries_a: Sequence[E], entries_b: Sequence[E], *,
+    signatures: tuple[Callable[[E], object], Callable[[E], object]] | None = None,
+) -> list[_Pair[E]]:
     """Pair the entries of two dumps as calls, in execution order (:func:`execution_order`).
 
     When both sides hold the same entry names in the same order (the usual case) entries pair by
     name.  Otherwise the two call sequences are aligned, so that a call made on one side only (a
     branch taken in one run) shows as unpaired instead of shifting the call index of every later
-    call of that API: first on the key (kind, name without index, direction, argument shapes), then,
-    inside the stretches that differ, on (kind, name without index, direction) alone, which pairs
-    calls whose shapes differ (reported as ``shape_mismatch``).  The alignment is difflib's
-    ``SequenceMatcher`` (Ratcliff/Obershelp matching blocks), which on call sequences that mostly
-    agree gives their longest common subsequence.  The common prefix and suffix are paired first; a
-    differing stretch larger than :data:`MAX_ALIGN_CELLS` (A entries × B entries) is aligned in linear
-    time by :func:`_resync_opcodes`.
+    call of that API.  In this order:
+
+    1. on the key (kind, name without index, direction, argument shapes), in order: difflib's
+       ``SequenceMatcher`` (Ratcliff/Obershelp matching blocks), which on call sequences that mostly
+       agree gives their longest common subsequence; the common prefix and suffix are paired first, and a
+       differing stretch larger than :data:`MAX_ALIGN_CELLS` (A entries × B entries) is aligned in linear
+       time by :func:`_resync_opcodes`;
+    2. calls left over on both sides with the same entry name and the same key, wherever they stand (two runs
+       whose autograd visits nodes in another order write the same backward entries in another order);
+    3. inside each stretch that differs, calls with the same key (what a long stretch cut by the linear
+       resynchronisation may still hold);
+    4. calls left over with the same entry name, wherever they stand (their shapes differ:
+       ``shape_mismatch``);
+    5. inside each stretch that differs, calls with the same (kind, name without index, direction), by
+       position: calls whose shapes differ (``shape_mismatch``), only where nothing above paired them.
+
+    A pair taken out of order (2, 4) stands at A's position.
 
     Entries may be :class:`~msprobe_cmp.comparator.mapping.EntryView` objects (two frameworks' entries
     in one canonical namespace): the same alignment then runs on the canonical names.
+
+    Args:
+        entries_a, entries_b: the two sides' entries, in file order.
+        signatures: A's and B's function giving an entry's argument shapes for the key (default
+            :func:`_shape_signature`); :func:`match_entries` passes shapes with backward outputs put in
+            positional form.
 
     Returns:
         ``(entry of A or None, entry of B or None)`` pairs; every entry of each side appears once.
@@ -355,15 +604,198 @@ def align_entries(entries_a: Sequence[E], entries_b: Sequence[E]) -> list[_Pair[
     a, b = execution_order(entries_a), execution_order(entries_b)
     if [e.name for e in a] == [e.name for e in b]:
         return list(zip(a, b, strict=True))
-    return _align_block(a, b, strict=True)
+    return _align_block(a, b, strict=True, signatures=signatures)
+
+
+def _forward_name(backward_name: str) -> str | None:
+    """``Functional.linear.3.backward`` → ``Functional.linear.3.forward``; None for any other kind of name."""
+    if backward_name.endswith(".backward"):
+        return backward_name[: -len("backward")] + "forward"
+    return None
+
+
+def _forward_input_shapes(fwd: Entry) -> list[tuple[int, ...] | None]:
+    """The shapes of a forward entry's ``input_args`` (None for a non-tensor argument)."""
+    node = fwd.field("input_args")
+    n = len(node.items) if isinstance(node, Seq) else 0
+    shapes: list[tuple[int, ...] | None] = [None] * n
+    for path, leaf in fwd.leaf_tuple():
+        head, _, index = path.partition(".")
+        if head == "input" and index.isdigit() and int(index) < n and isinstance(leaf, TensorLeaf):
+            shapes[int(index)] = tuple(leaf.shape)
+    return shapes
+
+
+#: Where each ``output.<k>`` leaf of an API backward entry belongs: ``{path: ("output.<input index>", transposed)}``.
+_Positions = dict[str, tuple[str, bool]]
+
+
+def _gradient_positions(bwd: Entry, fwd: Entry | None) -> _Positions | None:
+    """Assign each gradient of an API backward entry's ``output`` list to the forward input it belongs to, by shape
+    (:func:`~msprobe_cmp.comparator.mapping.canonical.resolve_gradients`: positional when every shape agrees, else
+    the reverse order, else by shape, a 2-D gradient possibly transposed; ``Functional.linear``'s node order
+    (bias, input, weight.T) as msprobe 1.2.2's PyTorch dumps list it).
+
+    Returns:
+        ``{"output.<k>": ("output.<forward input index>", transposed)}``, or None when the forward entry is
+        unknown, the outputs are nested, or a gradient fits none of the forward inputs.
+    """
+    if fwd is None:
+        return None
+    outs = [(p, leaf) for p, leaf in bwd.leaf_tuple() if p.startswith("output")]
+    if not outs or any(not (p.startswith("output.") and p[7:].isdigit()) for p, _ in outs):
+        return None
+    grads = [tuple(leaf.shape) if isinstance(leaf, TensorLeaf) else None for _, leaf in outs]
+    shapes = _forward_input_shapes(fwd)
+    if len(grads) <= len(shapes) and all(g is None or g == shapes[k] for k, g in enumerate(grads)):
+        return {p: (p, False) for p, _ in outs}  # positional (what resolve_gradients tries first), the usual case
+    found = resolve_gradients(shapes, grads)
+    if found is None:
+        return None
+    node_order = NODE_GRADIENT_ORDER.get(bwd.name.rsplit(".", 2)[0])  # "<stem>.<n>.backward"
+    if node_order is not None and [j for j, _ in found] == [j for j, _ in node_order]:
+        found = list(node_order)
+    return {p: (f"output.{j}", transposed) for (p, _), (j, transposed) in zip(outs, found, strict=True)}
+
+
+def _is_positional(positions: _Positions) -> bool:
+    return all(path == canonical and not transposed for path, (canonical, transposed) in positions.items())
+
+
+def _entry_signature(forward: Mapping[str, Entry]) -> Callable[[Entry], object]:
+    """The alignment key's shapes for one side's entries (``forward``: that side's entries by name): tensor shapes
+    and value types by argument path, null leaves left out (one recorder writes a null where the other writes
+    nothing), an API backward's gradients under the forward input they belong to (:func:`_gradient_positions`)."""
+
+    def signature(entry: Entry) -> object:
+        forward_name = _forward_name(entry.name)
+        positions = _gradient_positions(entry, forward.get(forward_name)) if forward_name else None
+        sig: list[tuple[str, object]] = []
+        for path, leaf in entry.leaf_tuple():
+            if leaf is None:
+                continue
+            transposed = False
+            if positions is not None and path in positions:
+                path, transposed = positions[path]
+            if isinstance(leaf, TensorLeaf):
+                sig.append((path, tuple(reversed(leaf.shape)) if transposed else tuple(leaf.shape)))
+            else:
+                sig.append((path, leaf.type))
+        sig.sort(key=lambda item: item[0])
+        return tuple(sig)
+
+    return signature
+
+
+def _outputs_agree(ea: Entry, eb: Entry) -> bool:
+    """Both entries' ``output`` leaves have the same paths, in the same order, each pair both null, both values, or
+    two tensors of one shape (so pairing them by position is what pairing them by forward input gives)."""
+    outs_a = [(p, leaf) for p, leaf in ea.leaf_tuple() if p.startswith("output")]
+    outs_b = [(p, leaf) for p, leaf in eb.leaf_tuple() if p.startswith("output")]
+    if len(outs_a) != len(outs_b):
+        return False
+    for (pa, la), (pb, lb) in zip(outs_a, outs_b, strict=True):
+        if pa != pb or type(la) is not type(lb):
+            return False
+        if isinstance(la, TensorLeaf) and tuple(la.shape) != tuple(lb.shape):  # type: ignore[union-attr]
+            return False
+    return True
+
+
+def _backward_rows(
+    ea: Entry, eb: Entry, fa: Entry | None, fb: Entry | None, name_b: str | None, aligned: tuple[str, ...]
+) -> list[RowPair] | None:
+    """The rows of two API backward entries whose gradients (``output``) are listed differently, paired by the
+    forward input each belongs to (:func:`_gradient_positions`), or None when pairing by position is right.
+
+    msprobe 1.2.2's PyTorch backward drops the null gradients and lists ``Functional.linear``'s as (bias, input,
+    weight.T); msprobe-cmp's recorder lists one per forward input.  When one side's gradients fit none of its
+    forward inputs (msprobe 1.2.2 records the gradients of an API's last autograd node, e.g. a ``[16, 64]`` view of
+    a 3-D ``linear``'s output gradient) and pairing by position would pair tensors of different shapes, those
+    gradients and the other side's are reported unpaired, each with the reason, never as a shape mismatch."""
+    if _outputs_agree(ea, eb):
+        return None
+    pa, pb = _gradient_positions(ea, fa), _gradient_positions(eb, fb)
+    if pa is not None and pb is not None and _is_positional(pa) and _is_positional(pb):
+        return None
+    if pa is None or pb is None:
+        if (pa is None and pb is None) or (fa if pa is None else fb) is None:
+            return None  # neither resolves, or the side that does not has no forward entry to tell why
+        at_b = {p: leaf for p, leaf in eb.leaf_tuple() if p.startswith("output")}
+        if not any(isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf) and tuple(la.shape) != tuple(lb.shape)
+                   for p, la in ea.leaf_tuple() if p.startswith("output") for lb in [at_b.get(p)]):
+            return None  # by position every shape agrees: keep it
+    name = ea.name
+    rows: list[RowPair] = []
+    leaves_b = [(key, leaf) for key, leaf in _keyed_leaves(eb) if not key[0].startswith("output")]
+    by_key_b = dict(leaves_b)
+    seen: set[tuple[str, int]] = set()
+    for key, leaf_a in _keyed_leaves(ea):
+        if key[0].startswith("output"):
+            continue
+        seen.add(key)
+        if key in by_key_b:
+            cls, notes = classify_pair(leaf_a, by_key_b[key])
+            rows.append(RowPair(name, key[0], cls, leaf_a, by_key_b[key], True, True, aligned + notes, name_b))
+        else:
+            rows.append(RowPair(name, key[0], "only_in_a", leaf_a, None, True, False, aligned, name_b))
+    outs_a = [(p, leaf) for p, leaf in ea.leaf_tuple() if p.startswith("output")]
+    outs_b = [(p, leaf) for p, leaf in eb.leaf_tuple() if p.startswith("output")]
+    taken_b: set[str] = set()
+    if pa is not None and pb is not None:
+        canonical_b = {pb[p][0]: (p, leaf, pb[p][1]) for p, leaf in outs_b}
+        for path_a, leaf_a in outs_a:
+            canonical, transposed_a = pa[path_a]
+            hit = canonical_b.get(canonical)
+            if hit is None:
+                rows.append(RowPair(name, path_a, "only_in_a", leaf_a, None, True, False, aligned, name_b))
+                continue
+            path_b, leaf_b, transposed_b = hit
+            taken_b.add(path_b)
+            transpose = transposed_a != transposed_b
+            cls, notes = classify_pair(leaf_a, leaf_b, transpose)
+            extra: tuple[str, ...] = ()
+            if path_a != path_b or path_a != canonical:
+                extra += (f"backward outputs paired by the forward input they are the gradient of ({canonical}: "
+                          f"A's {path_a}, B's {path_b})",)
+            if transpose:
+                extra += (f"B's tensor is the transpose of A's ({'A' if transposed_a else 'B'} recorded the "
+                          "gradient of weight.T): compared transposed",)
+            rows.append(RowPair(name, path_a, cls, leaf_a, leaf_b, True, True, aligned + extra + notes, name_b,
+                                path_b if path_b != path_a else None, None, transpose))
+    else:
+        forward = _forward_name(name)
+        unresolved = fa if pa is None else fb
+        assert unresolved is not None  # checked above
+        shapes = [list(s) if s is not None else None for s in _forward_input_shapes(unresolved)]
+        side = "A" if pa is None else "B"
+        why = (f"{side}'s backward gradients fit none of {forward}'s inputs (shapes {shapes}): they are not "
+               "gradients w.r.t. its inputs (msprobe 1.2.2's PyTorch dumps record the gradients of the last "
+               "autograd node of an API made of several), so no gradient pairs")
+        for path_a, leaf_a in outs_a:
+            rows.append(RowPair(name, path_a, "only_in_a", leaf_a, None, True, False, (*aligned, why), name_b))
+        for path_b, leaf_b in outs_b:
+            taken_b.add(path_b)
+            rows.append(RowPair(name, path_b, "only_in_b", None, leaf_b, False, True, (*aligned, why), name_b))
+    for key, leaf_b in leaves_b:
+        if key not in seen:
+            rows.append(RowPair(name, key[0], "only_in_b", None, leaf_b, False, True, aligned, name_b))
+    for path_b, leaf_b in outs_b:
+        if path_b not in taken_b:
+            rows.append(RowPair(name, path_b, "only_in_b", None, leaf_b, False, True, aligned, name_b))
+    return rows
 
 
 def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tuple[RowPair, ...]:
     """Pair and classify the rows of two entry sequences.
 
-    Entries are paired as calls by :func:`align_entries`; inside a pair of entries, rows pair by
-    argument path.  A row whose entry was aligned with a B entry of another name (its call index
-    shifted) carries that name in :attr:`RowPair.entry_name_b` and a note.
+    Entries are paired as calls by :func:`align_entries` (its key's shapes leave out null leaves and put an API
+    backward's gradients under the forward input they belong to, so that msprobe's and msprobe-cmp's backward
+    entries of one call have one key); inside a pair of entries, rows pair by argument path, except the
+    gradients (``output``) of two API backward entries listed differently (msprobe 1.2.2's PyTorch order, nulls
+    dropped), which pair by the forward input they belong to (:func:`_backward_rows`: ``arg_path_b`` names B's
+    path, ``transpose_b`` a gradient of ``weight.T``).  A row whose entry was aligned with a B entry of another
+    name (its call index shifted) carries that name in :attr:`RowPair.entry_name_b` and a note.
 
     Args:
         entries_a: the target's entries, in file order.
@@ -374,7 +806,19 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
     """
     out: list[RowPair] = []
     append = out.append
-    for ea, eb in align_entries(entries_a, entries_b):
+    forward_a = {e.name: e for e in entries_a}
+    forward_b = {e.name: e for e in entries_b}
+    signatures = (_entry_signature(forward_a), _entry_signature(forward_b))
+    for ea, eb in align_entries(entries_a, entries_b, signatures=signatures):
+        if (ea is not None and eb is not None and ea.name.endswith(".backward") and eb.name.endswith(".backward")
+                and not _outputs_agree(ea, eb)):
+            name_b = eb.name if eb.name != ea.name else None
+            aligned = (f"aligned by call order with B's {name_b} (the two runs' call counts differ)",) if name_b else ()
+            rows = _backward_rows(ea, eb, forward_a.get(ea.name[: -len("backward")] + "forward"),
+                                  forward_b.get(eb.name[: -len("backward")] + "forward"), name_b, aligned)
+            if rows is not None:
+                out.extend(rows)
+                continue
         if ea is not None and eb is not None and ea.name == eb.name:
             same = _same_paths(ea, eb)
             if same is not None:

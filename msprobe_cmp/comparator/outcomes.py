@@ -28,6 +28,8 @@ from msprobe_cmp.comparator.rules import (
     RuleOutcome,
     Rules,
     Thresholds,
+    compare_values,
+    compute_argument_verdict,
     compute_finite_statistics_verdict,
     compute_md5_verdict,
     compute_statistics_verdict,
@@ -206,7 +208,8 @@ def _compare_tensors(
     diffs = compute_stat_diffs(la.stats, lb.stats, floor)
     notes = list(pair.notes)
     if la.numel == 0:
-        # Same shape on both sides (classify_pair), so both are empty: equal, whatever the dtype.
+        # Same number of elements on both sides (classify_pair: the same shape, or one that differs only in size-1
+        # dimensions), so both are empty: equal, whatever the dtype.
         notes.append("empty tensor (0 elements) on both sides: equal")
         return _Outcome("none", tuple(_stat_pairs(diffs)), RuleOutcome("pass"), tuple(notes), False)
     if mode == "tensor":
@@ -220,6 +223,10 @@ def _compare_tensors(
         arr_a, arr_b = loaded
         if pair.transpose_b and arr_b.ndim == 2:
             arr_b = arr_b.T
+        if arr_b.shape != arr_a.shape and arr_b.size == arr_a.size:
+            # Shapes that differ only in size-1 dimensions (classify_pair): the same elements in the same C order.
+            # B takes A's shape (a view of a C-contiguous file) so that every element-wise step pairs them.
+            arr_b = arr_b.reshape(arr_a.shape)
         return _tensor_outcome(arr_a, arr_b, floor, t, diffs, notes, (la, lb))
     if mode == "md5":
         if la.md5 is not None and lb.md5 is not None:  # has_checksum on both sides
@@ -334,17 +341,39 @@ def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def argument_name(entry_name: str, arg_path: str) -> str | None:
+    """How a row's argument is named in an "argument differs" reason, or None when the row is not a call argument.
+
+    A call argument is a leaf under ``input.`` or ``kwargs.`` of an entry that is not a backward call or a
+    ``parameters_grad`` entry (a backward entry's ``input`` holds gradients, not arguments).  A keyword argument is
+    named by its path after ``kwargs.`` (``"eps"``, ``"normalized_shape.0"``), a positional one by its argument path
+    (``"input.4"``: a bare index would say nothing).
+    """
+    head, _, rest = arg_path.partition(".")
+    if head not in ("input", "kwargs") or not rest:
+        return None
+    parsed = parse_name(entry_name)
+    if parsed.direction == "backward" or parsed.kind == "parameters_grad":
+        return None
+    return rest if head == "kwargs" else arg_path
+
+
 def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -> _Outcome:
+    """A row of two non-tensor values (rules: :mod:`msprobe_cmp.comparator.rules`, module docstring).
+
+    One dtype or one device in two spellings, and float arguments equal to float32 rounding, pass
+    (:func:`~msprobe_cmp.comparator.rules.compare_values`); ``inplace`` and device differences pass with a note; a call
+    argument that differs gets ``rules.argument_differs`` (a warning by default) with an "argument differs" reason; a
+    float output is compared like a 0-d tensor (the MaxAbsErr rules); any other value output must be equal.
+    """
     notes = list(pair.notes)
-    if va.type != vb.type:
-        notes.append(f"value types differ: A {va.type}, B {vb.type}")
     x, y = va.value, vb.value
-    argument = pair.name.rsplit(".", 1)[-1]
-    if x != y and is_placement_argument(argument):
-        notes.append(f"{argument} differs (A {x!r}, B {y!r}): where the result is written, not its value")
-        return _Outcome("value", (), RuleOutcome("pass"), tuple(notes), False)
-    if _is_number(x) and _is_number(y) and (isinstance(x, float) or isinstance(y, float)):
-        # A float scalar is compared like a 0-d tensor (only the MaxAbsErr rules can apply).
+    argument = argument_name(pair.entry_name, pair.arg_path)
+    last = pair.name.rsplit(".", 1)[-1]
+    if argument is None and _is_number(x) and _is_number(y) and (isinstance(x, float) or isinstance(y, float)):
+        if va.type != vb.type:
+            notes.append(f"value types differ: A {va.type}, B {vb.type}")
+        # A float output is compared like a 0-d tensor (only the MaxAbsErr rules can apply).
         t = rules.thresholds_for(pair.name, (va.type, vb.type))
         floor = t.relative_floor or compute_relative_floor("float64")
         tm = compute_tensor_metrics(np.array([x], dtype=np.float64), np.array([y], dtype=np.float64), floor)
@@ -352,6 +381,23 @@ def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -
         kept = ("max_abs_err", "max_relative_err")
         metrics = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs() if k in kept)
         return _Outcome("value", metrics, rule, tuple(notes), tm.differs)
+    match = compare_values(va.type, x, vb.type, y)
+    if va.type != vb.type and not (match.same and match.kind in ("dtype", "device")):
+        notes.append(f"value types differ: A {va.type}, B {vb.type}")
+    if match.same:
+        if match.note is not None:
+            notes.append(match.note)
+        return _Outcome("value", (), _PASS, tuple(notes), False)
+    if is_placement_argument(last):
+        notes.append(f"{last} differs (A {x!r}, B {y!r}): where the result is written, not its value")
+        return _Outcome("value", (), _PASS, tuple(notes), False)
+    if match.kind == "device":
+        shown = argument or last
+        notes.append(f"device differs: {shown} A {x!r}, B {y!r} (where the result is placed, not its value)")
+        return _Outcome("value", (), _PASS, tuple(notes), False)
+    if argument is not None:
+        rule = compute_argument_verdict(argument, x, y, rules.argument_differs)
+        return _Outcome("value", (), rule, tuple(notes), True)
     rule = compute_value_verdict(x, y)
     return _Outcome("value", (), rule, tuple(notes), rule.verdict != "pass")
 

@@ -231,6 +231,8 @@ class UnitComparison:
         cells: the per-cell roll-up (:func:`~msprobe_cmp.comparator.rollup.compute_cell_rollups`), in execution
             order.
         parent_chains: entry name → its enclosing cells, innermost first.
+        jumps: the rows whose error jumps beyond what their inputs carry (:mod:`msprobe_cmp.comparator.localise`),
+            in execution order.
     """
 
     unit_a: UnitRef
@@ -244,6 +246,7 @@ class UnitComparison:
     notes: tuple[str, ...] = ()
     cells: tuple[CellRollup, ...] = ()
     parent_chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    jumps: tuple[Jump, ...] = ()
 
     @property
     def compared_count(self) -> int:
@@ -280,6 +283,83 @@ class RowRef:
 
 
 @dataclass(frozen=True)
+class Jump:
+    """One row whose error jumps (:mod:`msprobe_cmp.comparator.localise`).
+
+    Attributes:
+        row: the row's index in its unit.
+        kind: ``"computed"`` (an output with more error than its call's inputs) or ``"entered"`` (an input row with
+            more error than anything recorded before it).
+        error_in: the relative error carried in (dimensionless; 0.0 when the inputs are identical).
+        error_out: the row's own relative error (dimensionless).
+        floor: the rounding floor it was judged against (dimensionless).
+    """
+
+    row: int
+    kind: str
+    error_in: float
+    error_out: float
+    floor: float
+
+    @property
+    def ratio(self) -> float | None:
+        """``error_out / error_in``, or None when nothing was carried in (``error_in`` 0)."""
+        return self.error_out / self.error_in if self.error_in > 0.0 else None
+
+
+@dataclass(frozen=True)
+class LikelyOrigin:
+    """Where the two runs' difference most likely enters: the first :class:`Jump` of the comparison (units in order).
+
+    Attributes:
+        ref: the jumping row; its ``parents`` are the enclosing cells (the origin's cell chain).
+        kind: ``"computed"`` (the call's output carries far more error than its inputs) or ``"entered"`` (an input
+            differs more than anything recorded before it: a parameter, data, or an unhooked operation).
+        error_in, error_out: relative errors carried in and out (dimensionless, :mod:`msprobe_cmp.comparator.localise`).
+        floor: the rounding floor the row was judged against (dimensionless).
+        cell: the innermost cell call of the origin: the row's own entry when it is a cell, else its parent cell;
+            None when construct.json places it in none.
+        arguments: the non-tensor arguments that differ at that call or its cell, one text each
+            (``"Functional.layer_norm.3.forward.input.4: A 1e-05, B 1e-12"``).
+        unpaired: the calls inside that cell that found no partner, one text each (``"Module.x.NewGELU.forward.0
+            (A only)"``): a layer implemented differently on the two sides.
+    """
+
+    ref: RowRef
+    kind: str
+    error_in: float
+    error_out: float
+    floor: float
+    cell: str | None = None
+    arguments: tuple[str, ...] = ()
+    unpaired: tuple[str, ...] = ()
+
+    @property
+    def ratio(self) -> float | None:
+        """``error_out / error_in``, or None when nothing was carried in."""
+        return self.error_out / self.error_in if self.error_in > 0.0 else None
+
+    @property
+    def text(self) -> str:
+        """One line: where, the evidence, the arguments that differ there, then the enclosing cells."""
+        ratio = "" if self.ratio is None else f", x{self.ratio:.2g}"
+        how = "enters at" if self.kind == "entered" else "out of"
+        where = self.cell or self.ref.name
+        line = (f"{where} ({self.ref.unit_label}): relative error {self.error_out:.2g} {how} {self.ref.name}, "
+                f"{self.error_in:.2g} carried in{ratio}")
+        if self.arguments:
+            more = f" and {len(self.arguments) - 3} more" if len(self.arguments) > 3 else ""
+            line += f"; arguments that differ: {'; '.join(self.arguments[:3])}{more}"
+        if self.unpaired:
+            more = f" and {len(self.unpaired) - 3} more" if len(self.unpaired) > 3 else ""
+            line += f"; calls inside it without a partner: {', '.join(self.unpaired[:3])}{more}"
+        chain = [c for c in self.ref.parents if c != where]
+        if chain:
+            line += f"; inside {' < '.join(chain[:3])}" + (" < ..." if len(chain) > 3 else "")
+        return line
+
+
+@dataclass(frozen=True)
 class Comparison:
     """The result of :func:`~msprobe_cmp.comparator.compare.compare`: a frozen value, rendered by
     :mod:`msprobe_cmp.reports`.
@@ -306,6 +386,8 @@ class Comparison:
         matched_share_of: which rows that share is of: ``"all rows"`` or ``"A's rows"``.
         input_noise: the path the rerun of B was loaded from in noise-floor mode (``CompareOptions.noise``), or
             None when no rerun was compared.
+        likely_origin: where the difference most likely enters (:class:`LikelyOrigin`), or None when no row's
+            error jumps (identical runs, a correct port).
     """
 
     input_a: str
@@ -323,6 +405,7 @@ class Comparison:
     matched_share: float | None = None
     matched_share_of: str = "all rows"
     input_noise: str | None = None
+    likely_origin: LikelyOrigin | None = None
 
     def row(self, ref: RowRef) -> ComparisonRow:
         """The row at ``ref``."""

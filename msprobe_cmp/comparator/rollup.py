@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, CellRollup, ComparisonRow
 from msprobe_cmp.comparator.rules import Verdict
@@ -51,39 +51,68 @@ def _row_differs(r: ComparisonRow) -> bool:
     )
 
 
-def compute_cell_rollups(
-    rows: tuple[ComparisonRow, ...], construct: Mapping[str, str | None]
-) -> tuple[tuple[CellRollup, ...], dict[str, tuple[str, ...]], bool]:
-    """Roll the rows up into every enclosing cell call (construct.json: entry → parent cell).
+def parent_chains(
+    entries: Iterable[str], construct: Mapping[str, str | None]
+) -> tuple[dict[str, tuple[str, ...]], bool]:
+    """Every entry's enclosing cells, innermost first (construct.json: entry → parent cell, followed upwards).
 
     Args:
-        rows: the unit's rows in execution order.
+        entries: entry names (repeats are fine).
         construct: entry name → parent cell entry name (A's construct.json, completed from B's).
 
     Returns:
-        ``(cells, chains, truncated)``: one :class:`CellRollup` per cell call, in the order its first
-        row appears; per entry name, its enclosing cells innermost first; and whether some chain was
-        cut at 1,000 levels (a cycle is cut where it closes, silently: construct.json has no cycles).
+        ``(chains, truncated)``: entry name → its enclosing cells, and whether some chain was cut at 1,000 levels
+        (a cycle is cut where it closes, silently: construct.json has no cycles).
     """
     chains: dict[str, tuple[str, ...]] = {}
     truncated = False
-
-    def chain_of(entry: str) -> tuple[str, ...]:
+    for entry in entries:
         if entry in chains:
-            return chains[entry]
+            continue
         out: list[str] = []
         seen = {entry}
         parent = construct.get(entry)
         while parent is not None and parent not in seen:
             if len(out) >= _MAX_CELL_DEPTH:
-                nonlocal truncated
                 truncated = True
                 break
             out.append(parent)
             seen.add(parent)
             parent = construct.get(parent)
         chains[entry] = tuple(out)
-        return chains[entry]
+    return chains, truncated
+
+
+def compute_cell_rollups(
+    rows: tuple[ComparisonRow, ...], construct: Mapping[str, str | None],
+    chains: Mapping[str, tuple[str, ...]] | None = None,
+) -> tuple[tuple[CellRollup, ...], dict[str, tuple[str, ...]], bool]:
+    """Roll the rows up into every enclosing cell call (construct.json: entry → parent cell).
+
+    Args:
+        rows: the unit's rows in execution order.
+        construct: entry name → parent cell entry name (A's construct.json, completed from B's).
+        chains: the rows' :func:`parent_chains`, when already computed.
+
+    Returns:
+        ``(cells, chains, truncated)``: one :class:`CellRollup` per cell call, in the order its first
+        row appears; per entry name, its enclosing cells innermost first; and whether some chain was
+        cut at 1,000 levels (:func:`parent_chains`).
+    """
+    truncated = False
+    if chains is None:
+        chains, truncated = parent_chains((r.entry_name for r in rows), construct)
+    known = dict(chains)
+
+    def chain_of(entry: str) -> tuple[str, ...]:
+        got = known.get(entry)
+        if got is None:
+            more, cut = parent_chains((entry,), construct)
+            nonlocal truncated
+            truncated = truncated or cut
+            known.update(more)
+            got = known[entry]
+        return got
 
     order: list[str] = []
     acc: dict[str, _CellAcc] = {}
@@ -118,4 +147,4 @@ def compute_cell_rollups(
                 first_divergent=x.first,
             )
         )
-    return tuple(cells), chains, truncated
+    return tuple(cells), known, truncated

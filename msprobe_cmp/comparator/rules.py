@@ -22,6 +22,16 @@ all-negative statistics, docs/design.md §3), and a statistic whose absolute cha
 ``max_abs_err_suspect_above`` (1e-3) never warns (a mean of 1e-10 moving by 1e-10 is noise).
 
 md5 mode: equal checksums pass, different ones fail.
+
+Non-tensor values (``{"type": ..., "value": ...}`` leaves): one dtype or one device in two spellings is the same
+value (:func:`compare_values`).  A forward call's argument (``input.<i>``, ``kwargs.<k>``) whose two values differ is
+an *argument difference*: a ``warning`` by default (``Rules.argument_differs``), whose reason starts with
+:data:`ARGUMENT_DIFFERS` (``"argument differs: eps A 1e-05, B 1e-12"``).  It is a setting of the call (a port that
+passes another ``eps``, ``approximate='tanh'``, another cast target), not a numerical error of it: its effect shows
+in the call's outputs, which the tensor rules judge.  Float arguments equal to float32 rounding
+(:data:`ARGUMENT_FLOAT_RTOL`) are equal.  ``inplace`` and the device a result is placed on say where a result
+goes, not what it is: a difference there is a note.  Other value rows (an output that is a Python number or
+string) keep their rules: a float is compared like a 0-d tensor, anything else must be equal.
 """
 
 from __future__ import annotations
@@ -29,9 +39,15 @@ from __future__ import annotations
 import fnmatch
 import math
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Literal, NamedTuple, Protocol
 
-from msprobe_cmp.comparator.dtypes import normalize_dtype
+from msprobe_cmp.comparator.dtypes import (
+    as_dtype_value,
+    is_device_type,
+    is_dtype_type,
+    normalize_device,
+    normalize_dtype,
+)
 from msprobe_cmp.comparator.metrics import StatDiff, TensorMetrics, compute_max_abs_err_lower_bound
 from msprobe_cmp.errors import ConfigError
 
@@ -111,11 +127,59 @@ class ThresholdOverride:
         return True
 
 
+#: Default ``jump_ratio``: an output's relative error must exceed this many times its inputs' (and the floor).
+JUMP_RATIO = 10.0
+#: Default ulps of rounding error one call may add where both runs use the same kernels (same framework, device and
+#: dtype: usually zero; a few where a kernel is not deterministic).
+SAME_KERNEL_NOISE_ULPS = 16.0
+#: Default ulps of rounding error one call may add where the two runs use different kernels (MindSpore against
+#: PyTorch, mindtorch against PyTorch): float32 1.2e-4.  A convolution summing 576 products in another order adds
+#: ~3e-6 relative error; the largest seen on a correct port of the real-model corpus is given in docs/design.md.
+CROSS_KERNEL_NOISE_ULPS = 1000.0
+#: Default ``noise_magnitude_ulps``: a row smaller than this many ulps of its entry's largest tensor is rounding noise.
+NOISE_MAGNITUDE_ULPS = 100.0
+
+@dataclass(frozen=True)
+class OriginRules:
+    """Settings of the localisation (:mod:`msprobe_cmp.comparator.localise`); the rules file's ``localisation`` section.
+
+    Attributes:
+        jump_ratio: an output's relative error must exceed this many times the error its inputs carry (> 1).
+        same_kernel_noise_ulps: the floor, in ulps of the coarser dtype, where both runs use the same kernels.
+        cross_kernel_noise_ulps: the floor where they do not (two frameworks, or mindtorch against PyTorch).
+        noise_magnitude_ulps: a row whose magnitude is below this many ulps of its entry's largest tensor
+            (at most :data:`MAX_NOISE_MAGNITUDE`) is at rounding-noise magnitude.
+        warn: a jumping row that passes the thresholds becomes a warning.
+    """
+
+    jump_ratio: float = JUMP_RATIO
+    same_kernel_noise_ulps: float = SAME_KERNEL_NOISE_ULPS
+    cross_kernel_noise_ulps: float = CROSS_KERNEL_NOISE_ULPS
+    noise_magnitude_ulps: float = NOISE_MAGNITUDE_ULPS
+    warn: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("jump_ratio", "same_kernel_noise_ulps", "cross_kernel_noise_ulps", "noise_magnitude_ulps"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and value > 0):
+                raise ConfigError(f"localisation.{name}: must be a finite number > 0, got {value!r}")
+        if self.jump_ratio < 1:
+            raise ConfigError(f"localisation.jump_ratio: must be at least 1, got {self.jump_ratio!r}")
+
+
 #: Default floor on the share of rows matched (see :attr:`Rules.min_matched_share`).
 DEFAULT_MIN_MATCHED_SHARE = 0.5
 #: Noise-floor mode: a failing row is noise when its MaxAbsErr is at most this many times the rerun's
 #: (and its 1 - Cosine at most this many times the rerun's).
 DEFAULT_NOISE_FACTOR = 2.0
+
+#: The verdict of a row whose call arguments differ (:attr:`Rules.argument_differs`).
+ArgumentDiffersVerdict = Literal["warning", "fail"]
+#: What :attr:`Rules.argument_differs` may be.
+ARGUMENT_DIFFERS_VERDICTS: tuple[ArgumentDiffersVerdict, ...] = ("warning", "fail")
+#: Default of :attr:`Rules.argument_differs`: an argument difference alone is a warning.
+DEFAULT_ARGUMENT_DIFFERS: ArgumentDiffersVerdict = "warning"
 
 
 @dataclass(frozen=True)
@@ -131,21 +195,32 @@ class Rules:
         noise_factor: noise-floor mode (``CompareOptions.noise``): a failing row whose MaxAbsErr is at
             most this many times the run-to-run MaxAbsErr of the same row (and whose ``1 - Cosine`` is at
             most this many times the run-to-run one) is a warning, not a failure.
+        argument_differs: the verdict of a forward call's non-tensor argument whose two values differ
+            (``"warning"``, the default, or ``"fail"``; rules file key ``argument_differs``).  Its reason starts
+            with :data:`ARGUMENT_DIFFERS` either way.
+        localisation: how the likely origin is found and which rows it warns of (:class:`OriginRules`).
 
     Raises:
-        ConfigError: ``min_matched_share`` outside [0, 1].
+        ConfigError: ``min_matched_share`` outside [0, 1]; ``argument_differs`` neither ``"warning"`` nor
+            ``"fail"``.
     """
 
     default: Thresholds = field(default_factory=Thresholds)
     overrides: tuple[ThresholdOverride, ...] = ()
     min_matched_share: float = DEFAULT_MIN_MATCHED_SHARE
     noise_factor: float = DEFAULT_NOISE_FACTOR
+    argument_differs: ArgumentDiffersVerdict = DEFAULT_ARGUMENT_DIFFERS
+    localisation: OriginRules = field(default_factory=OriginRules)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_matched_share <= 1.0:
             raise ConfigError(f"min_matched_share: must be between 0 and 1, got {self.min_matched_share!r}")
         if not (self.noise_factor >= 1.0 and math.isfinite(self.noise_factor)):
             raise ConfigError(f"noise_factor: must be a finite number >= 1, got {self.noise_factor!r}")
+        if not (isinstance(self.argument_differs, str) and self.argument_differs in ARGUMENT_DIFFERS_VERDICTS):
+            shown = repr(self.argument_differs[:40]) if isinstance(self.argument_differs, str) else \
+                f"a {type(self.argument_differs).__name__}"
+            raise ConfigError(f'argument_differs: must be "warning" or "fail", got {shown}')
 
     def thresholds_for(self, row_name: str, dtypes: tuple[str | None, ...] = ()) -> Thresholds:
         """The thresholds for one row (first matching override, else the defaults)."""
@@ -317,10 +392,167 @@ def is_placement_argument(name: str) -> bool:
     return name in PLACEMENT_ARGUMENTS
 
 
-def compute_value_verdict(value_a: object, value_b: object) -> RuleOutcome:
-    """Non-numeric or integer non-tensor arguments (ints, strings, slices, dtypes): equal or fail.
+#: The start of the reason of every row whose call arguments differ (:func:`compute_argument_verdict`): what report
+#: code looks for (with :func:`is_argument_row`) to list argument differences apart from numerical ones.
+ARGUMENT_DIFFERS = "argument differs"
 
-    Floating-point scalars are compared like 0-d tensors by the comparator, not here.
+#: Two float arguments whose relative difference is at most this are equal: float32's machine epsilon, the
+#: rounding of a value that passed through a float32 on one side (``1e-05`` read back from a float32 is
+#: ``9.99999974738e-06``, a relative change of 2.5e-8) or was computed in another order in float64
+#: (``1 - 0.9`` is ``0.09999999999999998``).  A real change of setting (``eps`` 1e-05 against 1e-12, a learning
+#: rate) is many orders of magnitude larger.
+ARGUMENT_FLOAT_RTOL = 2.0**-23
+
+ValueKind = Literal["dtype", "device", "number", "other"]
+
+
+class ValueMatch(NamedTuple):
+    """How two non-tensor values relate (:func:`compare_values`).
+
+    Attributes:
+        same: the two values mean the same (equal, one dtype or device in two spellings, floats equal to float32
+            rounding).
+        kind: what the values were compared as: ``"dtype"`` (canonical dtypes), ``"device"`` (canonical devices),
+            ``"number"`` (ints and floats), ``"other"`` (``==`` on the recorded values).
+        note: why two values that are not written alike were found the same; None when they are written alike or
+            differ.
+    """
+
+    same: bool
+    kind: ValueKind
+    note: str | None = None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _framework_dtype_spelling(value: object) -> bool:
+    """A string that spells a dtype the way a framework writes it (``"torch.float32"``, ``"Float32"``), not a word
+    that happens to name one (``"float"``)."""
+    return isinstance(value, str) and as_dtype_value(value) is not None and ("." in value or value[:1].isupper())
+
+
+def _floats_equal(x: float, y: float) -> bool:
+    """Two floats within float32 rounding of each other (:data:`ARGUMENT_FLOAT_RTOL`); non-finite ones never."""
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return False
+    return abs(x - y) <= ARGUMENT_FLOAT_RTOL * max(abs(x), abs(y))
+
+
+def compare_values(type_a: str, value_a: object, type_b: str, value_b: object) -> ValueMatch:
+    """Whether two non-tensor values (value leaves' ``type`` and ``value``) mean the same.
+
+    - **dtypes** (a side's ``type`` is a dtype type such as ``"torch.dtype"`` / ``"mindspore.dtype"``, or both values
+      are a framework's dtype spelling): equal when their canonical dtypes are
+      (:func:`~msprobe_cmp.comparator.dtypes.as_dtype_value`: ``'Float32'``, ``'torch.float32'`` and
+      ``'mindspore.float32'`` are one dtype, ``'Float16'`` and ``'torch.half'`` another);
+    - **devices** (both values spell a device): equal when their canonical devices are
+      (:func:`~msprobe_cmp.comparator.dtypes.normalize_device`: ``'device(type=cpu)'``, ``'cpu'`` and
+      ``"device(type='cpu')"``; ``'cuda:0'`` and ``"device(type='cuda', index=0)"``);
+    - **numbers** (ints and floats; a bool is not a number here): ints equal when ``==``; with a float, equal when
+      ``==``, both NaN, or both finite with ``|a - b| <= ARGUMENT_FLOAT_RTOL * max(|a|, |b|)``
+      (:data:`ARGUMENT_FLOAT_RTOL`: float32 rounding);
+    - anything else (strings, bools, slices as tuples, None): ``==``.
+
+    Returns:
+        A :class:`ValueMatch`.  Never raises.
+    """
+    dtype_a, dtype_b = as_dtype_value(value_a), as_dtype_value(value_b)
+    if dtype_a is not None and dtype_b is not None and (
+        is_dtype_type(type_a) or is_dtype_type(type_b)
+        or (_framework_dtype_spelling(value_a) and _framework_dtype_spelling(value_b))
+    ):
+        same = dtype_a == dtype_b
+        note = f"one dtype in two spellings (A {value_a!r}, B {value_b!r})" if same and value_a != value_b else None
+        return ValueMatch(same, "dtype", note)
+    device_a, device_b = normalize_device(value_a), normalize_device(value_b)
+    if device_a is not None and device_b is not None:
+        same = device_a == device_b
+        note = f"one device in two spellings (A {value_a!r}, B {value_b!r})" if same and value_a != value_b else None
+        return ValueMatch(same, "device", note)
+    if (is_device_type(type_a) or is_device_type(type_b)) and value_a == value_b:
+        return ValueMatch(True, "device")
+    if _is_number(value_a) and _is_number(value_b):
+        if isinstance(value_a, int) and isinstance(value_b, int):
+            return ValueMatch(value_a == value_b, "number")
+        try:
+            x, y = float(value_a), float(value_b)  # type: ignore[arg-type]
+        except OverflowError:  # an int beyond float range against a float: they differ
+            return ValueMatch(False, "number")
+        if value_a == value_b or (math.isnan(x) and math.isnan(y)):
+            return ValueMatch(True, "number")
+        if _floats_equal(x, y):
+            return ValueMatch(True, "number", f"equal to float32 rounding (A {value_a!r}, B {value_b!r})")
+        return ValueMatch(False, "number")
+    try:
+        same = bool(value_a == value_b)
+    except Exception:  # recorded values are plain JSON values; be safe all the same
+        same = False
+    return ValueMatch(same, "other")
+
+
+def compute_argument_verdict(
+    argument: str, value_a: object, value_b: object, verdict: ArgumentDiffersVerdict = DEFAULT_ARGUMENT_DIFFERS
+) -> RuleOutcome:
+    """The verdict of a call argument whose two values differ (:func:`compare_values` found them not the same).
+
+    Args:
+        argument: the argument's name as shown: a keyword argument's name (``"eps"``), else the argument path
+            (``"input.4"``).
+        value_a, value_b: the two recorded values (shown with ``repr``).
+        verdict: :attr:`Rules.argument_differs` (``"warning"`` by default, or ``"fail"``).
+
+    Returns:
+        ``RuleOutcome(verdict, ("argument differs: eps A 1e-05, B 1e-12",))``: the reason starts with
+        :data:`ARGUMENT_DIFFERS`.
+    """
+    return RuleOutcome(verdict, (f"{ARGUMENT_DIFFERS}: {argument} A {value_a!r}, B {value_b!r}",))
+
+
+class _RowLike(Protocol):
+    """What :func:`is_argument_row` reads of a :class:`~msprobe_cmp.comparator.result.ComparisonRow`."""
+
+    @property
+    def compared_by(self) -> str:
+        """How the row was compared."""
+        ...
+
+    @property
+    def differs(self) -> bool | None:
+        """Whether its sides differ."""
+        ...
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why its verdict is not a plain pass."""
+        ...
+
+
+def is_argument_row(row: _RowLike) -> bool:
+    """True for a compared row that is a call argument whose two sides differ: compared by value, its sides known to
+    differ, and a reason that starts with :data:`ARGUMENT_DIFFERS` (:func:`compute_argument_verdict`), whatever its
+    verdict (``warning`` by default, ``fail`` under ``argument_differs = "fail"``).
+
+    False for an argument whose sides are the same (one dtype in two spellings, floats equal to float32 rounding), an
+    ``inplace`` or device difference (a note-only pass), and a value output that differs (``"value differs"``).
+
+    Args:
+        row: a :class:`~msprobe_cmp.comparator.result.ComparisonRow` (anything with ``compared_by``, ``differs`` and
+            ``reasons``).
+    """
+    if row.compared_by != "value" or row.differs is not True:
+        return False
+    return any(reason.startswith(ARGUMENT_DIFFERS) for reason in row.reasons)
+
+
+def compute_value_verdict(value_a: object, value_b: object) -> RuleOutcome:
+    """A non-tensor value that is not a call argument (an output that is an int, a string, a slice, a dtype): equal
+    or fail.  Equal means ``==``; the comparator first lets :func:`compare_values` clear one dtype or device in two
+    spellings.
+
+    Floating-point outputs are compared like 0-d tensors by the comparator, and call arguments by
+    :func:`compute_argument_verdict`, not here.
     """
     if value_a == value_b:
         return RuleOutcome("pass")

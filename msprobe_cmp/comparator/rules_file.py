@@ -4,6 +4,8 @@ File format (TOML shown; YAML has the same keys)::
 
     min_matched_share = 0.9          # optional; default 0.5
     noise_factor = 2.0               # optional; noise-floor mode tolerance (see Rules)
+    argument_differs = "warning"     # optional; "warning" (default) or "fail": a call's non-tensor argument
+                                     # that differs between the runs (eps, approximate, a cast target)
 
     [default]                        # optional; any subset of the Thresholds fields
     cosine_fail_below = 0.9
@@ -12,6 +14,13 @@ File format (TOML shown; YAML has the same keys)::
     max_abs_err_fail_above = 1.0
     stat_warning_ratio = 0.5
     relative_floor = 1e-6            # omit for the dtype's machine epsilon
+
+    [localisation]                   # optional; the likely origin (comparator/localise.py)
+    jump_ratio = 10.0                # an output's relative error must exceed this many times its inputs'
+    same_kernel_noise_ulps = 16      # rounding floor (ulps of the dtype) between runs of one framework
+    cross_kernel_noise_ulps = 1000   # ... across frameworks, or mindtorch against PyTorch
+    noise_magnitude_ulps = 100       # a tensor smaller than this (ulps) of its call's largest is rounding noise
+    warn = true                      # a jumping row that passes the thresholds becomes a warning
 
     [[override]]                     # tried in order; the first match wins
     pattern = "Cell.head.*"          # fnmatch over "<entry name>.<arg path>"
@@ -36,8 +45,11 @@ import yaml
 
 from msprobe_cmp.comparator.mapping.files import read_bounded
 from msprobe_cmp.comparator.rules import (
+    ARGUMENT_DIFFERS_VERDICTS,
+    DEFAULT_ARGUMENT_DIFFERS,
     DEFAULT_MIN_MATCHED_SHARE,
     DEFAULT_NOISE_FACTOR,
+    OriginRules,
     Rules,
     ThresholdOverride,
     Thresholds,
@@ -48,6 +60,30 @@ from msprobe_cmp.errors import ConfigError
 MAX_RULES_FILE_BYTES = 1024 * 1024
 
 _THRESHOLD_KEYS = {f.name for f in fields(Thresholds)}
+#: The keys of a rules file's top level.
+_TOP_KEYS = frozenset({"default", "override", "min_matched_share", "noise_factor", "argument_differs", "localisation"})
+_ORIGIN_KEYS = {f.name for f in fields(OriginRules)}
+
+
+def _localisation(table: Any, file: Path) -> OriginRules:
+    """The ``[localisation]`` table (module docstring) as :class:`OriginRules`."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{file}: localisation: expected a table")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in _ORIGIN_KEYS:
+            raise ConfigError(
+                f"{file}: localisation.{str(key)[:60]}: unknown key (known: {', '.join(sorted(_ORIGIN_KEYS))})")
+        if key == "warn":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{file}: localisation.warn: expected true or false, got {_brief(value)}")
+            values[key] = value
+        else:
+            values[key] = _number(value, file, f"localisation.{key}")
+    try:
+        return OriginRules(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}") from None
 
 
 def _brief(value: Any) -> str:
@@ -99,11 +135,9 @@ def parse_rules(doc: Any, file: Path) -> Rules:
     """
     if not isinstance(doc, dict):
         raise ConfigError(f"{file}: expected a table/mapping at the top level")
-    unknown = sorted(str(k) for k in set(doc) - {"default", "override", "min_matched_share", "noise_factor"})
+    unknown = sorted(str(k) for k in set(doc) - _TOP_KEYS)
     if unknown:
-        raise ConfigError(
-            f"{file}: {unknown[0][:60]}: unknown key (known: default, override, min_matched_share, noise_factor)"
-        )
+        raise ConfigError(f"{file}: {unknown[0][:60]}: unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
     default = _thresholds(Thresholds(), doc.get("default", {}), file, "default", frozenset())
     raw_overrides = doc.get("override", [])
     if not isinstance(raw_overrides, list):
@@ -125,8 +159,12 @@ def parse_rules(doc: Any, file: Path) -> Rules:
     noise_factor = doc.get("noise_factor", DEFAULT_NOISE_FACTOR)
     share_f = _number(share, file, "min_matched_share")
     noise_f = _number(noise_factor, file, "noise_factor")
+    argument_differs = doc.get("argument_differs", DEFAULT_ARGUMENT_DIFFERS)
+    if not isinstance(argument_differs, str) or argument_differs not in ARGUMENT_DIFFERS_VERDICTS:
+        raise ConfigError(f'{file}: argument_differs: expected "warning" or "fail", got {_brief(argument_differs)}')
     try:
-        return Rules(default=default, overrides=tuple(overrides), min_matched_share=share_f, noise_factor=noise_f)
+        return Rules(default=default, overrides=tuple(overrides), min_matched_share=share_f, noise_factor=noise_f,
+                     argument_differs=argument_differs, localisation=_localisation(doc.get("localisation", {}), file))
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
 

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import NamedTuple
 
-from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_views, framework_namespace
+from msprobe_cmp.comparator.localise import localise
+from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_unit_views, framework_namespace
 from msprobe_cmp.comparator.matching import RowPair, count_classes, match_entries, match_views
 from msprobe_cmp.comparator.outcomes import _compare_pair, _finite_statistics_outcome, _relative_floor_of
 from msprobe_cmp.comparator.result import (
@@ -23,7 +24,7 @@ from msprobe_cmp.comparator.result import (
     UnitComparison,
     UnitRef,
 )
-from msprobe_cmp.comparator.rollup import _row_differs, compute_cell_rollups
+from msprobe_cmp.comparator.rollup import _row_differs, compute_cell_rollups, parent_chains
 from msprobe_cmp.comparator.rules import RuleOutcome, Rules, Verdict
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
@@ -112,13 +113,24 @@ def unit_namespaces(unit_a: RankDump, unit_b: RankDump) -> tuple[Namespace | Non
             framework_namespace(unit_b.meta.framework, unit_b.entries))
 
 
+def kernels_differ(unit_a: RankDump, unit_b: RankDump) -> bool:
+    """Whether the two units were computed by different kernels: two name spaces (MindSpore against PyTorch), or two
+    frameworks of one name space (mindtorch against PyTorch).  Their rounding then differs at every call, which
+    :func:`~msprobe_cmp.comparator.localise.localise` allows for."""
+    ns_a, ns_b = unit_namespaces(unit_a, unit_b)
+    if ns_a != ns_b:
+        return True
+    return unit_a.meta.framework.strip().lower() != unit_b.meta.framework.strip().lower()
+
+
 def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None) -> tuple[RowPair, ...]:
     ns_a, ns_b = unit_namespaces(unit_a, unit_b)
     if ns_a is None or ns_b is None or ns_a == ns_b:
         return match_entries(unit_a.entries, unit_b.entries)
-    user = mapping or NameMapping()
-    views_a = build_views(unit_a.entries, ns_a, user, ours="msprobe_cmp_format" in dict(unit_a.meta.extra))
-    views_b = build_views(unit_b.entries, ns_b, user, ours="msprobe_cmp_format" in dict(unit_b.meta.extra))
+    views_a, views_b, _ = build_unit_views(
+        unit_a.entries, ns_a, unit_b.entries, ns_b, mapping or NameMapping(),
+        ours_a="msprobe_cmp_format" in dict(unit_a.meta.extra),
+        ours_b="msprobe_cmp_format" in dict(unit_b.meta.extra))
     return match_views(views_a, views_b)
 
 
@@ -267,12 +279,14 @@ def compare_units(
             "mapped_by": pair.mapped_by,
         })
         append(row)
-    frozen_rows = tuple(rows)
+    construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
+    chains, truncated = parent_chains((r.entry_name for r in rows), construct)
+    found = localise(rows, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation)
+    frozen_rows = found.rows
     first_failing = _first(frozen_rows, "failing")
     compared = sum(1 for r in frozen_rows if r.match_class == "matched" and r.verdict != "skip")
     verdict: OverallVerdict = "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
-    construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
-    cells, chains, truncated = compute_cell_rollups(frozen_rows, construct)
+    cells, chains, _ = compute_cell_rollups(frozen_rows, construct, chains)
     if truncated:
         notes = (*notes, "construct.json nests cells more than 1,000 deep: the cell roll-up stops there")
     return UnitComparison(
@@ -287,4 +301,5 @@ def compare_units(
         first_failing=first_failing,
         verdict=verdict,
         notes=notes,
+        jumps=found.jumps,
     )

@@ -465,6 +465,54 @@ class ReportFacts:
         return [(d.unit, d.row) for d in self.disagreements(limit)]
 
 
+#: How many differing non-tensor arguments the reports name (:func:`differing_arguments`).
+ARGUMENTS_SHOWN = 10
+
+
+class ArgumentRow(NamedTuple):
+    """A non-tensor argument whose two sides differ (eps 1e-05 against 1e-12): often the cause of what follows.
+
+    Attributes:
+        unit: index of the unit in :attr:`Comparison.units`.
+        row: the row.
+        text: ``"<row name>: A <value>, B <value> (<unit label>)"``.
+    """
+
+    unit: int
+    row: ComparisonRow
+    text: str
+
+
+def differing_arguments(comparison: Comparison) -> list[ArgumentRow]:
+    """The rows compared by value (non-tensor arguments: eps, a dtype, a flag) whose two sides differ, in unit and
+    execution order: the category the reports list first, before any tensor."""
+    out = []
+    for ui, u in enumerate(comparison.units):
+        for r in u.rows:
+            if r.compared_by == "value" and r.differs and r.a is not None and r.b is not None:
+                out.append(ArgumentRow(ui, r, f"{r.name}: A {r.a.value}, B {r.b.value} ({u.unit_a.label})"))
+    return out
+
+
+def arguments_line(comparison: Comparison, shown: int = 3) -> str | None:
+    """``"arguments that differ (2): <row>: A 1e-05, B 1e-12 (step0/rank); ..."``, or None when none differ."""
+    rows = differing_arguments(comparison)
+    if not rows:
+        return None
+    listed = "; ".join(a.text for a in rows[:shown])
+    more = f"; and {len(rows) - shown} more" if len(rows) > shown else ""
+    return f"arguments that differ ({len(rows)}): {listed}{more}"
+
+
+def origin_line(comparison: Comparison) -> str:
+    """``"likely origin: <cell> < <parents> (<unit>): relative error ... out of <row>, ... carried in; ..."``, or
+    ``"likely origin: none ..."`` when no row's error jumps (:mod:`msprobe_cmp.comparator.localise`)."""
+    origin = comparison.likely_origin
+    if origin is None:
+        return "likely origin: none (no row's error jumps beyond what its inputs carry)"
+    return f"likely origin: {origin.text}"
+
+
 def select_error_metric(comparison: Comparison) -> str:
     """The row metric that stands for "the error" of a row in plots: ``MaxAbsErr`` in tensor mode,
     its statistics lower bound otherwise (a metric name, not a number)."""

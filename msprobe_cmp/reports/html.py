@@ -35,14 +35,17 @@ from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.reports.common import (
     ALSO_NAMES_LISTED,
     ALSO_NAMES_SHOWN,
+    ARGUMENTS_SHOWN,
     RANKING,
     REASON_CHARS,
     TOP_ROWS,
     ReportFacts,
     cut_text,
+    differing_arguments,
     dumps_compact,
     format_number,
     format_side,
+    origin_line,
     select_largest_disagreements,
 )
 from msprobe_cmp.reports.plots import render_histogram_svg, render_scatter_svg, render_trace_svg
@@ -551,6 +554,9 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
             ("First failing row", comparison.first_failing),
         ),
         not_comparable=_not_comparable(comparison, facts),
+        origin_line=origin_line(comparison),
+        arguments=differing_arguments(comparison),
+        arguments_shown=ARGUMENTS_SHOWN,
         examples_cap=NOT_COMPARABLE_EXAMPLES,
         left_out=data["left_out"],
         data_json=render_script_json(data),

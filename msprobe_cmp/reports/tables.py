@@ -59,12 +59,15 @@ from msprobe_cmp.comparator.compare import (
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.reports.common import (
     ALSO_NAMES_SHOWN,
+    ARGUMENTS_SHOWN,
     RANKING,
     ReportFacts,
     also_recorded_as,
+    differing_arguments,
     dumps_compact,
     format_number,
     format_side,
+    origin_line,
 )
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
@@ -138,6 +141,8 @@ def _json_rules(rules: Rules) -> dict[str, Any]:
         "default": {k: _json_number(v) for k, v in asdict(rules.default).items()},
         "min_matched_share": rules.min_matched_share,
         "noise_factor": _json_number(rules.noise_factor),
+        "localisation": {k: _json_number(v) if not isinstance(v, bool) else v
+                         for k, v in asdict(rules.localisation).items()},
         "overrides": [
             {
                 "pattern": o.pattern,
@@ -187,6 +192,26 @@ def _json_row_ref(comparison: Comparison, ref: RowRef | None) -> dict[str, Any] 
         "rank": unit.unit_a.rank,
         "parent_cell": ref.parent_cell,
         "parents": list(ref.parents),
+    }
+
+
+def _json_origin(comparison: Comparison) -> dict[str, Any] | None:
+    """The likely origin with its evidence (:class:`~msprobe_cmp.comparator.compare.LikelyOrigin`), or None."""
+    o = comparison.likely_origin
+    if o is None:
+        return None
+    return {
+        **(_json_row_ref(comparison, o.ref) or {}),
+        "kind": o.kind,
+        "cell": o.cell,
+        "cells": list(o.ref.parents),
+        "error_in": _json_number(o.error_in),
+        "error_out": _json_number(o.error_out),
+        "ratio": _json_number(o.ratio),
+        "floor": _json_number(o.floor),
+        "arguments": list(o.arguments),
+        "unpaired": list(o.unpaired),
+        "text": o.text,
     }
 
 
@@ -298,6 +323,12 @@ def _json_document(comparison: Comparison, fast: bool, facts: ReportFacts | None
         "matched_share_of": comparison.matched_share_of,
         "first_divergent": _json_row_ref(comparison, comparison.first_divergent),
         "first_failing": _json_row_ref(comparison, comparison.first_failing),
+        "likely_origin": _json_origin(comparison),
+        "differing_arguments": [
+            {**(_json_row_ref(comparison, RowRef(a.unit, a.row.index, a.row.name, "")) or {}),
+             "a": a.row.a.value if a.row.a else None, "b": a.row.b.value if a.row.b else None}
+            for a in differing_arguments(comparison)
+        ],
         "unpaired": [_json_unit_ref(u) for u in comparison.unpaired],
         "notes": list(comparison.notes),
         "units": [_json_unit(u, fast, n) for u, n in zip(comparison.units, unit_compared, strict=True)],
@@ -691,6 +722,9 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, fac
     lines.append(f"A (target): {markdown_text(comparison.input_a)}  ")
     lines.append(f"B (baseline): {markdown_text(comparison.input_b)}")
     lines.append("")
+    if facts.compared_counts()[0]:
+        lines.append(f"**Likely origin:** {markdown_text(origin_line(comparison).split(': ', 1)[1])}")
+        lines.append("")
     lines.append("| | " + " | ".join(cls for cls, _ in comparison.counts) + " |")
     lines.append("|---|" + "---:|" * len(comparison.counts))
     lines.append("| rows | " + " | ".join(str(n) for _, n in comparison.counts) + " |")
@@ -699,6 +733,11 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, fac
     lines.append("|---|" + "---:|" * len(comparison.verdict_counts))
     lines.append("| rows | " + " | ".join(str(n) for _, n in comparison.verdict_counts) + " |")
     lines.append("")
+    arguments = differing_arguments(comparison)
+    if arguments:
+        listed = "; ".join(markdown_text(a.text) for a in arguments[:ARGUMENTS_SHOWN])
+        more = f"; and {len(arguments) - ARGUMENTS_SHOWN} more" if len(arguments) > ARGUMENTS_SHOWN else ""
+        lines.append(f"- **Arguments that differ ({len(arguments)}):** {listed}{more}")
     for title, ref in (("First divergent", comparison.first_divergent), ("First failing", comparison.first_failing)):
         if ref is None:
             lines.append(f"- **{title}:** none")

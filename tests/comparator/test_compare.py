@@ -81,7 +81,10 @@ def test_divergence_and_failure_are_located_in_execution_order(tmp_path):
     assert c.first_failing is not None and c.first_failing.name == "Functional.third.0.forward.input.0"
     assert "Functional.second" in c.first_divergent.label
     second = c.row(c.first_divergent)
-    assert second.verdict == "pass" and second.metric("MaxAbsErr") == pytest.approx(0.01, abs=1e-6)
+    # below every threshold, but 0.01 enters there out of nothing recorded before it (comparator/localise.py)
+    assert second.verdict == "warning" and second.metric("MaxAbsErr") == pytest.approx(0.01, abs=1e-6)
+    assert second.reasons[0].startswith("error enters here")
+    assert c.likely_origin is not None and c.likely_origin.ref.name == second.name
     third = c.row(c.first_failing)
     assert any("MaxAbsErr" in reason for reason in third.reasons)
     assert dict(c.verdict_counts)["fail"] == 2
@@ -248,7 +251,10 @@ def test_values_and_mismatches(tmp_path):
     write_unit(tmp_path / "b", {"relu": X}, extra=entries(0, 2, 0.5000001, (3, 4)))
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     rows = rows_by_name(c)
-    assert rows["Functional.cat.0.forward.kwargs.dim"].verdict == "fail"
+    # issue 15: a call argument that differs (dim 1 against 0) is an argument difference, a warning by default (its
+    # effect shows in the call's outputs, which the tensor rules judge), no longer a "value differs" failure
+    dim = rows["Functional.cat.0.forward.kwargs.dim"]
+    assert (dim.verdict, dim.reasons, dim.differs) == ("warning", ("argument differs: dim A 1, B 0",), True)
     assert rows["Functional.cat.0.forward.input.0"].verdict == "pass"
     scale = rows["Functional.cat.0.forward.output.0"]
     assert scale.verdict == "pass" and scale.metric("MaxAbsErr") == pytest.approx(1e-7)
@@ -842,7 +848,8 @@ def test_statistics_that_contradict_the_tensor_files_are_a_warning(tmp_path):
     assert r.reasons[0].startswith(
         f"dump.json's statistics contradict the tensor files: |ΔMax| = 1000 exceeds the files' MaxAbsErr {mae:.6g}"
     )
-    assert rows["Functional.f.0.forward.output.0"].verdict == "pass"  # its statistics are the files'
+    out = rows["Functional.f.0.forward.output.0"]  # its statistics are the files'
+    assert out.verdict != "fail" and not any("contradict" in reason for reason in out.reasons)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])

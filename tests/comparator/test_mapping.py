@@ -330,3 +330,44 @@ def test_hostile_files(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_api_mapping(binary)
+
+
+def _argument_doc(**overrides):
+    doc = {"apis": {}, "primitives": {}, "composites": [], "arguments": {}, "ms_signatures": {}, "pt_signatures": {},
+           "aliases": {}, "plumbing": {}}
+    doc.update(overrides)
+    return doc
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"arguments": {"Primitive.BatchNorm": {"inputs": {0: 0, 1: 0}}}}, "a PyTorch index is listed twice"),
+    ({"arguments": {"Primitive.BatchNorm": {"outputs": {0: 0}}}}, "expected {inputs"),
+    ({"arguments": {"Primitive.BatchNorm": {"inputs": {"0": 0}}}}, "mapping of argument index"),
+    ({"ms_signatures": {"Functional.conv2d": ["input", "input"]}}, "listed twice"),
+    ({"pt_signatures": {"Cell.conv2d": ["input"]}}, "family"),
+    ({"plumbing": {"Primitive.Shape": ""}}, "the reason"),
+])
+def test_the_argument_tables_are_validated(overrides, message):
+    from msprobe_cmp.comparator.mapping.tables import parse_argument_tables
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_argument_tables(_argument_doc(**overrides), Path("t.yaml"))
+
+
+def test_a_missing_section_of_the_api_table_is_an_error():
+    from msprobe_cmp.comparator.mapping.tables import parse_api_tables
+
+    doc = _argument_doc()
+    del doc["plumbing"]
+    with pytest.raises(ConfigError, match="expected exactly the sections"):
+        parse_api_tables(doc, Path("t.yaml"))
+
+
+def test_batchnorm_and_cross_entropy_records_follow_the_documented_signatures():
+    t = load_builtin_tables()
+    ms_bn = ("input_x", "scale", "bias", "mean", "variance")  # mindspore.ops.BatchNorm's inputs
+    pt_bn = t.pt_signatures["Functional.batch_norm"]
+    names = {"input_x": "input", "scale": "weight", "bias": "bias", "mean": "running_mean", "variance": "running_var"}
+    assert dict(t.arguments["Primitive.BatchNorm"].inputs) == {i: pt_bn.index(names[n]) for i, n in enumerate(ms_bn)}
+    ms_ce, pt_ce = t.ms_signatures["Functional.cross_entropy"], t.pt_signatures["Functional.cross_entropy"]
+    assert [pt_ce.index(n) for n in ms_ce] == [0, 1, 2, 4, 6, 7]

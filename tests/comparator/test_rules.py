@@ -136,3 +136,26 @@ def test_md5_and_value_rules():
     assert compute_value_verdict(3, 3).verdict == "pass"
     assert compute_value_verdict(3, 4).verdict == "fail"
     assert compute_value_verdict("Float16", "Float32").verdict == "fail"
+
+
+def test_is_argument_row_needs_a_value_row_that_differs_with_the_argument_reason():
+    from types import SimpleNamespace
+
+    from msprobe_cmp.comparator.rules import ARGUMENT_DIFFERS, is_argument_row
+
+    reason = (f"{ARGUMENT_DIFFERS}: eps A 1e-05, B 1e-12",)
+    assert ARGUMENT_DIFFERS == "argument differs"
+
+    def row(compared_by="value", differs=True, reasons=reason):
+        return SimpleNamespace(compared_by=compared_by, differs=differs, reasons=reasons)
+
+    assert is_argument_row(row()) and is_argument_row(row(reasons=("other", *reason)))
+    assert not is_argument_row(row(compared_by="tensor"))
+    assert not is_argument_row(row(differs=False)) and not is_argument_row(row(differs=None))
+    assert not is_argument_row(row(reasons=("value differs: A 3, B 4",))) and not is_argument_row(row(reasons=()))
+
+
+def test_value_verdict_is_for_outputs_and_compares_as_written():
+    # compute_value_verdict judges value outputs; one dtype in two spellings is cleared before it
+    # (rules.compare_values), so here two spellings still differ.
+    assert compute_value_verdict("Float32", "torch.float32").reasons == ("value differs: A 'Float32', B 'torch.float32'",)

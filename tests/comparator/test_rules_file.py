@@ -130,3 +130,31 @@ def test_a_yaml_alias_bomb_is_refused_fast(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="min_matched_share: expected a number, got a list") as info:
         load_rules(path)  # 9**9 strings if anything expanded the aliases: must answer at once
     assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize(("name", "text"), [("r.toml", 'argument_differs = "fail"\n'),
+                                            ("r.yaml", "argument_differs: fail\n")])
+def test_argument_differs_key(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    assert load_rules(path) == Rules(argument_differs="fail")
+    (tmp_path / "default.toml").write_text("min_matched_share = 0.4\n")
+    assert load_rules(tmp_path / "default.toml").argument_differs == "warning"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('argument_differs = "error"\n', "argument_differs: expected \"warning\" or \"fail\", got 'error'"),
+        ("argument_differs = true\n", "argument_differs: expected \"warning\" or \"fail\", got True"),
+        ("argument_differs = [1]\n", "argument_differs: expected \"warning\" or \"fail\", got a list"),
+        ('argument_difers = "fail"\n', "argument_difers: unknown key (known: argument_differs, default, "),
+        ("[default]\nargument_differs = 'fail'\n", "default.argument_differs: unknown key"),
+    ],
+)
+def test_bad_argument_differs(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_rules(path)
+    assert words in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)

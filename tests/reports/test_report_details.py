@@ -589,7 +589,7 @@ def test_cut_text():
 def test_a_huge_reason_is_cut_outside_the_row_table():
     dims = 50_000  # a shape of 50,000 dimensions of 1: "shape differs: A [1, 1, ...], B [...]" is 300 KB
     a = [fwd("Functional.big.0.forward", t(shape=(1,) * dims)), fwd("Functional.op.0.forward", t(mx=3.0))]
-    b = [fwd("Functional.big.0.forward", t(shape=(1,) * (dims + 1))), fwd("Functional.op.0.forward", t())]
+    b = [fwd("Functional.big.0.forward", t(shape=(2,) + (1,) * dims)), fwd("Functional.op.0.forward", t())]
     c = compare(unit(a), unit(b))
     big = c.units[0].rows[0]
     assert big.match_class == "shape_mismatch" and big.verdict == "fail"

@@ -187,6 +187,11 @@ def test_csv_is_what_the_csv_module_writes_for_the_cells(nasty):
     assert render_csv(nasty) == buf.getvalue()
 
 
+def _csv_cell(text: str) -> str:
+    """A CSV cell as RFC 4180 writes it: quoted (inner quotes doubled) when it holds a comma, quote or newline."""
+    return '"' + text.replace('"', '""') + '"' if any(ch in text for ch in ',"\n') else text
+
+
 def test_csv_line_format_by_hand():
     c = compare(unit([fwd("Functional.x.0.forward", t(mx=1.5, shape=(2, 3)))]),
                 unit([fwd("Functional.x.0.forward", t(mx=1.25, shape=(2, 3)))]))
@@ -196,7 +201,7 @@ def test_csv_line_format_by_hand():
     cells = ["" if metrics.get(k) is None else repr(metrics[k]) for k in CSV_COLUMNS[6:21]]
     expected = ("Functional.x.0.forward.input.0,Functional.x.0.forward.input.0,Float32,Float32,"
                 f'"[2, 3]","[2, 3]",{",".join(cells)},1.5,-1.0,0.0,2.0,1.25,-1.0,0.0,2.0,,,,,'
-                f"{row.verdict},{'; '.join((*row.reasons, *row.notes))},matched,statistics,0,0,,")
+                f"{row.verdict},{_csv_cell('; '.join((*row.reasons, *row.notes)))},matched,statistics,0,0,,")
     assert line == expected
     assert metrics["Max diff"] == 0.25 and "0.25" in cells
 

@@ -19,6 +19,21 @@ Rules, in order (the first that applies wins):
   ``Functional.linear``, see below); else ``Mint.x`` → ``Torch.x``, ``MintFunctional.x`` →
   ``Functional.x``; else the built-in ``apis`` table; else, for ``Primitive.<attr>.<Class>``, the
   ``primitives`` table by class; else the name is kept (``Tensor.__add__`` is spelt the same in both).
+  Before that, on both sides, the ``aliases`` table (``Tensor.__iadd__`` is compared as ``Tensor.__add__``).
+* **Arguments** (``ms_to_pt_api.yaml``): a keyword argument of an API whose documented signature is in the
+  table (``ms_signatures`` / ``pt_signatures``) is put in positional form (``kwargs.weight`` of
+  ``cross_entropy`` → ``input.2``); then a MindSpore API's arguments move to their PyTorch positions by its
+  ``arguments`` record (``BatchNorm(x, scale, bias, mean, variance)`` → ``batch_norm(input, running_mean,
+  running_var, weight, bias, ...)``), else by parameter name through the two signatures.  An argument with no
+  PyTorch position becomes ``unmapped.<path>`` and its row says it has no counterpart by construction
+  (:data:`NO_COUNTERPART`), as do the rows of ``plumbing`` calls (``Primitive.Shape``): unpaired, such rows
+  are kept but left out of the matched share (:func:`is_structural_note`).
+* **Global average pools**: a mean over axes 2 and 3 of a 4-D tensor (mindcv's ``GlobalAvgPooling``) and an
+  average pool with a 1x1 output (pytorchcv's ``AvgPool2d(7)``, ``adaptive_avg_pool2d(x, 1)``) are all
+  compared as :data:`GLOBAL_POOL`: the pooled tensor, its input and their gradients pair (``[N, C]`` against
+  ``[N, C, 1, 1]``: the same values); the other arguments (axes, kernel sizes) have no counterpart.
+* **Across two units** (:func:`build_unit_views`): cells whose paths or classes differ are paired by inference
+  (:mod:`msprobe_cmp.comparator.mapping.infer`) and API calls are paired before the row matcher sees them.
 * **Backward outputs of APIs** (gradients w.r.t. the forward inputs) are put in *positional* form:
   canonical ``output.i`` is the gradient w.r.t. forward ``input.i``.  Dumps disagree here: msprobe-cmp's
   recorder writes them positionally with ``null`` for inputs without gradient; msprobe 1.2.2's MindSpore
@@ -46,6 +61,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from msprobe_cmp.comparator.mapping.files import ApiMappingRecord
+from msprobe_cmp.comparator.mapping.infer import (
+    INFERRED_LABEL,
+    MAX_LCS_CELLS,
+    InferredCells,
+    infer_cell_pairs,
+    lcs_pairs,
+)
 from msprobe_cmp.comparator.mapping.tables import BuiltinTables, Composite, load_builtin_tables
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.schema import Entry, Leaf, Seq, TensorLeaf
@@ -55,6 +77,23 @@ Namespace = Literal["mindspore", "pytorch"]
 #: Canonical-path prefix of composite intermediates and of arguments a mapping leaves out.
 INTERMEDIATE = "intermediate"
 UNMAPPED = "unmapped"
+
+#: Every note of a leaf that has no counterpart in the other framework by construction (a Primitive's extra
+#: output, framework plumbing, an argument the other API does not take) holds this phrase; such rows, when
+#: unpaired, do not count against the matched share (:func:`is_structural_note`).
+NO_COUNTERPART = "no counterpart by construction"
+
+#: The API every global average pool is compared as (module docstring, "Global average pools").
+GLOBAL_POOL = "Functional.adaptive_avg_pool2d"
+#: Means that are a global average pool when they reduce axes 2 and 3 of a 4-D tensor, per name space.
+_MEANS = {"mindspore": frozenset({"Functional.mean", "Functional.reduce_mean", "Tensor.mean", "Mint.mean",
+                                  "Primitive.ReduceMean"}),
+          "pytorch": frozenset({"Torch.mean", "Tensor.mean"})}
+#: Average pools that are a global average pool when their output is 1x1, per name space.
+_POOLS = {"mindspore": frozenset({"Functional.avg_pool2d", "Functional.adaptive_avg_pool2d", "Primitive.AvgPool",
+                                  "Primitive.AdaptiveAvgPool2D", "MintFunctional.avg_pool2d",
+                                  "MintFunctional.adaptive_avg_pool2d"}),
+          "pytorch": frozenset({"Functional.avg_pool2d", GLOBAL_POOL})}
 
 _MS_PREFIXES = frozenset({"Cell", "Primitive", "Mint", "MintFunctional", "Jit"})
 _PT_PREFIXES = frozenset({"Module", "Torch", "NPU", "Aten", "VF"})
@@ -303,6 +342,37 @@ def _remap_index(path: str, kind: str, pairs: Sequence[tuple[int, int]] | None) 
     return f"{kind}.{table[top[0]]}{top[1]}"
 
 
+def _positional(path: str, signature: Sequence[str]) -> str:
+    """``kwargs.<name>...`` → ``input.<position of name in signature>...``; other paths unchanged."""
+    head, _, rest = path.partition(".")
+    if head != "kwargs":
+        return path
+    name, dot, tail = rest.partition(".")
+    if name not in signature:
+        return path
+    return f"input.{signature.index(name)}{dot}{tail}"
+
+
+def _reduced_axes(fwd: Entry) -> set[int] | None:
+    """The axes a mean reduces, from its ``input.1`` / ``kwargs.axis`` / ``kwargs.dim`` integer values."""
+    axes: set[int] = set()
+    for path, leaf in fwd.leaves():
+        head, _, rest = path.partition(".")
+        arg = rest.partition(".")[0]
+        if (head == "input" and arg == "1") or (head == "kwargs" and arg in ("axis", "dim")):
+            value = getattr(leaf, "value", None)
+            if isinstance(value, bool) or not isinstance(value, int):
+                return None
+            axes.add(value)
+    return axes or None
+
+
+def is_structural_note(note: str) -> bool:
+    """True for the note of a row that has no counterpart by construction (:data:`NO_COUNTERPART`, a composite's
+    intermediate): framework plumbing, a Primitive's extra outputs, arguments the other API does not take."""
+    return NO_COUNTERPART in note or note.startswith("intermediate of ")
+
+
 def _rename_params(path: str, renames: Mapping[str, str], parameters_grad: bool) -> str:
     if not renames:
         return path
@@ -323,8 +393,9 @@ class _Mapper:
     """Builds the :class:`EntryView` list of one side (module docstring)."""
 
     def __init__(self, entries: Sequence[Entry], namespace: Namespace, user: NameMapping,
-                 ours: bool, tables: BuiltinTables) -> None:
+                 ours: bool, tables: BuiltinTables, inferred: InferredCells | None = None) -> None:
         self.entries = entries
+        self.inferred = inferred or InferredCells()
         self.ms = namespace == "mindspore"
         self.user = user
         self.ours = ours
@@ -353,6 +424,23 @@ class _Mapper:
             new_cls = self.user.cells[cls]
             new_op = f"{path}.{new_cls}" if path else new_cls
             mapped_by = f"user cell mapping {self.user.cell_source or ''}: {cls} → {new_cls}"
+        elif (inferred := self._inferred(op, parsed.index, parameters_grad)) is not None:
+            new_op, index = inferred
+            default_op = op if builtin is None else f"{path}.{builtin.module}" if path else builtin.module
+            if new_op != default_op or index != parsed.index:
+                mapped_by = f"{INFERRED_LABEL}: {op} → {new_op} ({self.inferred.how.get(op, 'inferred')})"
+            elif builtin is not None:
+                mapped_by = f"built-in cell table: {cls} → {builtin.module}"
+            else:
+                mapped_by = f"Cell → Module (class {cls} kept)"
+            if parameters_grad:
+                tail = entry.name[len(parsed.stem):]
+                name = f"Module.{new_op}{tail}"
+            else:
+                name = f"Module.{new_op}.{parsed.direction}.{index}"
+            items = [ViewItem(_rename_params(it.path, renames, parameters_grad), it.leaf, it.entry, it.orig_path)
+                     for it in _identity_items(entry)]
+            return EntryView(name, tuple(items), mapped_by)
         elif builtin is not None:
             new_op = f"{path}.{builtin.module}" if path else builtin.module
             mapped_by = f"built-in cell table: {cls} → {builtin.module}"
@@ -367,6 +455,15 @@ class _Mapper:
         items = [ViewItem(_rename_params(it.path, renames, parameters_grad), it.leaf, it.entry, it.orig_path)
                  for it in _identity_items(entry)]
         return EntryView(name, tuple(items), mapped_by)
+
+    def _inferred(self, op: str, index: int | None, parameters_grad: bool) -> tuple[str, int | None] | None:
+        """The inferred PyTorch op and call index of a cell call (a parameters_grad entry: of the op), or None."""
+        if parameters_grad:
+            target = self.inferred.ops.get(op)
+            return None if target is None else (target, index)
+        if index is None:
+            return None
+        return self.inferred.calls.get((op, index))
 
     # ---- APIs -------------------------------------------------------------------------------------
     def api_target(self, stem: str, prefix: str, op: str) -> tuple[str, ApiMappingRecord | None, str | None]:
@@ -401,26 +498,108 @@ class _Mapper:
 
     def api_view(self, entry: Entry) -> EntryView:
         parsed = parse_name(entry.name)
-        target, rec, label = self.api_target(parsed.stem, parsed.prefix, parsed.op)
+        pooled = self.global_pool_view(entry)
+        if pooled is not None:
+            return pooled
+        stem, prefix, op = parsed.stem, parsed.prefix, parsed.op
+        alias = self.tables.aliases.get(stem)
+        if alias is not None:
+            stem, prefix, op = alias, alias.partition(".")[0], alias.partition(".")[2]
+        target, rec, label = self.api_target(stem, prefix, op)
+        if alias is not None and label is None:
+            label = f"built-in alias: {parsed.stem} → {alias}"
         name = f"{target}.{parsed.index}.{parsed.direction}"
-        if parsed.direction == "backward":
+        fwd = parsed.direction == "forward"
+        if not fwd:
             reversed_first = self.ms and not self.ours and parsed.prefix == "Primitive"
             items, _ = _backward_items(entry, self._fwd_of(entry), reversed_first)
         else:
             items = _identity_items(entry)
+            signature = self.own_signature(stem, prefix, target)
+            if signature:
+                items = [ViewItem(_positional(it.path, signature), it.leaf, it.entry, it.orig_path) for it in items]
+        args, outputs, params, source = None, None, None, label
         if rec is not None:
-            fwd = parsed.direction == "forward"
+            args, outputs, params = rec.args, rec.outputs, rec.parameters
+        elif self.ms:
+            args, outputs, source = self.builtin_arguments(stem, prefix, op, target, label)
+        if args is not None or outputs is not None or params:
             args_kind, outs_kind = ("input", "output") if fwd else ("output", "input")
+            note = f"an argument {target} does not take ({source}): {NO_COUNTERPART}"
             out = []
             for it in items:
-                p = _remap_index(it.path, args_kind, rec.args)
+                p = _remap_index(it.path, args_kind, args)
                 if p == it.path:
-                    p = _remap_index(it.path, outs_kind, rec.outputs)
-                if p == it.path and rec.parameters:
-                    p = _rename_params(it.path, dict(rec.parameters), False)
-                out.append(ViewItem(p, it.leaf, it.entry, it.orig_path, it.transposed))
+                    p = _remap_index(it.path, outs_kind, outputs)
+                if p == it.path and params:
+                    p = _rename_params(it.path, dict(params), False)
+                out.append(ViewItem(p, it.leaf, it.entry, it.orig_path, it.transposed,
+                                    note if p.startswith(UNMAPPED) else None))
             items = out
+        reason = self.tables.plumbing_reason(parsed.stem)
+        if reason is not None:
+            note = f"framework plumbing ({reason}): {NO_COUNTERPART}"
+            items = [ViewItem(it.path, it.leaf, it.entry, it.orig_path, it.transposed, it.note or note) for it in items]
         return EntryView(name, tuple(items), label)
+
+    def own_signature(self, stem: str, prefix: str, target: str) -> tuple[str, ...] | None:
+        """This side's documented parameter names of the API (MindSpore's for ``mindspore.ops``; PyTorch's for
+        PyTorch entries and for ``mint``, which mirrors it), or None."""
+        if not self.ms or prefix in ("Mint", "MintFunctional"):
+            return self.tables.pt_signatures.get(target)
+        return self.tables.ms_signatures.get(stem)
+
+    def builtin_arguments(self, stem: str, prefix: str, op: str, target: str, label: str | None) -> tuple[
+            tuple[tuple[int, int], ...] | None, tuple[tuple[int, int], ...] | None, str | None]:
+        """``(input pairs, output pairs, source)`` of a MindSpore API's built-in argument permutation: the
+        ``arguments`` table (a Primitive by class), else the two documented signatures paired by parameter name
+        (the first parameters, the tensor operated on, pair whatever their names), else ``(None, None, label)``."""
+        key = f"Primitive.{op.rpartition('.')[2]}" if prefix == "Primitive" else stem
+        argmap = self.tables.arguments.get(key)
+        if argmap is not None:
+            return argmap.inputs, argmap.outputs, f"built-in argument table: {key} → {target}"
+        if prefix in ("Mint", "MintFunctional"):
+            return None, None, label
+        ms_sig, pt_sig = self.tables.ms_signatures.get(stem), self.tables.pt_signatures.get(target)
+        if ms_sig is None or pt_sig is None or ms_sig == pt_sig:
+            return None, None, label
+        pairs = [(0, 0)] + [(i, pt_sig.index(n)) for i, n in enumerate(ms_sig) if i and n in pt_sig[1:]]
+        return tuple(pairs), None, f"built-in signatures of {stem} and {target}, paired by parameter name"
+
+    def global_pool_view(self, entry: Entry) -> EntryView | None:
+        """The view of a global average pool (module docstring), or None when ``entry`` is not one."""
+        parsed = parse_name(entry.name)
+        fwd = entry if parsed.direction == "forward" else self._fwd_of(entry)
+        if fwd is None:
+            return None
+        stem = parsed.stem
+        if parsed.prefix == "Primitive":
+            stem = f"Primitive.{parsed.op.rpartition('.')[2]}"
+        in_shape = _input0_shape(fwd)
+        out_shape = _output_shape(fwd)
+        if in_shape is None or len(in_shape) != 4 or out_shape is None:
+            return None
+        space = "mindspore" if self.ms else "pytorch"
+        is_mean = stem in _MEANS[space] and _reduced_axes(fwd) in ({2, 3}, {-2, -1})
+        is_pool = stem in _POOLS[space] and len(out_shape) == 4 and tuple(out_shape[2:]) == (1, 1)
+        if not (is_mean or is_pool):
+            return None
+        what = f"{parsed.stem} over the spatial dimensions of a 4-D tensor ≙ {GLOBAL_POOL}(x, 1)"
+        extra = f"an argument of {parsed.stem} the other framework's global pool does not take: {NO_COUNTERPART}"
+        direction = parsed.direction or "forward"
+        if direction == "forward":
+            source = _identity_items(entry)
+        else:
+            source, _ = _backward_items(entry, fwd, self.ms and not self.ours and parsed.prefix == "Primitive")
+        items = []
+        for it in source:  # the pooled tensor, its input and their gradients pair; the pool's other arguments do not
+            head, _, rest = it.path.partition(".")
+            if head in ("input", "output") and rest.partition(".")[0] == "0":
+                items.append(it)
+            else:
+                items.append(ViewItem(f"{UNMAPPED}.{it.path}", it.leaf, it.entry, it.orig_path, it.transposed, extra))
+        return EntryView(f"{GLOBAL_POOL}.{parsed.index}.{parsed.direction}", tuple(items),
+                         f"built-in rule: {what}")
 
     # ---- composites -------------------------------------------------------------------------------
     def find_composites(self) -> dict[str, tuple[Composite, tuple[str, ...]]]:
@@ -570,6 +749,138 @@ def build_views(
     """
     mapper = _Mapper(entries, namespace, user or NameMapping(), ours, tables or load_builtin_tables())
     return mapper.views()
+
+
+def build_unit_views(
+    entries_a: Sequence[Entry],
+    namespace_a: Namespace,
+    entries_b: Sequence[Entry],
+    namespace_b: Namespace,
+    user: NameMapping | None = None,
+    *,
+    ours_a: bool = False,
+    ours_b: bool = False,
+    tables: BuiltinTables | None = None,
+) -> tuple[list[EntryView], list[EntryView], InferredCells]:
+    """Both sides' views of one unit pair across frameworks: :func:`build_views` of each side, plus what needs both.
+
+    With a MindSpore side and a PyTorch side, the cells are first paired by inference
+    (:func:`msprobe_cmp.comparator.mapping.infer.infer_cell_pairs`; the user's cell mapping wins over it), and a
+    MindSpore cell call is named after its inferred PyTorch partner, so the matcher pairs them.  Then the API calls
+    are paired (:func:`_pair_api_calls`) and each pair gets a name of its own.
+
+    Args:
+        entries_a, entries_b: the two units' entries, in file order.
+        namespace_a, namespace_b: their name spaces (when equal, or one is None, each side is :func:`build_views`'d
+            alone and nothing is inferred).
+        user: the user's mapping files, if any.
+        ours_a, ours_b: the side was written by msprobe-cmp's recorder (see :func:`build_views`).
+        tables: the built-in tables (default: :func:`load_builtin_tables`).
+
+    Returns:
+        ``(A's views, B's views, the inferred cell pairs)``.
+    """
+    user = user or NameMapping()
+    tables = tables or load_builtin_tables()
+    if {namespace_a, namespace_b} != {"mindspore", "pytorch"}:
+        return (build_views(entries_a, namespace_a, user, ours=ours_a, tables=tables),
+                build_views(entries_b, namespace_b, user, ours=ours_b, tables=tables), InferredCells())
+    ms_is_a = namespace_a == "mindspore"
+    ms_entries, pt_entries = (entries_a, entries_b) if ms_is_a else (entries_b, entries_a)
+    inferred = infer_cell_pairs(ms_entries, pt_entries, user.cells, tables)
+    views_a = _Mapper(entries_a, namespace_a, user, ours_a, tables, inferred if ms_is_a else None).views()
+    views_b = _Mapper(entries_b, namespace_b, user, ours_b, tables, None if ms_is_a else inferred).views()
+    views_a, views_b = _pair_api_calls(views_a, views_b)
+    return views_a, views_b, inferred
+
+
+def _api_key(view: EntryView) -> tuple[object, ...]:
+    """What two frameworks' calls of one API must share to be the same call: the canonical API and the shapes of
+    the tensors both can have (mapped arguments; a composite's intermediates and unmapped arguments left out), without
+    their size-1 dimensions (a pooled ``[N, C]`` against ``[N, C, 1, 1]`` holds the same values)."""
+    tensors = tuple(sorted((it.path, tuple(d for d in it.leaf.shape if d != 1)) for it in view.items
+                           if isinstance(it.leaf, TensorLeaf) and not it.path.startswith((INTERMEDIATE, UNMAPPED))))
+    return (parse_name(view.name).stem, tensors)
+
+
+def _pair_api_calls(views_a: list[EntryView], views_b: list[EntryView]) -> tuple[list[EntryView], list[EntryView]]:
+    """Pair the two sides' API calls here, where both are known, and give each pair a name of its own.
+
+    A forward call's key is its :func:`_api_key` and its context: the canonical name of the first cell call written
+    after it (a cell's forward entry is written when the cell returns, so for a call inside a leaf cell that is its
+    cell, already named after its PyTorch partner).  Forward calls pair by an exact longest common subsequence of
+    these keys; between two pairs, what is left pairs by a longest common subsequence of the keys without context;
+    then calls still alone whose key without context is unique among both sides' leftovers pair (the same layers
+    called in another order: a shortcut before or after a block's body).  A backward pairs with its forward's
+    partner.  Each pair's views are then named ``<API>.n<B's index>.<B's index>.<direction>`` on both sides, so
+    that the row matcher, which aligns by API and argument shapes only, pairs exactly these.  Calls left unpaired
+    keep their names.  With more than :data:`~msprobe_cmp.comparator.mapping.infer.MAX_LCS_CELLS` (A × B) forward
+    calls nothing is paired here.
+    """
+    def forwards(views: list[EntryView]) -> tuple[list[int], list[object], list[object]]:
+        at: list[int] = []
+        plain: list[object] = []
+        context: list[str | None] = []
+        pending: list[int] = []
+        for k, v in enumerate(views):
+            p = parse_name(v.name)
+            if p.kind == "api" and p.direction == "forward":
+                at.append(k)
+                plain.append(_api_key(v))
+                pending.append(len(context))
+                context.append(None)
+            elif p.kind == "cell" and p.direction == "forward":
+                for slot in pending:
+                    context[slot] = v.name
+                pending = []
+        return at, plain, [(key, ctx) for key, ctx in zip(plain, context, strict=True)]
+
+    fa, plain_a, keys_a = forwards(views_a)
+    fb, plain_b, keys_b = forwards(views_b)
+    if len(fa) * len(fb) > MAX_LCS_CELLS:  # too long for an exact alignment here: the row matcher aligns them
+        return views_a, views_b
+    pairs: list[tuple[int, int]] = []
+    prev_i = prev_j = -1
+    for i, j in [*lcs_pairs(keys_a, keys_b), (len(fa), len(fb))]:
+        gap_a, gap_b = list(range(prev_i + 1, i)), list(range(prev_j + 1, j))
+        if gap_a and gap_b:
+            found = lcs_pairs([plain_a[x] for x in gap_a], [plain_b[y] for y in gap_b])
+            pairs.extend((gap_a[x], gap_b[y]) for x, y in found)
+        if i < len(fa):
+            pairs.append((i, j))
+        prev_i, prev_j = i, j
+    done_a, done_b = {i for i, _ in pairs}, {j for _, j in pairs}
+    left_a: dict[object, list[int]] = {}
+    left_b: dict[object, list[int]] = {}
+    for i, key in enumerate(plain_a):
+        if i not in done_a:
+            left_a.setdefault(key, []).append(i)
+    for j, key in enumerate(plain_b):
+        if j not in done_b:
+            left_b.setdefault(key, []).append(j)
+    pairs += [(ids[0], left_b[key][0]) for key, ids in left_a.items()
+              if len(ids) == 1 and len(left_b.get(key, ())) == 1]
+    rename_a: dict[tuple[str, int | None], str] = {}
+    rename_b: dict[tuple[str, int | None], str] = {}
+    for i, j in pairs:
+        pa, pb = parse_name(views_a[fa[i]].name), parse_name(views_b[fb[j]].name)
+        tag = f"{pb.stem}.n{pb.index}"
+        rename_a[(pa.stem, pa.index)] = tag
+        rename_b[(pb.stem, pb.index)] = tag
+
+    def renamed(views: list[EntryView], table: dict[tuple[str, int | None], str]) -> list[EntryView]:
+        out = []
+        for v in views:
+            p = parse_name(v.name)
+            tag = table.get((p.stem, p.index)) if p.kind == "api" else None
+            if tag is None:
+                out.append(v)
+                continue
+            index = tag.rpartition(".n")[2]
+            out.append(EntryView(f"{tag}.{index}.{p.direction}", v.items, v.mapped_by))
+        return out
+
+    return renamed(views_a, rename_a), renamed(views_b, rename_b)
 
 
 def unused_mapping_keys(user: NameMapping, entries: Iterable[Entry]) -> tuple[list[str], list[str]]:

@@ -7,7 +7,7 @@ the same strict YAML loading as user files (:mod:`msprobe_cmp.comparator.mapping
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,19 @@ class CellClassMap:
 
 
 @dataclass(frozen=True)
+class ArgMap:
+    """Where a MindSpore API's arguments go in its PyTorch twin (``ms_to_pt_api.yaml``, section ``arguments``).
+
+    Attributes:
+        inputs: ``(MindSpore input index, PyTorch input index)`` pairs; an input not listed has no counterpart.
+        outputs: the same for outputs (None: outputs keep their positions).
+    """
+
+    inputs: tuple[tuple[int, int], ...]
+    outputs: tuple[tuple[int, int], ...] | None = None
+
+
+@dataclass(frozen=True)
 class BuiltinTables:
     """The built-in tables.
 
@@ -74,12 +87,34 @@ class BuiltinTables:
         primitives: Primitive class → PyTorch API.
         composites: multi-call patterns, tried before ``primitives``.
         cells: MindSpore Cell class → :class:`CellClassMap`.
+        arguments: MindSpore API (``"Functional.cross_entropy"``, ``"Primitive.BatchNorm"``) → :class:`ArgMap`,
+            the argument permutation to its PyTorch twin, written from the two frameworks' documented signatures.
+        ms_signatures, pt_signatures: API → its parameter names in positional order (MindSpore's and PyTorch's
+            documented signatures): a keyword argument ``kwargs.<name>`` is the positional ``input.<k>`` of its
+            name, and an API without an ``arguments`` record pairs its arguments by name through them.
+        aliases: API → the API it is compared as, on both sides (``Tensor.__iadd__`` → ``Tensor.__add__``: an
+            in-place operator computes what its out-of-place twin does).
+        plumbing: API (``"Primitive.Shape"``, ``"Tensor.size"``; a Primitive by class) → why its calls have no
+            counterpart in the other framework (shape queries, dtype casts one side makes implicitly): such
+            rows, when unpaired, are kept but do not count against the matched share.
     """
 
     apis: dict[str, str]
     primitives: dict[str, str]
     composites: tuple[Composite, ...]
     cells: dict[str, CellClassMap]
+    arguments: dict[str, ArgMap] = field(default_factory=dict)
+    ms_signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    pt_signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    plumbing: dict[str, str] = field(default_factory=dict)
+
+    def plumbing_reason(self, stem: str) -> str | None:
+        """Why the API ``stem`` (``"Primitive.shape.Shape"``, ``"Tensor.size"``) is framework plumbing, or None."""
+        reason = self.plumbing.get(stem)
+        if reason is None and stem.startswith("Primitive."):
+            reason = self.plumbing.get(f"Primitive.{stem.rpartition('.')[2]}")
+        return reason
 
 
 def _api(value: Any, families: tuple[str, ...], file: Path, where: str) -> str:
@@ -98,14 +133,20 @@ def _arg_ref(value: Any, n_calls: int, file: Path, where: str) -> ArgRef:
     return ArgRef(call, parts[1], int(parts[2]))
 
 
+#: The sections of ``ms_to_pt_api.yaml``.
+API_TABLE_SECTIONS = ("apis", "primitives", "composites", "arguments", "ms_signatures", "pt_signatures", "aliases",
+                      "plumbing")
+
+
 def parse_api_tables(doc: Any, file: Path) -> tuple[dict[str, str], dict[str, str], tuple[Composite, ...]]:
-    """Validate the built-in API table document (``apis``, ``primitives``, ``composites`` sections).
+    """Validate the ``apis``, ``primitives`` and ``composites`` sections of the built-in API table document
+    (the other sections: :func:`parse_argument_tables`).
 
     Raises:
-        ConfigError: a malformed section or entry, naming the file and the entry.
+        ConfigError: a missing or unknown section, a malformed section or entry, naming the file and the entry.
     """
-    if not isinstance(doc, dict) or set(doc) != {"apis", "primitives", "composites"}:
-        raise ConfigError(f"{file}: expected exactly the sections apis, primitives, composites")
+    if not isinstance(doc, dict) or set(doc) != set(API_TABLE_SECTIONS):
+        raise ConfigError(f"{file}: expected exactly the sections {', '.join(API_TABLE_SECTIONS)}")
     apis, prims, comps = doc["apis"], doc["primitives"], doc["composites"]
     if not isinstance(apis, dict) or not isinstance(prims, dict) or not isinstance(comps, list):
         raise ConfigError(f"{file}: apis and primitives must be mappings, composites a list")
@@ -131,6 +172,61 @@ def parse_api_tables(doc: Any, file: Path) -> tuple[dict[str, str], dict[str, st
         api = _api(c["api"], PT_API_FAMILIES, file, f"{where}.api")
         out_comps.append(Composite(tuple(classes), api, inputs, output))
     return out_apis, out_prims, tuple(out_comps)
+
+
+def _index_pairs(value: Any, file: Path, where: str) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, dict) or not all(
+            type(k) is int and type(v) is int and k >= 0 and v >= 0 for k, v in value.items()):
+        raise ConfigError(f"{file}: {where}: expected a mapping of argument index to argument index")
+    if len(set(value.values())) != len(value):
+        raise ConfigError(f"{file}: {where}: a PyTorch index is listed twice")
+    return tuple(sorted(value.items()))
+
+
+def _names(value: Any, file: Path, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(x, str) and x.isidentifier() for x in value):
+        raise ConfigError(f"{file}: {where}: expected a list of parameter names")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{file}: {where}: a parameter name is listed twice")
+    return tuple(value)
+
+
+def parse_argument_tables(doc: dict[str, Any], file: Path) -> dict[str, Any]:
+    """Validate the ``arguments``, ``ms_signatures``, ``pt_signatures``, ``aliases`` and ``plumbing`` sections.
+
+    Returns:
+        The keyword arguments of :class:`BuiltinTables` these sections fill.
+
+    Raises:
+        ConfigError: a malformed entry, naming the file and the entry.
+    """
+    out: dict[str, Any] = {}
+    for section in API_TABLE_SECTIONS[3:]:
+        if not isinstance(doc.get(section), dict):
+            raise ConfigError(f"{file}: {section}: expected a mapping")
+    arguments: dict[str, ArgMap] = {}
+    for k, v in doc["arguments"].items():
+        _api(k, MS_API_FAMILIES, file, f"arguments.{k}")
+        if not isinstance(v, dict) or not set(v) <= {"inputs", "outputs"} or "inputs" not in v:
+            raise ConfigError(f"{file}: arguments.{k}: expected {{inputs: {{...}}, outputs: {{...}}}}")
+        outputs = _index_pairs(v["outputs"], file, f"arguments.{k}.outputs") if "outputs" in v else None
+        arguments[k] = ArgMap(_index_pairs(v["inputs"], file, f"arguments.{k}.inputs"), outputs)
+    out["arguments"] = arguments
+    out["ms_signatures"] = {_api(k, MS_API_FAMILIES, file, f"ms_signatures.{k}"): _names(v, file, f"ms_signatures.{k}")
+                            for k, v in doc["ms_signatures"].items()}
+    out["pt_signatures"] = {_api(k, PT_API_FAMILIES, file, f"pt_signatures.{k}"): _names(v, file, f"pt_signatures.{k}")
+                            for k, v in doc["pt_signatures"].items()}
+    both = tuple(dict.fromkeys(MS_API_FAMILIES + PT_API_FAMILIES))
+    out["aliases"] = {_api(k, both, file, f"aliases.{k}"): _api(v, both, file, f"aliases.{k}")
+                      for k, v in doc["aliases"].items()}
+    plumbing: dict[str, str] = {}
+    for k, v in doc["plumbing"].items():
+        _api(k, both, file, f"plumbing.{k}")
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(f"{file}: plumbing.{k}: expected the reason, a sentence")
+        plumbing[k] = v
+    out["plumbing"] = plumbing
+    return out
 
 
 def parse_cell_table(doc: Any, file: Path) -> dict[str, CellClassMap]:
@@ -170,6 +266,7 @@ def load_builtin_tables() -> BuiltinTables:
         ConfigError: a package data file is missing or malformed (a broken installation).
     """
     api_file, cell_file = _data_file(API_TABLE_FILE), _data_file(CELL_TABLE_FILE)
-    apis, prims, comps = parse_api_tables(read_yaml_file(api_file, "built-in API table"), api_file)
+    doc = read_yaml_file(api_file, "built-in API table")
+    apis, prims, comps = parse_api_tables(doc, api_file)
     cells = parse_cell_table(read_yaml_file(cell_file, "built-in cell table"), cell_file)
-    return BuiltinTables(apis, prims, comps, cells)
+    return BuiltinTables(apis, prims, comps, cells, **parse_argument_tables(doc, api_file))

@@ -1,0 +1,260 @@
+"""The likely origin (msprobe_cmp/comparator/localise.py): the first row whose relative error jumps beyond what its
+inputs carry, on dumps written here by hand (json + numpy), with the expected errors computed here by numpy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from msprobe_cmp.comparator.compare import CompareOptions, compare
+from msprobe_cmp.comparator.rules import OriginRules, Rules
+from msprobe_cmp.dump.reader import load_dump
+
+RNG = np.random.default_rng(5)
+X = RNG.standard_normal((4, 8)).astype(np.float32)
+W = RNG.standard_normal((8, 8)).astype(np.float32) / 3
+
+
+def _leaf(a: np.ndarray, name: str, task: str) -> dict[str, Any]:
+    f = a.astype(np.float64)
+    leaf = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(a.shape), "Max": float(f.max()),
+            "Min": float(f.min()), "Mean": float(f.mean()), "Norm": float(np.linalg.norm(f))}
+    if task == "tensor":
+        leaf["data_name"] = f"{name}.npy"
+    return leaf
+
+
+def write(root: Path, entries: dict[str, dict[str, Any]], parents: dict[str, str | None] | None = None,
+          framework: str = "pytorch", task: str = "tensor") -> Path:
+    """A one-unit dump: ``entries`` maps an entry name to ``{"input_args": [...], "output": [...],
+    "parameters": {...}}`` of float32 arrays (or non-tensor values in input_args)."""
+    rank = root / "step0" / "rank"
+    (rank / "dump_tensor_data").mkdir(parents=True)
+    data: dict[str, Any] = {}
+    for entry, fields in entries.items():
+        doc: dict[str, Any] = {}
+        for field, value in fields.items():
+            if isinstance(value, dict):
+                doc[field] = {}
+                for k, v in value.items():
+                    name = f"{entry}.{field}.{k}"
+                    doc[field][k] = _leaf(v, name, task)
+                    np.save(rank / "dump_tensor_data" / f"{name}.npy", v)
+            else:
+                items = []
+                head = "input" if field == "input_args" else "output"
+                for i, v in enumerate(value):
+                    if isinstance(v, np.ndarray):
+                        name = f"{entry}.{head}.{i}"
+                        items.append(_leaf(v, name, task))
+                        np.save(rank / "dump_tensor_data" / f"{name}.npy", v)
+                    else:
+                        items.append({"type": type(v).__name__, "value": v})
+                doc[field] = items
+        doc.setdefault("input_kwargs", {})
+        data[entry] = doc
+    header = {"task": task, "level": "mix", "framework": framework, "dump_data_dir": None, "data": data}
+    (rank / "dump.json").write_text(json.dumps(header))
+    (rank / "stack.json").write_text("{}")
+    (rank / "construct.json").write_text(json.dumps(parents or {e: None for e in entries}))
+    return root
+
+
+def chain(error_at: int | None, error: float) -> dict[str, dict[str, Any]]:
+    """Four element-wise calls in a row (x -> tanh -> *1.5 -> tanh -> +0.25), each reading the previous output; when
+    ``error_at`` is given, that call's output is scaled by ``1 + error`` and the calls after it read that output."""
+    outs: dict[str, Any] = {}
+    x = X
+    fns = [np.tanh, lambda v: v * np.float32(1.5), np.tanh, lambda v: v + np.float32(0.25)]
+    names = ["Torch.tanh.0.forward", "Tensor.__mul__.0.forward", "Torch.tanh.1.forward", "Tensor.__add__.0.forward"]
+    for k, (name, fn) in enumerate(zip(names, fns, strict=True)):
+        y = fn(x).astype(np.float32)
+        if k == error_at:
+            y = (y * np.float32(1 + error)).astype(np.float32)
+        outs[name] = {"input_args": [x], "output": [y]}
+        x = y
+    return outs
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    """The relative error of localise.py, from the arrays: max|a - b| / max(|a|max, |b|max) (float64)."""
+    fa, fb = a.astype(np.float64), b.astype(np.float64)
+    return float(np.max(np.abs(fa - fb)) / max(np.max(np.abs(fa)), np.max(np.abs(fb))))
+
+
+@pytest.mark.parametrize("mode", ["tensor", "statistics"])
+def test_the_call_that_adds_the_error_is_the_origin_not_the_first_or_last_that_carries_it(tmp_path: Path, mode: str):
+    a = chain(1, 1e-4)
+    write(tmp_path / "a", a)
+    write(tmp_path / "b", chain(None, 0.0))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(mode=mode))
+    o = c.likely_origin
+    assert o is not None and o.ref.name == "Tensor.__mul__.0.forward.output.0" and o.kind == "computed"
+    assert o.error_in == 0.0 and o.ratio is None
+    b_out = chain(None, 0.0)["Tensor.__mul__.0.forward"]["output"][0]
+    want = rel(a["Tensor.__mul__.0.forward"]["output"][0], b_out)
+    if mode == "tensor":
+        assert o.error_out == pytest.approx(want, rel=1e-9)
+    else:  # the statistics lower bound: |ΔMax| etc. are at most MaxAbsErr
+        assert 0.0 < o.error_out <= want * (1 + 1e-9)
+    row = c.row(o.ref)
+    assert row.verdict == "warning" and row.reasons[0].startswith("error far above what its inputs carry")
+    # the rows after it carry the error in: no further jump, no warning
+    later = [r for r in c.units[0].rows[o.ref.row + 1:] if r.verdict == "warning"]
+    assert later == []
+    assert c.verdict == "pass"  # 1e-4 is below every absolute threshold: a warning, not a failure
+
+
+def test_identical_runs_and_rounding_have_no_origin(tmp_path: Path):
+    write(tmp_path / "a", chain(2, 2e-7))  # about 2 ulps of float32: rounding, below 16 ulps
+    write(tmp_path / "b", chain(None, 0.0))
+    write(tmp_path / "rerun", chain(None, 0.0))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.first_divergent is not None  # the sides do differ ...
+    assert c.likely_origin is None  # ... by rounding only
+    assert compare(load_dump(tmp_path / "rerun"), load_dump(tmp_path / "b")).likely_origin is None
+
+
+def test_runs_of_different_kernels_get_the_wider_rounding_floor(tmp_path: Path):
+    # mindtorch against PyTorch: one name space, other kernels; 1e-5 is rounding there (< 1000 ulps = 1.2e-4) but
+    # not between two runs of one framework (> 16 ulps = 1.9e-6).
+    write(tmp_path / "mt", chain(1, 1e-5), framework="mindtorch")
+    write(tmp_path / "pt_bug", chain(1, 1e-5))
+    write(tmp_path / "pt", chain(None, 0.0))
+    assert compare(load_dump(tmp_path / "mt"), load_dump(tmp_path / "pt")).likely_origin is None
+    same = compare(load_dump(tmp_path / "pt_bug"), load_dump(tmp_path / "pt")).likely_origin
+    assert same is not None and same.ref.name == "Tensor.__mul__.0.forward.output.0"
+    write(tmp_path / "mt_bug", chain(1, 1e-3), framework="mindtorch")
+    cross = compare(load_dump(tmp_path / "mt_bug"), load_dump(tmp_path / "pt")).likely_origin
+    assert cross is not None and cross.ref.name == "Tensor.__mul__.0.forward.output.0"
+    assert cross.floor == pytest.approx(1000 * np.finfo(np.float32).eps)
+
+
+def _layer(scale_bias: float, weight: np.ndarray = W) -> tuple[dict[str, dict[str, Any]], dict[str, str | None]]:
+    """A Linear module (Functional.linear inside Module.fc.Linear) followed by a ReLU module."""
+    b = np.full(8, 0.1, np.float32)
+    y = (X @ weight.T + b).astype(np.float32)
+    y2 = (y * np.float32(scale_bias)).astype(np.float32)
+    r = np.maximum(y2, 0)
+    entries = {
+        "Functional.linear.0.forward": {"input_args": [X, weight, b], "output": [y2]},
+        "Module.fc.Linear.forward.0": {"input_args": [X], "parameters": {"weight": weight, "bias": b}, "output": [y2]},
+        "Functional.relu.0.forward": {"input_args": [y2], "output": [r]},
+        "Module.act.ReLU.forward.0": {"input_args": [y2], "output": [r]},
+        "Module.net.Net.forward.0": {"input_args": [X], "output": [r]},
+    }
+    parents = {"Functional.linear.0.forward": "Module.fc.Linear.forward.0",
+               "Module.fc.Linear.forward.0": "Module.net.Net.forward.0",
+               "Functional.relu.0.forward": "Module.act.ReLU.forward.0",
+               "Module.act.ReLU.forward.0": "Module.net.Net.forward.0", "Module.net.Net.forward.0": None}
+    return entries, parents
+
+
+def test_the_origin_is_rolled_up_to_its_cell_and_the_cells_around_it_do_not_jump(tmp_path: Path):
+    write(tmp_path / "a", *_layer(1.01))
+    write(tmp_path / "b", *_layer(1.0))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    o = c.likely_origin
+    assert o is not None and o.ref.name == "Functional.linear.0.forward.output.0"
+    assert o.cell == "Module.fc.Linear.forward.0"
+    assert o.ref.parents == ("Module.fc.Linear.forward.0", "Module.net.Net.forward.0")
+    assert "Module.fc.Linear.forward.0 (step0/rank)" in o.text
+    warned = [r.name for r in c.units[0].rows if r.verdict == "warning"]
+    assert warned == ["Functional.linear.0.forward.output.0"]  # not the Linear module's, not the Net's output
+
+
+def test_a_parameter_that_differs_is_where_the_error_enters(tmp_path: Path):
+    write(tmp_path / "a", *_layer(1.0, W.T.copy()))  # a weight copied transposed
+    write(tmp_path / "b", *_layer(1.0))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    o = c.likely_origin
+    assert o is not None and o.kind == "entered" and o.ref.name == "Functional.linear.0.forward.input.1"
+    assert o.error_out == pytest.approx(rel(W.T, W), rel=1e-9) and o.error_in == 0.0
+    assert o.cell == "Module.fc.Linear.forward.0"
+
+
+def test_arguments_that_differ_at_the_origin_are_its_evidence(tmp_path: Path):
+    a, parents = _layer(1.01)
+    b, _ = _layer(1.0)
+    a["Functional.linear.0.forward"]["input_args"].append(1e-5)
+    b["Functional.linear.0.forward"]["input_args"].append(1e-12)
+    write(tmp_path / "a", a, parents)
+    write(tmp_path / "b", b, parents)
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert c.likely_origin is not None
+    assert c.likely_origin.arguments == ("Functional.linear.0.forward.input.3: A 1e-05, B 1e-12",)
+
+
+def test_the_warning_can_be_switched_off_in_the_rules(tmp_path: Path):
+    write(tmp_path / "a", chain(1, 1e-4))
+    write(tmp_path / "b", chain(None, 0.0))
+    rules = Rules(localisation=OriginRules(warn=False))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(rules=rules))
+    assert c.likely_origin is not None and dict(c.verdict_counts)["warning"] == 0
+    # a larger jump ratio than the error's ratio to the floor finds nothing
+    rules = Rules(localisation=OriginRules(same_kernel_noise_ulps=1e4))
+    assert compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(rules=rules)).likely_origin \
+        is None
+
+
+def test_a_backward_reads_the_error_its_forward_saved(tmp_path: Path):
+    # The forward's input carries 1e-3 (entered at the first call); its backward's output carries that error although
+    # the gradient it receives is exact: no second jump.
+    x_a = (X * np.float32(1.001)).astype(np.float32)
+    g = np.ones_like(X)
+    grad_a, grad_b = (1 - np.tanh(x_a) ** 2).astype(np.float32), (1 - np.tanh(X) ** 2).astype(np.float32)
+    a = {"Torch.tanh.0.forward": {"input_args": [x_a], "output": [np.tanh(x_a)]},
+         "Torch.tanh.0.backward": {"input_args": [g], "output": [grad_a]}}
+    b = {"Torch.tanh.0.forward": {"input_args": [X], "output": [np.tanh(X)]},
+         "Torch.tanh.0.backward": {"input_args": [g], "output": [grad_b]}}
+    write(tmp_path / "a", a)
+    write(tmp_path / "b", b)
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert [u.rows[j.row].name for u in c.units for j in u.jumps] == ["Torch.tanh.0.forward.input.0"]
+
+
+def test_a_tensor_at_rounding_noise_magnitude_is_not_judged_by_its_cosine(tmp_path: Path):
+    # A bias gradient that cancels to rounding noise (~1e-12) beside a weight gradient of ~0.3: its Cosine between two
+    # runs is a random number, which would fail the Cosine rules.
+    w_grad = RNG.standard_normal((8, 8)).astype(np.float32) / 3
+    noise_a = (RNG.standard_normal(8) * 1e-12).astype(np.float32)
+    noise_b = (RNG.standard_normal(8) * 1e-12).astype(np.float32)
+    a = {"Module.fc.Linear.parameters_grad": {"output": [], "parameters": {"weight": w_grad, "bias": noise_a}}}
+    b = {"Module.fc.Linear.parameters_grad": {"output": [], "parameters": {"weight": w_grad, "bias": noise_b}}}
+    for side, doc in (("a", a), ("b", b)):
+        write(tmp_path / side, {"Module.fc.Linear.forward.0": {"input_args": [X], "output": [X]}})
+        rank = tmp_path / side / "step0" / "rank"
+        dump = json.loads((rank / "dump.json").read_text())
+        grads = doc["Module.fc.Linear.parameters_grad"]["parameters"]
+        dump["data"]["Module.fc.Linear.parameters_grad"] = {
+            k: _leaf(v, f"Module.fc.Linear.parameters_grad.{k}", "tensor") for k, v in grads.items()}
+        for k, v in grads.items():
+            np.save(rank / "dump_tensor_data" / f"Module.fc.Linear.parameters_grad.{k}.npy", v)
+        (rank / "dump.json").write_text(json.dumps(dump))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    bias = next(r for r in c.units[0].rows if r.name == "Module.fc.Linear.parameters_grad.bias")
+    cos = float(np.dot(noise_a.astype(np.float64), noise_b) / (np.linalg.norm(noise_a) * np.linalg.norm(noise_b)))
+    assert bias.metric("Cosine") == pytest.approx(cos) and cos < 0.9  # the rules alone would fail it
+    assert bias.verdict == "pass" and any("rounding-noise magnitude" in n for n in bias.notes)
+    assert any(n.startswith("both sides at rounding-noise magnitude") and "was: Cosine" in n for n in bias.notes)
+    assert c.verdict == "pass" and c.likely_origin is None
+
+
+def test_the_rules_file_sets_the_localisation(tmp_path: Path):
+    from msprobe_cmp.comparator.rules_file import load_rules
+    from msprobe_cmp.errors import ConfigError
+
+    f = tmp_path / "rules.toml"
+    f.write_text("[localisation]\njump_ratio = 100\ncross_kernel_noise_ulps = 5000\nwarn = false\n")
+    got = load_rules(f).localisation
+    assert (got.jump_ratio, got.cross_kernel_noise_ulps, got.warn) == (100.0, 5000.0, False)
+    assert got.same_kernel_noise_ulps == 16.0  # unset keys keep the defaults
+    for text, where in (("[localisation]\njump_ratio = 0.5\n", "jump_ratio"), ("[localisation]\nwarn = 1\n", "warn"),
+                        ("[localisation]\njump = 3\n", "jump")):
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=f"rules.toml: localisation.{where}"):
+            load_rules(f)

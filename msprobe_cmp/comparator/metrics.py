@@ -633,6 +633,50 @@ def compute_stat_diffs(
     return tuple(compute_stat_diff(name, x, y, floor) for name, x, y in zip(STAT_NAMES, a, b, strict=True))
 
 
+#: float32's machine epsilon: the precision recorders reduce Mean and Norm in (msprobe 1.2.2's PyTorch recorder).
+_FLOAT32_EPS = 2.0**-23
+#: The largest finite float32.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def reduction_slack(numel: int) -> float:
+    """Relative slack of a Mean or Norm that one recorder reduced in float32 and the other in float64 (dimensionless).
+
+    A float32 pairwise sum of ``n`` terms errs by at most about ``log2(n)`` units of float32's epsilon relative to
+    the sum of the magnitudes (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §4.2); 2 more
+    cover the division (Mean) or the square root (Norm).  msprobe 1.2.2's PyTorch recorder reduces in float32, ours
+    in float64, so the same tensor gets Means and Norms that differ within this slack.
+    """
+    return (math.log2(max(numel, 1)) + 2.0) * _FLOAT32_EPS
+
+
+def statistics_differ(a: tuple[float, float, float, float], b: tuple[float, float, float, float], numel: int) -> bool:
+    """Whether two tensors' finite ``(max, min, mean, norm)`` show that the tensors differ.
+
+    Max and Min are elements of the tensor, exact in any recorder: any difference counts.  Mean and Norm are
+    reductions whose rounding depends on the recorder (:func:`reduction_slack`): a Mean differs when
+    ``|ΔMean| > slack × max(|Max|, |Min|)`` of either side (every element, so the mean's terms, is bounded by that),
+    a Norm when ``|ΔNorm| > slack × max(Norm)``.
+    """
+    if a[0] != b[0] or a[1] != b[1]:
+        return True
+    slack = reduction_slack(numel)
+    scale = max(abs(a[0]), abs(a[1]), abs(b[0]), abs(b[1]))
+    return abs(a[2] - b[2]) > slack * scale or abs(a[3] - b[3]) > slack * max(abs(a[3]), abs(b[3]))
+
+
+def is_float32_overflow(stat: str, finite: float, numel: int) -> bool:
+    """Whether a finite Mean or Norm of ``numel`` elements could overflow float32 on the way (value units in, True
+    when a float32 reduction of the same tensor may give ±Inf): a Mean whose sum ``|mean| × numel`` exceeds float32's
+    largest value, or a Norm whose square does (an attention mask of -3.4e38 entries, reduced in float32 by msprobe
+    1.2.2's PyTorch recorder, has Mean -Inf and Norm Inf)."""
+    if stat == "mean":
+        return abs(finite) * max(numel, 1) > FLOAT32_MAX
+    if stat == "norm":
+        return abs(finite) > math.sqrt(FLOAT32_MAX)
+    return False
+
+
 def compute_max_abs_err_lower_bound(diffs: tuple[StatDiff, ...], numel: int) -> float | None:
     """A lower bound on ``max |a - b|`` from the statistics alone (value units), or None.
 

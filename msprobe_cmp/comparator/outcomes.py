@@ -22,6 +22,7 @@ from msprobe_cmp.comparator.metrics import (
     compute_max_abs_err_lower_bound,
     compute_stat_diffs,
     compute_tensor_metrics,
+    statistics_differ,
 )
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, TENSOR_METRIC_NAMES, ComparedBy, Mode
 from msprobe_cmp.comparator.rules import (
@@ -36,6 +37,7 @@ from msprobe_cmp.comparator.rules import (
     compute_tensor_verdict,
     compute_value_verdict,
     is_placement_argument,
+    is_reduction_overflow,
 )
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
@@ -70,14 +72,24 @@ def _stat_pairs(diffs: tuple[StatDiff, ...]) -> list[tuple[str, float | None]]:
     return out
 
 
-def _stat_notes(diffs: tuple[StatDiff, ...]) -> list[str]:
-    return [
-        f"{d.stat} is {d.a!r} on both sides (not compared)" for d in diffs if d.nonfinite_agree is True
-    ]
+def _stat_notes(diffs: tuple[StatDiff, ...], numel: int) -> list[str]:
+    notes = [f"{d.stat} is {d.a!r} on both sides (not compared)" for d in diffs if d.nonfinite_agree is True]
+    notes += [f"{d.stat} is A {d.a!r}, B {d.b!r}: one recorder's float32 reduction overflowed (Max and Min agree), "
+              "not compared" for d in diffs if is_reduction_overflow(d, diffs, numel)]
+    return notes
 
 
-def _stat_differs(diffs: tuple[StatDiff, ...]) -> bool:
-    return any((d.diff is not None and d.diff != 0.0) or d.nonfinite_agree is False for d in diffs)
+def _stat_differs(diffs: tuple[StatDiff, ...], numel: int) -> bool:
+    """Whether the statistics show that the tensors differ: Max or Min differ at all, Mean or Norm beyond what a
+    float32 reduction explains (:func:`~msprobe_cmp.comparator.metrics.statistics_differ`), or a non-finite
+    statistic disagrees other than by a float32 overflow
+    (:func:`~msprobe_cmp.comparator.rules.is_reduction_overflow`)."""
+    if any(d.nonfinite_agree is False and not is_reduction_overflow(d, diffs, numel) for d in diffs):
+        return True
+    if len(diffs) == 4 and all(d.diff is not None and d.a is not None and d.b is not None for d in diffs):
+        mx, mn, me, no = diffs
+        return statistics_differ((mx.a, mn.a, me.a, no.a), (mx.b, mn.b, me.b, no.b), numel)  # type: ignore[arg-type]
+    return any(d.diff is not None and d.diff != 0.0 for d in diffs)
 
 
 def _compare_statistics(
@@ -101,8 +113,9 @@ def _compare_statistics(
         labels = ("NaN", "+Inf", "-Inf")
         differ = ", ".join(f"{k} A {x} B {y}" for k, x, y in zip(labels, counts_a, counts_b, strict=True) if x != y)
         rule = RuleOutcome("fail", (*rule.reasons, f"non-finite counts differ: {differ}"))
-        return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs)), True)
-    return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs)), _stat_differs(diffs))
+        return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs, la.numel)), True)
+    return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs, la.numel)),
+                    _stat_differs(diffs, la.numel))
 
 
 def _load_pair(
@@ -183,7 +196,7 @@ def _finite_statistics_outcome(
         rule = compute_finite_statistics_verdict(
             (a0, a1, a2, a3), (b0, b1, b2, b3), (d0, d1, d2, d3), bound, t
         )
-    differs = d0 != 0.0 or d1 != 0.0 or d2 != 0.0 or d3 != 0.0
+    differs = statistics_differ((a0, a1, a2, a3), (b0, b1, b2, b3), numel)
     return _Outcome("statistics", metrics, rule, pair.notes, differs)
 
 
@@ -441,3 +454,24 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
         return _compare_values(pair, la, lb, rules)
     assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # guaranteed by classify_pair
     return _compare_tensors(pair, la, lb, unit_a, unit_b, mode, rules)
+
+
+def judge_zero_gradient(pair: RowPair, out: _Outcome) -> _Outcome:
+    """A parameter gradient (a ``parameters_grad`` row) that is zero everywhere on one side only fails, however small
+    the other side's: that parameter does not train there (a detached tensor, a device copy that cut the graph).
+    Every other row's outcome is returned as it is."""
+    la, lb = pair.leaf_a, pair.leaf_b
+    if (out.rule.verdict == "fail" or type(la) is not TensorLeaf or type(lb) is not TensorLeaf
+            or "parameters_grad" not in pair.entry_name or parse_name(pair.entry_name).kind != "parameters_grad"):
+        return out
+    zero = [side for side, leaf in (("A", la), ("B", lb)) if _all_zero(leaf)]
+    if len(zero) != 1:
+        return out
+    other = "B" if zero[0] == "A" else "A"
+    why = f"the parameter's gradient is all zero in {zero[0]} but not in {other}: it does not train in {zero[0]}"
+    return out._replace(rule=RuleOutcome("fail", (why, *out.rule.reasons)), differs=True)
+
+
+def _all_zero(leaf: TensorLeaf) -> bool:
+    """A tensor with elements whose recorded Max, Min and Norm are all 0 (every element is zero)."""
+    return leaf.numel > 0 and leaf.max == 0.0 and leaf.min == 0.0 and leaf.norm == 0.0

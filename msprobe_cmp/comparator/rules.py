@@ -48,7 +48,12 @@ from msprobe_cmp.comparator.dtypes import (
     normalize_device,
     normalize_dtype,
 )
-from msprobe_cmp.comparator.metrics import StatDiff, TensorMetrics, compute_max_abs_err_lower_bound
+from msprobe_cmp.comparator.metrics import (
+    StatDiff,
+    TensorMetrics,
+    compute_max_abs_err_lower_bound,
+    is_float32_overflow,
+)
 from msprobe_cmp.errors import ConfigError
 
 Verdict = Literal["pass", "warning", "fail", "skip"]
@@ -286,6 +291,22 @@ def compute_tensor_verdict(metrics: TensorMetrics, thresholds: Thresholds) -> Ru
 _STAT_LABEL = {"max": "Max", "min": "Min", "mean": "Mean", "norm": "Norm"}
 
 
+def is_reduction_overflow(d: StatDiff, diffs: tuple[StatDiff, ...], numel: int) -> bool:
+    """Whether a Mean or Norm that is ±Inf on one side and finite on the other is one recorder's float32 reduction
+    overflowing (:func:`~msprobe_cmp.comparator.metrics.is_float32_overflow`), not a difference in the tensor: the
+    infinite side has the finite side's sign, Max and Min are recorded and equal on both sides (so the elements are
+    finite and agree at the extremes), and the finite value is large enough to overflow float32."""
+    if d.nonfinite_agree is not False or d.stat not in ("mean", "norm") or d.a is None or d.b is None:
+        return False
+    inf, finite = (d.a, d.b) if math.isinf(d.a) else (d.b, d.a)
+    if not math.isinf(inf) or not math.isfinite(finite) or (inf > 0) != (finite > 0):
+        return False
+    extremes = [x for x in diffs if x.stat in ("max", "min")]
+    if len(extremes) != 2 or any(x.diff != 0.0 for x in extremes):
+        return False
+    return is_float32_overflow(d.stat, finite, numel)
+
+
 def compute_statistics_verdict(diffs: tuple[StatDiff, ...], numel: int, thresholds: Thresholds) -> RuleOutcome:
     """Verdict of a statistics-mode row from its statistic diffs (rules in the module docstring).
 
@@ -297,7 +318,7 @@ def compute_statistics_verdict(diffs: tuple[StatDiff, ...], numel: int, threshol
     failing = [
         f"non-finite {_STAT_LABEL.get(d.stat, d.stat)} disagrees: A {d.a!r}, B {d.b!r}"
         for d in diffs
-        if d.nonfinite_agree is False
+        if d.nonfinite_agree is False and not is_reduction_overflow(d, diffs, numel)
     ]
     if failing:
         return RuleOutcome("fail", tuple(failing))

@@ -10,10 +10,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import NamedTuple
 
+from msprobe_cmp.comparator.fused import fused_records, match_with_fused
 from msprobe_cmp.comparator.localise import localise
 from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_unit_views, framework_namespace
 from msprobe_cmp.comparator.matching import RowPair, count_classes, match_entries, match_views
-from msprobe_cmp.comparator.outcomes import _compare_pair, _finite_statistics_outcome, _relative_floor_of
+from msprobe_cmp.comparator.outcomes import (
+    _compare_pair,
+    _finite_statistics_outcome,
+    _Outcome,
+    _relative_floor_of,
+    judge_zero_gradient,
+)
 from msprobe_cmp.comparator.result import (
     LOWER_BOUND_NAME,
     VERDICTS,
@@ -126,6 +133,9 @@ def kernels_differ(unit_a: RankDump, unit_b: RankDump) -> bool:
 def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None) -> tuple[RowPair, ...]:
     ns_a, ns_b = unit_namespaces(unit_a, unit_b)
     if ns_a is None or ns_b is None or ns_a == ns_b:
+        fused = fused_records(mapping)
+        if fused:  # one call against several (the API-mapping file's fused records): docs/mapping.md
+            return match_with_fused(unit_a, unit_b, fused, match_entries)
         return match_entries(unit_a.entries, unit_b.entries)
     views_a, views_b, _ = build_unit_views(
         unit_a.entries, ns_a, unit_b.entries, ns_b, mapping or NameMapping(),
@@ -187,6 +197,25 @@ def _apply_declared_gaps(
     return tuple(out)
 
 
+#: The words a recorder's ``not_captured`` reason holds when it did not look at a slot at all (an input it did not
+#: replace by a copy, so its gradient hook could not be placed), as opposed to a slot it watched that stayed empty
+#: (no gradient reached it): docs/contracts.md.
+NOT_OBSERVED = "not observed"
+
+
+def _declared_unobserved(
+    pair: RowPair, out: _Outcome, gaps_a: Mapping[str, str], gaps_b: Mapping[str, str]
+) -> _Outcome:
+    """A row null on one side, whose recorder declared that very row not observed (:data:`NOT_OBSERVED`): skipped
+    with the declared reason instead of the warning that a gradient did not flow (the recorder did not look)."""
+    side, gaps, name = ("A", gaps_a, pair.name) if pair.leaf_a is None else ("B", gaps_b, pair.name_b)
+    reason = gaps.get(name)
+    if reason is None or NOT_OBSERVED not in reason:
+        return out
+    return out._replace(rule=RuleOutcome("skip", (f"{side}'s recorder declared it did not observe this: {reason}",)),
+                        differs=None)
+
+
 def compare_units(
     unit_a: RankDump,
     unit_b: RankDump,
@@ -229,6 +258,10 @@ def compare_units(
             out = _finite_statistics_outcome(pair, la, lb, fast_t, floor)
         if out is None:
             out = _compare_pair(pair, unit_a, unit_b, mode, rules)
+        if pair.match_class == "matched":
+            out = judge_zero_gradient(pair, out)
+        elif out.rule.verdict == "warning" and pair.match_class == "not_captured" and (la is None) != (lb is None):
+            out = _declared_unobserved(pair, out, unit_a.meta.not_captured_items, unit_b.meta.not_captured_items)
         if undefined and out.rule.verdict == "fail":
             why = next((reason for pattern, reason in undefined if fnmatch.fnmatchcase(pair.name, pattern)), None)
             if why is not None:

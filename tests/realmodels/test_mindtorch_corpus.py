@@ -259,7 +259,8 @@ def test_training_step_gradients_and_declared_gaps(recorded: Recorded, name: str
     # gradients); the backward's forward-side failures are BERT's mask only (checked in test_forward_rows_pass).
     matched = [r for r in backward if r.match_class == "matched" and r.a is not None and r.a.kind == "tensor"]
     assert len(matched) > 50
-    assert [r.name for r in matched if r.verdict != "pass"] == []
+    wpe = "Module.transformer.wpe.Embedding.parameters_grad.weight"  # all zero in mindtorch: checked below
+    assert [r.name for r in matched if r.verdict != "pass" and r.name != wpe] == []
     # What mindtorch cannot capture (gradients w.r.t. module and API inputs) is declared in its header.
     gaps = [r for r in backward if r.match_class == "not_captured"]
     assert gaps and all(r.a is not None and r.a.kind == "null" for r in gaps)
@@ -279,5 +280,7 @@ def test_training_step_gradients_and_declared_gaps(recorded: Recorded, name: str
     leaves = {e.name: dict(e.leaves()) for e in load_dump(recorded.dump("mindtorch", name, 1)).units[0].entries}
     weight = leaves["Module.transformer.wpe.Embedding.parameters_grad"]["weight"]
     assert isinstance(weight, TensorLeaf) and (weight.max, weight.min, weight.norm) == (0.0, 0.0, 0.0)
-    assert not [r for r in rows if r.name == "Module.transformer.wpe.Embedding.parameters_grad.weight"
-                and r.verdict == "pass"]
+    # the all-zero gradient pairs with PyTorch's and fails: that parameter does not train under mindtorch
+    (wpe_row,) = [r for r in rows if r.name == wpe]
+    assert wpe_row.match_class == "matched" and wpe_row.verdict == "fail"
+    assert wpe_row.reasons[0].startswith("the parameter's gradient is all zero in A but not in B")

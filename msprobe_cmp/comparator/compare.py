@@ -324,7 +324,7 @@ def likely_origin(units: tuple[UnitComparison, ...]) -> LikelyOrigin | None:
         is_cell = parse_name(row.entry_name).kind == "cell"
         cell = row.entry_name if is_cell else (parents[0] if parents else None)
         arguments = _differing_arguments(u, {row.entry_name} | ({cell} if cell else set()))
-        return LikelyOrigin(ref, j.kind, j.error_in, j.error_out, j.floor, cell, arguments, _unpaired_inside(u, cell))
+        return LikelyOrigin(ref, j, cell, arguments, _unpaired_inside(u, cell))
     return None
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 from msprobe_cmp.comparator.dtypes import FLOAT_EPS, compute_relative_floor, normalize_dtype
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, ComparisonRow, Jump, SideSummary
 from msprobe_cmp.comparator.rules import OriginRules, Thresholds
-from msprobe_cmp.dump.naming import ParsedName, parse_name
+from msprobe_cmp.dump.naming import parse_name
 
 #: Largest floor, whatever the dtype (float16 / bfloat16 would otherwise reach 1 and more).
 MAX_FLOOR = 0.05
@@ -156,18 +156,6 @@ def _cosine_only_failure(row: ComparisonRow, t: Thresholds) -> bool:
     return mae <= t.max_abs_err_suspect_above and mae <= t.max_abs_err_fail_above
 
 
-def _forward_twin(parsed: ParsedName) -> str | None:
-    """The forward entry of a backward entry's call (``Functional.relu.0.backward`` → ``Functional.relu.0.forward``,
-    ``Module.fc.Linear.backward.0`` → ``Module.fc.Linear.forward.0``), else None."""
-    if parsed.direction != "backward" or parsed.index is None:
-        return None
-    if parsed.kind == "cell":
-        return f"{parsed.stem}.forward.{parsed.index}"
-    if parsed.kind == "api":
-        return f"{parsed.stem}.{parsed.index}.forward"
-    return None
-
-
 @dataclass(frozen=True)
 class Localisation:
     """What :func:`localise` found in one unit.
@@ -253,7 +241,7 @@ def localise(
                 holds_jump.update(chains.get(entry, ()))
         error_in = max((x.error for x in ins if x.error is not None), default=None)
         parsed = parse_name(entry)
-        twin = _forward_twin(parsed)
+        twin = parsed.twin("forward") if parsed.direction == "backward" else None
         if twin is not None and twin in forward_error:
             # A backward also reads what its forward saved (the forward's inputs and outputs), so the error those
             # carried is carried into the backward as well.

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from msprobe_cmp.comparator.dtypes import compute_relative_floor, normalize_dtype
+from msprobe_cmp.comparator.fused import CombinedLeaf, load_combined
 from msprobe_cmp.comparator.matching import RowPair, is_uncaptured
 from msprobe_cmp.comparator.metrics import (
     TENSOR_METRIC_KEYS,
@@ -127,7 +128,7 @@ def _load_pair(
     errors: list[str] = []
     for unit, leaf in ((unit_a, la), (unit_b, lb)):
         try:
-            arrays.append(unit.load_tensor(leaf))
+            arrays.append(load_combined(unit, leaf) if isinstance(leaf, CombinedLeaf) else unit.load_tensor(leaf))
         except MsprobeCmpError as exc:
             errors.append(str(exc))
     if errors:

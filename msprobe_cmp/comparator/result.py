@@ -313,10 +313,8 @@ class LikelyOrigin:
 
     Attributes:
         ref: the jumping row; its ``parents`` are the enclosing cells (the origin's cell chain).
-        kind: ``"computed"`` (the call's output carries far more error than its inputs) or ``"entered"`` (an input
-            differs more than anything recorded before it: a parameter, data, or an unhooked operation).
-        error_in, error_out: relative errors carried in and out (dimensionless, :mod:`msprobe_cmp.comparator.localise`).
-        floor: the rounding floor the row was judged against (dimensionless).
+        jump: the evidence: how the error jumps there (:class:`Jump`; also read through :attr:`kind`,
+            :attr:`error_in`, :attr:`error_out`, :attr:`floor` and :attr:`ratio`).
         cell: the innermost cell call of the origin: the row's own entry when it is a cell, else its parent cell;
             None when construct.json places it in none.
         arguments: the non-tensor arguments that differ at that call or its cell, one text each
@@ -326,18 +324,36 @@ class LikelyOrigin:
     """
 
     ref: RowRef
-    kind: str
-    error_in: float
-    error_out: float
-    floor: float
+    jump: Jump
     cell: str | None = None
     arguments: tuple[str, ...] = ()
     unpaired: tuple[str, ...] = ()
 
     @property
+    def kind(self) -> str:
+        """``"computed"`` (the call's output carries far more error than its inputs) or ``"entered"`` (an input
+        differs more than anything recorded before it: a parameter, data, or an unhooked operation)."""
+        return self.jump.kind
+
+    @property
+    def error_in(self) -> float:
+        """The relative error carried in (dimensionless, :mod:`msprobe_cmp.comparator.localise`)."""
+        return self.jump.error_in
+
+    @property
+    def error_out(self) -> float:
+        """The origin row's own relative error (dimensionless)."""
+        return self.jump.error_out
+
+    @property
+    def floor(self) -> float:
+        """The rounding floor the row was judged against (dimensionless)."""
+        return self.jump.floor
+
+    @property
     def ratio(self) -> float | None:
         """``error_out / error_in``, or None when nothing was carried in."""
-        return self.error_out / self.error_in if self.error_in > 0.0 else None
+        return self.jump.ratio
 
     @property
     def text(self) -> str:

@@ -62,6 +62,21 @@ class ParsedName:
     direction: str | None
     stem: str
 
+    def twin(self, direction: str) -> str | None:
+        """The name of the same call in the other ``direction`` (``"forward"`` / ``"backward"``), or None when this is
+        not an API or cell entry of the other direction with a call index.
+
+        ``"Cell.fc1.Dense.forward.0"`` → ``"Cell.fc1.Dense.backward.0"``; ``"Functional.relu.2.backward"`` →
+        ``"Functional.relu.2.forward"``.
+        """
+        if self.direction is None or self.direction == direction or self.index is None:
+            return None
+        if self.kind == "cell":
+            return f"{self.stem}.{direction}.{self.index}"
+        if self.kind == "api":
+            return f"{self.stem}.{self.index}.{direction}"
+        return None
+
     @property
     def cell_path(self) -> str | None:
         """For cell and parameters_grad names: the cell path (``"blocks.0"``), else None."""

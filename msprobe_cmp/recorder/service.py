@@ -101,13 +101,7 @@ def backward_name_of(forward_name: str | None) -> str | None:
     if forward_name is None:
         return None
     parsed = parse_name(forward_name)
-    if parsed.direction != "forward" or parsed.index is None:
-        return None
-    if parsed.kind == "cell":
-        return f"{parsed.stem}.backward.{parsed.index}"
-    if parsed.kind == "api":
-        return f"{parsed.stem}.{parsed.index}.backward"
-    return None
+    return parsed.twin("backward") if parsed.direction == "forward" else None
 
 
 class TrainingError(Exception):

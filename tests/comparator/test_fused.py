@@ -350,3 +350,42 @@ def test_a_missing_part_file_falls_back_to_statistics_naming_it(tmp_path: Path) 
 def test_a_combined_leaf_is_a_tensor_leaf() -> None:
     leaf = combine_concatenated([_leaf(WQ), _leaf(WK)], 0)
     assert isinstance(leaf, TensorLeaf) and isinstance(leaf, CombinedLeaf) and leaf.numel == (H + KV) * D
+
+
+def test_dimensions_that_do_not_fit_the_shapes_are_a_shape_mismatch(tmp_path: Path) -> None:
+    (tmp_path / "apis.yaml").write_text(
+        "- fused: Module.attn.qkv_proj.Linear\n"
+        "  parts: [Module.attn.q_proj.Linear, Module.attn.k_proj.Linear, Module.attn.v_proj.Linear]\n"
+        "  dim: 1\n  parameters_dim: 0\n")
+    mapping = NameMapping(apis=load_api_mapping(tmp_path / "apis.yaml"))
+    result = compare(load_dump(_fused_dump(tmp_path / "f", "statistics")),
+                     load_dump(_parts_dump(tmp_path / "p", "statistics")), CompareOptions(mapping=mapping))
+    out = next(r for r in result.units[0].rows if r.entry_name == "Module.attn.qkv_proj.Linear.forward.0"
+               and r.arg_path == "output.0")
+    # outputs [2, 3, 8] against [2, 3, 4], [2, 3, 2], [2, 3, 2]: neither dim 1 nor dim 0 fits (dim -1 would)
+    assert out.match_class == "shape_mismatch" and out.verdict == "fail"
+    assert out.reasons[0].startswith("the fused [2, 3, 8] is not the concatenation of q_proj + k_proj + v_proj's "
+                                     "[2, 3, 4], [2, 3, 2], [2, 3, 2] along dim 1 or 0")
+    weight = next(r for r in result.units[0].rows if r.entry_name == "Module.attn.qkv_proj.Linear.forward.0"
+                  and r.arg_path == "parameters.weight")
+    assert weight.match_class == "matched" and weight.verdict == "pass"
+
+
+def test_a_part_without_its_backward_leaves_the_backward_rows_one_sided(tmp_path: Path) -> None:
+    parts = _parts_dump(tmp_path / "p", "statistics")
+    doc_file = parts / "step0" / "rank" / "dump.json"
+    doc = json.loads(doc_file.read_text())
+    del doc["data"]["Module.attn.v_proj.Linear.backward.0"]
+    doc_file.write_text(json.dumps(doc))
+    result = compare(load_dump(_fused_dump(tmp_path / "f", "statistics")), load_dump(parts),
+                     CompareOptions(mapping=_mapping(tmp_path)))
+    rows = result.units[0].rows
+    backward = [r for r in rows if "proj.Linear.backward" in r.entry_name]
+    assert [(r.entry_name, r.match_class) for r in backward] == [
+        ("Module.attn.qkv_proj.Linear.backward.0", "only_in_a")] * 2 + [
+        ("Module.attn.q_proj.Linear.backward.0", "only_in_b")] * 2 + [
+        ("Module.attn.k_proj.Linear.backward.0", "only_in_b")] * 2
+    assert all(r.reasons == ("present in A only",) or r.reasons == ("present in B only",) for r in backward)
+    assert backward[0].notes[0].startswith("not recorded by some of its parts: not combined")
+    # the forward call still pairs as a whole
+    assert {r.match_class for r in rows if r.entry_name == "Module.attn.qkv_proj.Linear.forward.0"} == {"matched"}

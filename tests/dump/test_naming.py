@@ -65,3 +65,13 @@ def test_every_fixture_name_parses_to_a_known_kind(msprobe_fixtures):
     for dump in sorted(msprobe_fixtures.glob("*_[ab]/step*/rank/dump.json")):
         for name in json.loads(dump.read_text())["data"]:
             assert parse_name(name).kind != "other", (dump, name)
+
+
+def test_twin_names_the_same_call_in_the_other_direction():
+    from msprobe_cmp.dump.naming import parse_name
+
+    assert parse_name("Cell.fc1.Dense.forward.0").twin("backward") == "Cell.fc1.Dense.backward.0"
+    assert parse_name("Functional.relu.2.backward").twin("forward") == "Functional.relu.2.forward"
+    assert parse_name("Primitive.matmul.MatMul.3.forward").twin("backward") == "Primitive.matmul.MatMul.3.backward"
+    assert parse_name("Functional.relu.2.forward").twin("forward") is None  # already that direction
+    assert parse_name("Cell.fc1.Dense.parameters_grad").twin("forward") is None

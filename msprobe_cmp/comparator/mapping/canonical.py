@@ -417,6 +417,7 @@ class _Mapper:
         builtin = self.tables.cells.get(cls)
         if builtin is not None:
             renames = dict(builtin.parameters)
+        inferred: tuple[str, int | None] | None = None
         if op in self.user.cells:
             new_op = self.user.cells[op]
             mapped_by = f"user cell mapping {self.user.cell_source or ''}: {op} → {new_op}"
@@ -433,14 +434,6 @@ class _Mapper:
                 mapped_by = f"built-in cell table: {cls} → {builtin.module}"
             else:
                 mapped_by = f"Cell → Module (class {cls} kept)"
-            if parameters_grad:
-                tail = entry.name[len(parsed.stem):]
-                name = f"Module.{new_op}{tail}"
-            else:
-                name = f"Module.{new_op}.{parsed.direction}.{index}"
-            items = [ViewItem(_rename_params(it.path, renames, parameters_grad), it.leaf, it.entry, it.orig_path)
-                     for it in _identity_items(entry)]
-            return EntryView(name, tuple(items), mapped_by)
         elif builtin is not None:
             new_op = f"{path}.{builtin.module}" if path else builtin.module
             mapped_by = f"built-in cell table: {cls} → {builtin.module}"
@@ -451,7 +444,7 @@ class _Mapper:
             tail = entry.name[len(parsed.stem):]
             name = f"Module.{new_op}{tail}"
         else:
-            name = f"Module.{new_op}.{parsed.direction}.{parsed.index}"
+            name = f"Module.{new_op}.{parsed.direction}.{parsed.index if inferred is None else inferred[1]}"
         items = [ViewItem(_rename_params(it.path, renames, parameters_grad), it.leaf, it.entry, it.orig_path)
                  for it in _identity_items(entry)]
         return EntryView(name, tuple(items), mapped_by)

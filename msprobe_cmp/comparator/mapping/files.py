@@ -28,12 +28,27 @@ Where msprobe 1.2.2 crashes or guesses (docs/design.md §3) this loader is stric
 documented single-record form and the ``ms_outputs`` spelling are accepted; argument indices are
 integers compared as integers (msprobe matches them as string prefixes, so ``1`` also takes ``10``);
 ``ms_args`` without ``pt_args`` (or lists of different lengths) is an error, not a silent misalignment.
+
+**Fused records** (msprobe-cmp's own kind, in the same list): one cell/module call of one side compared with the
+concatenation of several calls of the other (a fused QKV projection against separate ``q_proj`` / ``k_proj`` /
+``v_proj``; docs/mapping.md, "One call against several")::
+
+    - fused: Module.model.layers.{i}.self_attn.qkv_proj.Linear      # "<Module|Cell>.<path>.<Class>"
+      parts: [Module.model.layers.{i}.self_attn.q_proj.Linear,     # at least two, in concatenation order
+              Module.model.layers.{i}.self_attn.k_proj.Linear,
+              Module.model.layers.{i}.self_attn.v_proj.Linear]
+      dim: -1               # optional (default -1): outputs and their gradients concatenate along it
+      parameters_dim: 0     # optional (default 0): parameters and their gradients concatenate along it
+
+A ``{name}`` placeholder stands for one name component (a layer index) and must appear in ``fused`` and in every
+part.  :func:`parse_api_mapping` returns them in :attr:`ApiMappingRecords.fused`.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +93,45 @@ class ApiMappingRecord:
     outputs: tuple[tuple[int, int], ...] | None = None
     parameters: tuple[tuple[str, str], ...] | None = None
     source: str = ""
+
+
+@dataclass(frozen=True)
+class FusedRecord:
+    """One fused call against the concatenation of several calls (a ``fused`` record of an API-mapping file).
+
+    Attributes:
+        fused: the fused cell/module without direction or call index, ``"<Module|Cell>.<path>.<Class>"``
+            (``"Module.model.layers.{i}.self_attn.qkv_proj.Linear"``); ``{name}`` placeholders stand for one
+            name component each.
+        parts: the separate cells/modules, in concatenation order (at least two), with the same placeholders.
+        dim: the dimension outputs and output gradients concatenate along (negative counts from the end).
+        parameters_dim: the dimension parameters and parameter gradients concatenate along.
+        source: where the record comes from (``"user API mapping apis.yaml, record 3"``), for reports.
+    """
+
+    fused: str
+    parts: tuple[str, ...]
+    dim: int = -1
+    parameters_dim: int = 0
+    source: str = ""
+
+
+class ApiMappingRecords(tuple[ApiMappingRecord, ...]):
+    """The API records of a mapping file (a plain tuple of :class:`ApiMappingRecord`, what every consumer of
+    :attr:`~msprobe_cmp.comparator.mapping.NameMapping.apis` iterates) carrying the file's fused records in
+    :attr:`fused` (:mod:`msprobe_cmp.comparator.fused` reads them)."""
+
+    fused: tuple[FusedRecord, ...]
+
+    def __new__(
+        cls, records: tuple[ApiMappingRecord, ...] = (), fused: tuple[FusedRecord, ...] = ()
+    ) -> ApiMappingRecords:
+        obj = super().__new__(cls, records)
+        obj.fused = tuple(fused)
+        return obj
+
+    def __getnewargs__(self) -> tuple[tuple[ApiMappingRecord, ...], tuple[FusedRecord, ...]]:
+        return (tuple(self), self.fused)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -290,13 +344,96 @@ def _paired(rec: dict[str, Any], ms_keys: tuple[str, ...], pt_keys: tuple[str, .
     return tuple(zip(ms_list, pt_list, strict=True))
 
 
-def parse_api_mapping(doc: Any, file: Path) -> tuple[ApiMappingRecord, ...]:
+_FUSED_KEYS = ("fused", "parts", "dim", "parameters_dim")
+_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: Most parts one fused record may list, and the largest |dim| accepted.
+MAX_FUSED_PARTS = 64
+_MAX_DIM = 32
+
+
+def _check_cell_name(value: Any, file: Path, where: str) -> tuple[str, frozenset[str]]:
+    """A fused record's cell/module name and its placeholders, or a one-line ConfigError."""
+    text = _check_dotted(value, file, where)
+    tokens = text.split(".")
+    if tokens[0] not in ("Module", "Cell"):
+        raise ConfigError(
+            f"{file}: {where}: expected 'Module.<path>.<Class>' or 'Cell.<path>.<Class>', got {text[:80]!r}")
+    if len(tokens) < 3:
+        raise ConfigError(
+            f"{file}: {where}: expected '{tokens[0]}.<path>.<Class>' (a path and a class), got {text[:80]!r}")
+    last = tokens[-1]
+    if last in ("forward", "backward", "parameters_grad") or last.isdigit() or tokens[-2] in ("forward", "backward"):
+        raise ConfigError(f"{file}: {where}: give the cell without direction or call index, got {text[:80]!r}")
+    names: set[str] = set()
+    for token in tokens:
+        if "{" in token or "}" in token:
+            match = _PLACEHOLDER_RE.fullmatch(token)
+            if match is None:
+                raise ConfigError(
+                    f"{file}: {where}: a placeholder must be a whole name component such as '{{i}}', got {token[:40]!r}"
+                )
+            names.add(match.group(1))
+    return text, frozenset(names)
+
+
+def _check_dim(rec: dict[str, Any], key: str, default: int, file: Path, where: str) -> int:
+    value = rec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not -_MAX_DIM <= value < _MAX_DIM:
+        raise ConfigError(f"{file}: {where}.{key}: expected an integer from {-_MAX_DIM} to {_MAX_DIM - 1}, got "
+                          f"{_brief(value)}")
+    return value
+
+
+def parse_fused_record(rec: dict[str, Any], file: Path, where: str) -> FusedRecord:
+    """Validate one ``fused`` record (module docstring).
+
+    Raises:
+        ConfigError: an unknown key; ``fused`` or a part that is not ``<Module|Cell>.<path>.<Class>`` (a direction
+            or call index given, a malformed ``{placeholder}``); ``parts`` not a list of 2 to
+            :data:`MAX_FUSED_PARTS` distinct names; a part equal to ``fused``; placeholders that differ between
+            ``fused`` and a part; ``dim`` / ``parameters_dim`` not an integer in [-32, 31].
+    """
+    for key in rec:
+        if key not in _FUSED_KEYS:
+            raise ConfigError(f"{file}: {where}.{str(key)[:60]}: unknown key in a fused record (known: "
+                              f"{', '.join(_FUSED_KEYS)})")
+    if "parts" not in rec:
+        raise ConfigError(f"{file}: {where}.parts: missing (the cells whose concatenation the fused one computes)")
+    fused, names = _check_cell_name(rec["fused"], file, f"{where}.fused")
+    parts_doc = rec["parts"]
+    if not isinstance(parts_doc, list):
+        raise ConfigError(f"{file}: {where}.parts: expected a list of cell names, got {_brief(parts_doc)}")
+    if not 2 <= len(parts_doc) <= MAX_FUSED_PARTS:
+        raise ConfigError(f"{file}: {where}.parts: expected 2 to {MAX_FUSED_PARTS} cells, got {len(parts_doc)}")
+    parts: list[str] = []
+    for k, item in enumerate(parts_doc):
+        part, part_names = _check_cell_name(item, file, f"{where}.parts[{k}]")
+        if part == fused:
+            raise ConfigError(f"{file}: {where}.parts[{k}]: {part[:80]!r} is the fused cell itself")
+        if part in parts:
+            raise ConfigError(f"{file}: {where}.parts[{k}]: {part[:80]!r} listed twice")
+        if part_names != names:
+            shown = ", ".join("{" + n + "}" for n in sorted(names ^ part_names))
+            raise ConfigError(f"{file}: {where}.parts[{k}]: placeholder {shown} not in both fused and this part "
+                              "(each placeholder must appear in fused and in every part)")
+        parts.append(part)
+    dim = _check_dim(rec, "dim", -1, file, where)
+    parameters_dim = _check_dim(rec, "parameters_dim", 0, file, where)
+    return FusedRecord(fused, tuple(parts), dim, parameters_dim, f"user API mapping {file.name}, {where}")
+
+
+def parse_api_mapping(doc: Any, file: Path) -> ApiMappingRecords:
     """Validate a parsed API-mapping document (module docstring).
+
+    Returns:
+        The ``ms_api``/``pt_api`` records, in file order, as an :class:`ApiMappingRecords` tuple whose ``fused``
+        attribute holds the ``fused`` records (:func:`parse_fused_record`).
 
     Raises:
         ConfigError: empty, not a list of records, a record that is not a mapping, a missing
             ``ms_api``/``pt_api``, an unknown key or API family, a malformed index list, or the same
-            ``ms_api`` mapped twice; one line naming the file and the record.
+            ``ms_api`` mapped twice; a malformed fused record, or a cell named by two fused records; one line
+            naming the file and the record.
     """
     if doc is None:
         raise ConfigError(f"{file}: API mapping file is empty (expected a list of ms_api/pt_api records)")
@@ -304,11 +441,23 @@ def parse_api_mapping(doc: Any, file: Path) -> tuple[ApiMappingRecord, ...]:
     if not isinstance(records, list) or not records:
         raise ConfigError(f"{file}: API mapping: expected a list of records with ms_api and pt_api, got {_brief(doc)}")
     out: list[ApiMappingRecord] = []
+    fused: list[FusedRecord] = []
+    cells_used: dict[str, int] = {}
     seen: dict[str, int] = {}
     for i, rec in enumerate(records):
         where = f"record {i}"
         if not isinstance(rec, dict):
             raise ConfigError(f"{file}: {where}: expected a mapping with ms_api and pt_api, got {_brief(rec)}")
+        if "fused" in rec:
+            record = parse_fused_record(rec, file, where)
+            for k, cell in enumerate((record.fused, *record.parts)):
+                field = "fused" if k == 0 else f"parts[{k - 1}]"
+                if cell in cells_used:
+                    raise ConfigError(f"{file}: {where}.{field}: {cell[:80]!r} is already used by fused record "
+                                      f"{cells_used[cell]}")
+                cells_used[cell] = i
+            fused.append(record)
+            continue
         for key in rec:
             if key not in _API_KEYS:
                 raise ConfigError(f"{file}: {where}.{str(key)[:60]}: unknown key (known: {', '.join(_API_KEYS)})")
@@ -327,11 +476,15 @@ def parse_api_mapping(doc: Any, file: Path) -> tuple[ApiMappingRecord, ...]:
         params = _paired(rec, ("ms_parameters", "ms_parameters_grad"), ("pt_parameters", "pt_parameters_grad"),
                          file, where, names=True)
         out.append(ApiMappingRecord(ms_api, pt_api, args, outputs, params, f"user API mapping {file.name}, {where}"))
-    return tuple(out)
+    return ApiMappingRecords(tuple(out), tuple(fused))
 
 
-def load_api_mapping(path: str | Path) -> tuple[ApiMappingRecord, ...]:
+def load_api_mapping(path: str | Path) -> ApiMappingRecords:
     """Read an API-mapping file (msprobe's ``-am`` format, module docstring).
+
+    Returns:
+        The records (:func:`parse_api_mapping`): a tuple of :class:`ApiMappingRecord` whose ``fused`` attribute
+        holds the :class:`FusedRecord` ones.
 
     Raises:
         ConfigError: see :func:`read_yaml_file` and :func:`parse_api_mapping`.

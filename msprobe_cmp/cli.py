@@ -225,7 +225,7 @@ def exit_code_for(comparison: Comparison) -> int:
 
 
 def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
-    """A few lines for the terminal: verdict, counts, the arguments that differ, the likely origin, where the runs
+    """A few lines for the terminal: verdict, counts, the likely origin, the arguments that differ, where the runs
     start to differ, the first row the mode could not compare (judged by its statistics only), the notes, the report
     path."""
     compared = comparison.compared_count
@@ -246,11 +246,11 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
                  + (f"  ({share:.1%} of {comparison.matched_share_of} matched{unpaired}, floor "
                     f"{comparison.rules.min_matched_share:.0%})" if share is not None and total else ""))
     lines.append("verdicts: " + (", ".join(f"{k} {v}" for k, v in comparison.verdict_counts if v) or "none"))
+    if compared:
+        lines.append(_terminal_text(origin_line(comparison)))
     arguments = arguments_line(comparison)
     if arguments:
         lines.append(_terminal_text(arguments))
-    if compared:
-        lines.append(_terminal_text(origin_line(comparison)))
     first_diff = comparison.first_divergent
     if first_diff is not None:
         lines.append(f"first divergent: {_terminal_text(first_diff.label)}")
@@ -396,10 +396,9 @@ def _compare(argv: Sequence[str]) -> int:
         raise ConfigError(f"--jobs: must be at least 1, got {args.jobs}")
     if args.noise is not None and not args.noise.exists():  # before spending minutes on TARGET and BASELINE
         raise ConfigError(f"--noise: {args.noise}: does not exist")
-    if args.write_mapping is not None and args.write_mapping.exists() and not args.force:
-        raise ConfigError(f"--write-mapping: {args.write_mapping}: exists (give --force to replace it)")
-    if args.write_mapping is not None and not args.write_mapping.absolute().parent.is_dir():
-        raise ConfigError(f"--write-mapping: {args.write_mapping}: its directory does not exist")
+    if args.write_mapping is not None:
+        _check_mapping_output(args.write_mapping, args.force, args.output,
+                              [p for p in (args.target, args.baseline, args.noise) if p is not None])
     stages = _Stages(5 if args.noise is not None else 4)
     try:
         stages.start(f"loading {args.target}")
@@ -417,21 +416,50 @@ def _compare(argv: Sequence[str]) -> int:
                                                                 scheduler=args.scheduler))
         if not args.absolute_paths:
             comparison = relative_paths(comparison, [p for p in (args.target, args.baseline, args.noise) if p])
+        mapping_text = None if args.write_mapping is None else _mapping_file_text(dump_a, dump_b, mapping)
         stages.start(f"writing reports into {args.output}")
         files = write_reports(comparison, args.output)
-        if args.write_mapping is not None:
-            _write_mapping(args.write_mapping, dump_a, dump_b, mapping)
+        if args.write_mapping is not None and mapping_text is not None:
+            try:
+                write_bytes_atomic(args.write_mapping, mapping_text.encode())
+            except OSError as exc:
+                why = exc.strerror or exc
+                raise ConfigError(f"--write-mapping: {args.write_mapping}: cannot write: {why}") from None
     finally:
         stages.close()
     _say(render_summary(comparison, files))
     if args.write_mapping is not None:
-        _say(f"cell mapping written to {args.write_mapping} (edit it, then pass it with --cell-mapping)")
+        _say(f"cell mapping written to {args.write_mapping} (edit it, then pass it with --cell-mapping)"
+             if mapping_text is not None else
+             f"--write-mapping: nothing written to {args.write_mapping}: the two dumps are not MindSpore against "
+             "PyTorch, so no cell pairs were inferred")
     return exit_code_for(comparison)
 
 
-def _write_mapping(path: Path, dump_a: Dump, dump_b: Dump, mapping: NameMapping) -> None:
+def _check_mapping_output(path: Path, force: bool, out: Path, inputs: Sequence[Path]) -> None:
+    """Refuse a ``--write-mapping`` path that would replace something it must not: an existing file without
+    ``--force``; anything but a regular file (a directory, a device), even with it; a file inside an input dump;
+    a report file of ``--output``."""
+    if os.path.lexists(path) and not path.is_file():
+        raise ConfigError(f"--write-mapping: {path}: exists and is not a regular file")
+    if path.exists() and not force:
+        raise ConfigError(f"--write-mapping: {path}: exists (give --force to replace it)")
+    if not path.absolute().parent.is_dir():
+        raise ConfigError(f"--write-mapping: {path}: its directory does not exist")
+    target = path.resolve()
+    for given in inputs:
+        root = given.resolve()
+        root = root if root.is_dir() else root.parent
+        if target.is_relative_to(root):
+            raise ConfigError(f"--write-mapping: {path}: inside the input dump {given}; write it elsewhere")
+    if target.parent == out.resolve() and target.name in REPORT_FILES:
+        raise ConfigError(f"--write-mapping: {path}: a report file of --output {out}; choose another name")
+
+
+def _mapping_file_text(dump_a: Dump, dump_b: Dump, mapping: NameMapping) -> str | None:
     """``--write-mapping``: the cell pairs of the cross-framework unit pairs (the user's and the inferred ones) as a
-    cell-mapping file (:func:`~msprobe_cmp.comparator.mapping.mapping_file_pairs`)."""
+    cell-mapping file (:func:`~msprobe_cmp.comparator.mapping.mapping_file_pairs`), or None when no unit pair is
+    MindSpore against PyTorch (nothing to write)."""
     pairs, _, _, _ = pair_units(tuple(dump_a.units), tuple(dump_b.units))
     sides = []
     for ua, ub in pairs:
@@ -442,14 +470,11 @@ def _write_mapping(path: Path, dump_a: Dump, dump_b: Dump, mapping: NameMapping)
     header = ["MindSpore cell -> PyTorch module pairs written by msprobe-cmp --write-mapping (msprobe's -cm format):",
               "<cell path>.<MindSpore class>: <module path>.<PyTorch class>.  Edit, then pass with --cell-mapping."]
     if not sides:
-        header.append("The two dumps are not MindSpore against PyTorch: no cell pairs.")
+        return None
     if left_out:
         header.append(f"{left_out} cell(s) used at several places pair call by call with different modules: not "
                       "listed, they are inferred again.")
-    try:
-        write_bytes_atomic(path, render_cell_mapping(cells, header).encode())
-    except OSError as exc:
-        raise ConfigError(f"--write-mapping: {path}: cannot write: {exc.strerror or exc}") from None
+    return render_cell_mapping(cells, header)
 
 
 def _run_demo(argv: Sequence[str]) -> int:

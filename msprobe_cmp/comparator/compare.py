@@ -298,14 +298,17 @@ def _differing_arguments(unit: UnitComparison, entries: set[str]) -> tuple[str, 
 
 
 def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
-    """``"<entry> (A only)"`` for each entry inside ``cell`` (construct.json) that found no partner: cells first, then
-    APIs, each in row order."""
+    """``"<entry> (A only)"`` for each entry inside ``cell`` (construct.json) none of whose rows found a partner (an
+    entry paired through a mapping keeps one-sided intermediates: it is paired): cells first, then APIs, each in row
+    order."""
     if cell is None:
         return ()
+    paired = {r.entry_name for r in unit.rows if r.in_a_and_b}
     cells: dict[str, None] = {}
     apis: dict[str, None] = {}
     for r in unit.rows:
-        if r.match_class in ("only_in_a", "only_in_b") and cell in unit.parent_chains.get(r.entry_name, ()):
+        if (r.match_class in ("only_in_a", "only_in_b") and r.entry_name not in paired
+                and cell in unit.parent_chains.get(r.entry_name, ())):
             kind = cells if parse_name(r.entry_name).kind == "cell" else apis
             kind[f"{r.entry_name} ({'A' if r.match_class == 'only_in_a' else 'B'} only)"] = None
     return (*cells, *apis)

@@ -15,7 +15,9 @@ and compares the error a call's outputs carry with the error its inputs carry in
   backward); a call with no compared input row (a ``parameters_grad`` entry, a Module called with non-tensors)
   takes the largest ``e`` of every row before it in the unit instead;
 * an output row (``output.*``, ``buffers.*``: a buffer after the call, such as BatchNorm's running mean) **jumps**
-  when ``e > jump_ratio × max(error in, floor)`` and ``e > floor``, where ``floor = noise_ulps × eps`` (machine
+  when ``e > jump_ratio × max(error in, floor)``, ``e > floor`` and its absolute error (MaxAbsErr, or its statistics
+  lower bound) is more than twice the largest of its inputs' (a call that only shrinks the values, ``x - 100`` for
+  ``x`` near 100, amplifies the relative error without adding any), where ``floor = noise_ulps × eps`` (machine
   epsilon of the coarser dtype of the two sides): rounding can add a few ulps per call where both runs use the same
   kernels, and up to :data:`CROSS_KERNEL_NOISE_ULPS` ulps where they do not (two frameworks, or mindtorch against
   PyTorch: other summation orders, other fused kernels, measured on the real-model corpus);
@@ -34,10 +36,13 @@ MaxAbsErr thresholds) is then reported, not passed.
 **Rounding-noise magnitude.**  Some tensors are mathematically zero and hold rounding noise only: BERT's attention
 ``key`` bias gradient is a sum that cancels exactly (softmax ignores a constant per query), so its values are
 ~1e-12 against ~1e-5 for the gradient it is summed from, and its Cosine between two runs is a random number.  A row
-whose magnitude ``max(|A|max, |B|max)`` is below ``noise_magnitude_ulps × eps`` (at most 1e-2) times the largest
+whose magnitude ``max(|A|max, |B|max)`` is below ``noise_magnitude_ulps × eps`` (at most 1e-4) times the largest
 magnitude among the other rows of its entry is at rounding-noise magnitude: its Cosine decides nothing (a verdict
 the Cosine rules alone gave becomes a pass with a note), and it never jumps.  Rows holding a mask sentinel (a
 dtype's most negative finite value, ~-3.4e38 in float32, as attention masks do) are left out of the magnitudes.
+
+A row whose statistics hold a NaN or ±Inf on one side only has an infinite error: the first such row is where the
+non-finite value appears.
 
 No other project localises this way; msprobe's advisor applies a fixed list of heuristics to the first failing row.
 """
@@ -47,16 +52,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from msprobe_cmp.comparator.dtypes import FLOAT_EPS, compute_relative_floor, normalize_dtype
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, ComparisonRow, Jump, SideSummary
 from msprobe_cmp.comparator.rules import OriginRules, Thresholds
-from msprobe_cmp.dump.naming import parse_name
+from msprobe_cmp.dump.naming import CELL_PREFIXES, parse_name
 
 #: Largest floor, whatever the dtype (float16 / bfloat16 would otherwise reach 1 and more).
 MAX_FLOOR = 0.05
 #: Largest ratio of magnitudes called rounding noise, whatever the dtype.
-MAX_NOISE_MAGNITUDE = 1e-2
+MAX_NOISE_MAGNITUDE = 1e-4
 #: Magnitudes at least this large are mask sentinels (a dtype's extreme finite value), not data.
 _SENTINEL_FRACTION = 0.5
 _FINITE_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, "float64": 1.7977e308}
@@ -73,36 +79,66 @@ def magnitude(side: SideSummary | None) -> float | None:
     return m if math.isfinite(m) else None
 
 
-def _is_sentinel(m: float, dtype: str | None) -> bool:
-    limit = _FINITE_MAX.get(normalize_dtype(dtype) or "", _FINITE_MAX["float32"])
-    return m >= _SENTINEL_FRACTION * limit
-
-
 def _metric(row: ComparisonRow, key: str) -> float | None:
-    for k, v in row.metrics:
+    """The row's metric ``key`` (its usual position first: MaxAbsErr is a tensor row's second metric, the lower
+    bound a statistics row's last), or None."""
+    metrics = row.metrics
+    if metrics:
+        for k, v in (metrics[-1], metrics[1] if len(metrics) > 1 else metrics[0]):
+            if k == key:
+                return v
+    for k, v in metrics:
         if k == key:
             return v
     return None
 
 
-def relative_error(row: ComparisonRow) -> float | None:
-    """The row's relative error ``e`` (module docstring; dimensionless), or None when the row has none: not a matched
-    tensor row compared by tensor files or statistics, a magnitude unknown, or an error not finite."""
-    if row.match_class != "matched" or row.compared_by not in ("tensor", "statistics"):
+_COMPARED = frozenset({"tensor", "statistics"})
+
+
+@lru_cache(maxsize=256)
+def _sentinel_limit(dtype: str | None) -> float:
+    """Magnitudes at least this large are a mask sentinel in ``dtype`` (half its largest finite value)."""
+    return _SENTINEL_FRACTION * _FINITE_MAX.get(normalize_dtype(dtype) or "", _FINITE_MAX["float32"])
+
+
+def _measure(row: ComparisonRow) -> tuple[float | None, float | None, float | None] | None:
+    """``(magnitude, relative error e, absolute error)`` of a row (module docstring), None entries where unknown, or
+    None for a row with no tensor error: not a matched tensor row compared by tensor files or statistics, or
+    statistics missing.  A row whose Max or Min is a NaN or ±Inf on one side only (its elements are) has both errors
+    infinite and no magnitude: that is where the non-finite value appears.  A mask sentinel has no magnitude."""
+    a, b = row.a, row.b
+    if row.match_class != "matched" or row.compared_by not in _COMPARED or a is None or b is None:
         return None
-    err = _metric(row, "MaxAbsErr") if row.compared_by == "tensor" else _metric(row, LOWER_BOUND_NAME)
-    ma, mb = magnitude(row.a), magnitude(row.b)
-    if err is None or ma is None or mb is None or not math.isfinite(err):
+    amax, amin, bmax, bmin = a.max, a.min, b.max, b.min
+    if amax is None or amin is None or bmax is None or bmin is None:
         return None
-    scale = max(ma, mb)
+    finite_a = math.isfinite(amax) and math.isfinite(amin)
+    if finite_a != (math.isfinite(bmax) and math.isfinite(bmin)):
+        return None, math.inf, math.inf
+    if not finite_a:
+        return None
+    scale = max(abs(amax), abs(amin), abs(bmax), abs(bmin))
+    if scale >= _sentinel_limit(a.dtype):
+        return None
+    err = _metric(row, "MaxAbsErr" if row.compared_by == "tensor" else LOWER_BOUND_NAME)
+    if err is None or not math.isfinite(err):
+        return scale, None, None
     if scale == 0.0:
-        return 0.0 if err == 0.0 else None
-    return err / scale
+        return (0.0, 0.0, 0.0) if err == 0.0 else (scale, None, None)
+    return scale, err / scale, err
 
 
-def _eps(row: ComparisonRow) -> float:
-    dtypes = [normalize_dtype(s.dtype) for s in (row.a, row.b) if s is not None and s.kind == "tensor"]
-    floats = [d for d in dtypes if d in FLOAT_EPS]
+def relative_error(row: ComparisonRow) -> float | None:
+    """The row's relative error ``e`` (module docstring; dimensionless), or None when it has none."""
+    got = _measure(row)
+    return None if got is None else got[1]
+
+
+@lru_cache(maxsize=1024)
+def _eps_of(dtype_a: str | None, dtype_b: str | None) -> float:
+    """Machine epsilon of the coarser floating dtype of two sides (float32's when neither is a float)."""
+    floats = [d for d in (normalize_dtype(dtype_a), normalize_dtype(dtype_b)) if d in FLOAT_EPS]
     return compute_relative_floor(*floats) if floats else FLOAT_EPS["float32"]
 
 
@@ -110,37 +146,13 @@ def _head(path: str) -> str:
     return path.split(".", 1)[0]
 
 
-def _is_output(row: ComparisonRow) -> bool:
+@lru_cache(maxsize=4096)
+def _is_output(arg_path: str, arg_path_b: str | None) -> bool:
     """An output of its call: ``output.*``, ``buffers.*`` (on either side: MindSpore's BatchNorm ``moving_mean``
     parameter pairs with PyTorch's ``buffers.running_mean``), or a row of an entry without inputs (a
     ``parameters_grad`` entry's gradients)."""
-    heads = {_head(row.arg_path), _head(row.arg_path_b or row.arg_path)}
+    heads = {_head(arg_path), _head(arg_path_b or arg_path)}
     return bool(heads & _OUTPUT_HEADS) or not heads & _INPUT_HEADS
-
-
-@dataclass
-class _Row:
-    """What the walk needs of one row."""
-
-    index: int
-    error: float | None
-    scale: float | None
-    eps: float
-    output: bool
-    noise: bool = False
-
-
-def _entry_groups(rows: Sequence[ComparisonRow]) -> list[list[int]]:
-    """Row indices grouped by consecutive entry (A's entry name, else B's)."""
-    groups: list[list[int]] = []
-    last: tuple[str, str | None] | None = None
-    for k, r in enumerate(rows):
-        key = (r.entry_name, r.entry_name_b)
-        if key != last:
-            groups.append([])
-            last = key
-        groups[-1].append(k)
-    return groups
 
 
 def _cosine_only_failure(row: ComparisonRow, t: Thresholds) -> bool:
@@ -154,6 +166,15 @@ def _cosine_only_failure(row: ComparisonRow, t: Thresholds) -> bool:
     if any(not reason.startswith("Cosine") for reason in row.reasons):
         return False
     return mae <= t.max_abs_err_suspect_above and mae <= t.max_abs_err_fail_above
+
+
+def _noise_row(r: ComparisonRow, sc: float, ref: float, thresholds: Thresholds) -> ComparisonRow:
+    """A row at rounding-noise magnitude: a note, and a pass where the Cosine rules alone gave its verdict."""
+    note = (f"both sides at rounding-noise magnitude (|values| <= {sc:.3g}, against {ref:.3g} in the same call): "
+            "the Cosine decides nothing here")
+    if _cosine_only_failure(r, thresholds):
+        return replace(r, verdict="pass", reasons=(), notes=(*r.notes, f"{note}; was: {'; '.join(r.reasons)}"))
+    return replace(r, notes=(*r.notes, note))
 
 
 @dataclass(frozen=True)
@@ -194,75 +215,92 @@ def localise(
     """
     s = settings or OriginRules()
     ulps = s.cross_kernel_noise_ulps if kernels_differ else s.same_kernel_noise_ulps
-    info: list[_Row] = []
-    for k, r in enumerate(rows):
-        scale = None
-        ma, mb = magnitude(r.a), magnitude(r.b)
-        if ma is not None and mb is not None:
-            scale = max(ma, mb)
-            dtype = r.a.dtype if r.a is not None else None
-            if _is_sentinel(scale, dtype):
-                scale = None
-        info.append(_Row(k, relative_error(r) if scale is not None else None, scale, _eps(r), _is_output(r)))
     out = list(rows)
     noise_rows = 0
-    # Rounding-noise magnitude, per entry: against the largest other tensor of the entry.
-    for group in _entry_groups(rows):
-        scales: list[tuple[int, float]] = [(k, m) for k in group if (m := info[k].scale) is not None]
-        if len(scales) < 2:
-            continue
-        for k, sc in scales:
-            ref = max((m for j, m in scales if j != k), default=0.0)
-            limit = min(s.noise_magnitude_ulps * info[k].eps, MAX_NOISE_MAGNITUDE)
-            if ref > 0.0 and sc < limit * ref:
-                info[k].noise = True
-                noise_rows += 1
-                r = rows[k]
-                note = (f"both sides at rounding-noise magnitude (|values| <= {sc:.3g}, against {ref:.3g} in the "
-                        "same call): the Cosine decides nothing here")
-                if _cosine_only_failure(r, thresholds):
-                    out[k] = replace(r, verdict="pass", reasons=(), notes=(*r.notes, f"{note}; was: "
-                                                                           f"{'; '.join(r.reasons)}"))
-                else:
-                    out[k] = replace(r, notes=(*r.notes, note))
     jumps: list[Jump] = []
     carried = 0.0  # the largest relative error of every row so far (rounding-noise rows left out)
     holds_jump: set[str] = set()  # cells a jump happened inside
     forward_error: dict[str, float] = {}  # forward entry → the largest error of its rows
-    for group in _entry_groups(rows):
-        entry = rows[group[0]].entry_name
-        ins = [info[k] for k in group if not info[k].output and not info[k].noise and info[k].error is not None]
-        outs = [info[k] for k in group if info[k].output and not info[k].noise and info[k].error is not None]
-        for x in ins:
-            assert x.error is not None
-            floor = min(ulps * x.eps, MAX_FLOOR)
-            if x.error > floor and x.error > s.jump_ratio * carried:
-                jumps.append(Jump(x.index, "entered", carried, x.error, floor))
+
+    def judge(entry: str, measured: list[tuple[int, float | None, float | None, float | None, float, bool]]) -> None:
+        """One call's rows (index, magnitude, e, absolute error, eps, is output): rounding noise, then jumps."""
+        nonlocal carried, noise_rows
+        # Rounding-noise magnitude: against the largest other tensor of the same call.
+        scales = [m[1] for m in measured if m[1] is not None]
+        if len(scales) >= 2:
+            top = max(scales)
+            second = sorted(scales)[-2]
+            kept = []
+            for m in measured:
+                sc = m[1]
+                ref = (second if sc == top else top) if sc is not None else 0.0
+                if sc is not None and ref > 0.0 and sc < min(s.noise_magnitude_ulps * m[4], MAX_NOISE_MAGNITUDE) * ref:
+                    noise_rows += 1
+                    out[m[0]] = _noise_row(rows[m[0]], sc, ref, thresholds)
+                else:
+                    kept.append(m)
+            measured = kept
+        # (index, e, absolute error, eps) of the inputs and of the outputs whose error is known
+        ins: list[tuple[int, float, float | None, float]] = []
+        outs: list[tuple[int, float, float | None, float]] = []
+        for k, _, e_known, absolute, eps, output in measured:
+            if e_known is not None:
+                (outs if output else ins).append((k, e_known, absolute, eps))
+        for k, e, _, eps in ins:
+            floor = min(ulps * eps, MAX_FLOOR)
+            if e > floor and e > s.jump_ratio * carried:
+                jumps.append(Jump(k, "entered", carried, e, floor))
                 holds_jump.update(chains.get(entry, ()))
-        error_in = max((x.error for x in ins if x.error is not None), default=None)
-        parsed = parse_name(entry)
-        twin = parsed.twin("forward") if parsed.direction == "backward" else None
-        if twin is not None and twin in forward_error:
-            # A backward also reads what its forward saved (the forward's inputs and outputs), so the error those
-            # carried is carried into the backward as well.
-            error_in = max(error_in or 0.0, forward_error[twin])
+        error_in = max((m[1] for m in ins), default=None)
+        absolute_in = max((m[2] for m in ins if m[2] is not None), default=None)
+        backward = ".backward" in entry
+        if backward:
+            parsed = parse_name(entry)
+            twin = parsed.twin("forward") if parsed.direction == "backward" else None
+            if twin is not None and twin in forward_error:
+                # A backward also reads what its forward saved (the forward's inputs and outputs), so the error
+                # those carried is carried into the backward as well.
+                error_in = max(error_in or 0.0, forward_error[twin])
+                absolute_in = None  # the saved tensors' values are not the gradients': no absolute comparison
         if error_in is None:
             error_in = carried
-        is_cell = parsed.kind == "cell"
-        inner_jump = is_cell and entry in holds_jump
-        for x in outs:
-            assert x.error is not None
-            floor = min(ulps * x.eps, MAX_FLOOR)
-            if not inner_jump and x.error > floor and x.error > s.jump_ratio * error_in:
-                jumps.append(Jump(x.index, "computed", error_in, x.error, floor))
+        for k, e, absolute, eps in outs:
+            floor = min(ulps * eps, MAX_FLOOR)
+            # An error that only looks larger because the values shrank (x - 100 for x near 100: cancellation
+            # amplifies the relative error without adding any) is not added: the absolute error must grow too.
+            adds = absolute_in is None or absolute is None or absolute > 2.0 * absolute_in
+            if adds and e > floor and e > s.jump_ratio * error_in:
+                is_cell = entry.partition(".")[0] in CELL_PREFIXES and parse_name(entry).kind == "cell"
+                if is_cell and entry in holds_jump:
+                    continue  # a call inside the cell jumped: the error is that call's
+                jumps.append(Jump(k, "computed", error_in, e, floor))
                 holds_jump.update(chains.get(entry, ()))
                 if is_cell:
                     holds_jump.add(entry)
-        for x in (*ins, *outs):
-            if x.error is not None and x.error > carried:
-                carried = x.error
-        if parsed.direction == "forward":
-            forward_error[entry] = max((x.error for x in (*ins, *outs) if x.error is not None), default=0.0)
+        largest = max((m[1] for m in (*ins, *outs)), default=0.0)
+        if largest > carried:
+            carried = largest
+        if not backward and ".forward" in entry:
+            forward_error[entry] = largest
+
+    # One pass over the rows, a call (consecutive rows of one entry pair) at a time.
+    measure, eps_of, is_output = _measure, _eps_of, _is_output
+    entry: str | None = None
+    entry_b: str | None = None
+    measured: list[tuple[int, float | None, float | None, float | None, float, bool]] = []
+    for k, r in enumerate(rows):
+        if r.entry_name != entry or r.entry_name_b != entry_b:
+            if measured and entry is not None:
+                judge(entry, measured)
+            measured = []
+            entry, entry_b = r.entry_name, r.entry_name_b
+        got = measure(r)
+        if got is not None:
+            a, b = r.a, r.b
+            measured.append((k, got[0], got[1], got[2], eps_of(a.dtype if a else None, b.dtype if b else None),
+                             is_output(r.arg_path, r.arg_path_b)))
+    if measured and entry is not None:
+        judge(entry, measured)
     if s.warn:
         for j in jumps:
             r = out[j.row]

@@ -197,7 +197,8 @@ def _finite_statistics_outcome(
         rule = compute_finite_statistics_verdict(
             (a0, a1, a2, a3), (b0, b1, b2, b3), (d0, d1, d2, d3), bound, t
         )
-    differs = statistics_differ((a0, a1, a2, a3), (b0, b1, b2, b3), numel)
+    # Max or Min differing decides at once (statistics_differ's first test); else Mean and Norm within rounding
+    differs = d0 != 0.0 or d1 != 0.0 or statistics_differ((a0, a1, a2, a3), (b0, b1, b2, b3), numel)
     return _Outcome("statistics", metrics, rule, pair.notes, differs)
 
 

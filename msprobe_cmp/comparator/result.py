@@ -7,6 +7,7 @@ metric names and verdicts rows carry.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -147,6 +148,11 @@ class ComparisonRow:
     def name(self) -> str:
         """The row name ``<entry name>.<arg path>``."""
         return f"{self.entry_name}.{self.arg_path}"
+
+    @property
+    def in_a_and_b(self) -> bool:
+        """Both sides hold this row (recorded data or null): its entry found a partner."""
+        return self.a is not None and self.b is not None
 
     @property
     def name_b(self) -> str:
@@ -303,8 +309,11 @@ class Jump:
 
     @property
     def ratio(self) -> float | None:
-        """``error_out / error_in``, or None when nothing was carried in (``error_in`` 0)."""
-        return self.error_out / self.error_in if self.error_in > 0.0 else None
+        """``error_out / error_in``, or None when nothing was carried in (``error_in`` 0) or the ratio is not finite."""
+        if not self.error_in > 0.0:
+            return None
+        ratio = self.error_out / self.error_in
+        return ratio if math.isfinite(ratio) else None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ never silently keeps a default.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import fields, replace
 from pathlib import Path
@@ -43,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from msprobe_cmp.comparator.mapping.files import read_bounded
+from msprobe_cmp.comparator.mapping.files import StrictYamlLoader, read_bounded
 from msprobe_cmp.comparator.rules import (
     ARGUMENT_DIFFERS_VERDICTS,
     DEFAULT_ARGUMENT_DIFFERS,
@@ -84,6 +85,16 @@ def _localisation(table: Any, file: Path) -> OriginRules:
         return OriginRules(**values)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
+
+
+class _RulesYamlLoader(StrictYamlLoader):
+    """:class:`~msprobe_cmp.comparator.mapping.files.StrictYamlLoader` (no aliases, no duplicate keys) that also reads
+    YAML 1.2's exponent floats as numbers: ``1e-3`` and ``1e3`` (YAML 1.1, which PyYAML follows, wants ``1.0e-3``
+    and would read them as strings, while the rules' examples and TOML write them so)."""
+
+
+_RulesYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
 
 def _brief(value: Any) -> str:
@@ -162,9 +173,10 @@ def parse_rules(doc: Any, file: Path) -> Rules:
     argument_differs = doc.get("argument_differs", DEFAULT_ARGUMENT_DIFFERS)
     if not isinstance(argument_differs, str) or argument_differs not in ARGUMENT_DIFFERS_VERDICTS:
         raise ConfigError(f'{file}: argument_differs: expected "warning" or "fail", got {_brief(argument_differs)}')
+    localisation = _localisation(doc.get("localisation", {}), file)
     try:
         return Rules(default=default, overrides=tuple(overrides), min_matched_share=share_f, noise_factor=noise_f,
-                     argument_differs=argument_differs, localisation=_localisation(doc.get("localisation", {}), file))
+                     argument_differs=argument_differs, localisation=localisation)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
 
@@ -190,13 +202,13 @@ def load_rules(path: str | Path) -> Rules:
         if suffix == ".toml":
             doc: Any = tomllib.loads(text)
         elif suffix in (".yaml", ".yml"):
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=_RulesYamlLoader)
         else:  # no telling suffix (a pipe such as --rules <(...)): TOML, else YAML
             try:
                 doc = tomllib.loads(text)
             except tomllib.TOMLDecodeError:
                 try:
-                    doc = yaml.safe_load(text)
+                    doc = yaml.load(text, Loader=_RulesYamlLoader)
                 except yaml.YAMLError:
                     raise ConfigError(f"{file}: neither valid TOML nor valid YAML (name it .toml or .yaml to see "
                                       "the parser's message)") from None

@@ -259,7 +259,8 @@ def compare_units(
         if out is None:
             out = _compare_pair(pair, unit_a, unit_b, mode, rules)
         if pair.match_class == "matched":
-            out = judge_zero_gradient(pair, out)
+            if "parameters_grad" in pair.entry_name:
+                out = judge_zero_gradient(pair, out)
         elif out.rule.verdict == "warning" and pair.match_class == "not_captured" and (la is None) != (lb is None):
             out = _declared_unobserved(pair, out, unit_a.meta.not_captured_items, unit_b.meta.not_captured_items)
         if undefined and out.rule.verdict == "fail":

@@ -534,6 +534,15 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
     if comparison.input_noise is not None:  # a --noise rerun was compared: only then is the noise factor in force
         thresholds.append(("--noise: failures within this many times the run-to-run noise are warnings",
                            format_number(comparison.rules.noise_factor)))
+    loc = comparison.rules.localisation
+    thresholds += [
+        ("a non-tensor argument that differs is a", comparison.rules.argument_differs),
+        ("likely origin: an output's relative error above this many times its inputs'", format_number(loc.jump_ratio)),
+        ("rounding floor, ulps of the dtype (one framework's kernels / two frameworks')",
+         f"{format_number(loc.same_kernel_noise_ulps)} / {format_number(loc.cross_kernel_noise_ulps)}"),
+        ("rounding-noise magnitude: below this many ulps of its call's largest tensor",
+         format_number(loc.noise_magnitude_ulps)),
+    ]
     data = build_page_data(comparison, max_rows, max_stack_chars)
     template = _environment().get_template("report.html.j2")
     compared, unit_compared = facts.compared_counts()

@@ -141,6 +141,7 @@ def _json_rules(rules: Rules) -> dict[str, Any]:
         "default": {k: _json_number(v) for k, v in asdict(rules.default).items()},
         "min_matched_share": rules.min_matched_share,
         "noise_factor": _json_number(rules.noise_factor),
+        "argument_differs": rules.argument_differs,
         "localisation": {k: _json_number(v) if not isinstance(v, bool) else v
                          for k, v in asdict(rules.localisation).items()},
         "overrides": [
@@ -325,7 +326,9 @@ def _json_document(comparison: Comparison, fast: bool, facts: ReportFacts | None
         "first_failing": _json_row_ref(comparison, comparison.first_failing),
         "likely_origin": _json_origin(comparison),
         "differing_arguments": [
-            {**(_json_row_ref(comparison, RowRef(a.unit, a.row.index, a.row.name, "")) or {}),
+            {**(_json_row_ref(comparison, RowRef(
+                a.unit, a.row.index, a.row.name, "", a.row.parent_cell,
+                comparison.units[a.unit].parent_chains.get(a.row.entry_name, ()))) or {}),
              "a": a.row.a.value if a.row.a else None, "b": a.row.b.value if a.row.b else None}
             for a in differing_arguments(comparison)
         ],

@@ -75,3 +75,29 @@ def test_bad_mapping_file_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys
     assert code == 2
     assert err.count("\n") == 1 and message in err and str(f) in err, err
     assert not out.exists()
+
+
+def test_write_mapping_refuses_what_it_must_not_replace(tmp_path, capsys):
+    import shutil
+
+    ms = tmp_path / "ms"
+    shutil.copytree(MS, ms)
+    dump_json = ms / "step0" / "rank" / "dump.json"
+    before = dump_json.read_bytes()
+    (tmp_path / "adir").mkdir()
+    cases = [
+        (dump_json, "inside the input dump"),  # even with --force
+        (tmp_path / "adir", "exists and is not a regular file"),
+        (tmp_path / "out" / "summary.md", "a report file of --output"),
+    ]
+    (tmp_path / "out").mkdir()
+    for target, words in cases:
+        code = main([str(ms), str(PT), "-o", str(tmp_path / "out"), "--force", "--write-mapping", str(target)])
+        err = capsys.readouterr().err
+        assert code == 2 and words in err and err.count("\n") == 1, err
+        assert not (tmp_path / "out" / "report.html").exists()  # refused before anything was written
+    assert dump_json.read_bytes() == before
+    # a same-framework comparison has no cell pairs: nothing written, and it says so
+    code = main([str(PT), str(PT), "-o", str(tmp_path / "same"), "--write-mapping", str(tmp_path / "same.yaml")])
+    assert code == 0 and not (tmp_path / "same.yaml").exists()
+    assert "nothing written" in capsys.readouterr().out

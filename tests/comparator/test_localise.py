@@ -258,3 +258,34 @@ def test_the_rules_file_sets_the_localisation(tmp_path: Path):
         f.write_text(text)
         with pytest.raises(ConfigError, match=f"rules.toml: localisation.{where}"):
             load_rules(f)
+
+
+def test_the_first_row_holding_a_nan_or_inf_on_one_side_only_is_the_origin(tmp_path: Path):
+    a = chain(None, 0.0)
+    y = a["Tensor.__mul__.0.forward"]["output"][0].copy()
+    y[0, 0] = np.inf  # the multiplication overflows on A only; every later call reads it
+    a["Tensor.__mul__.0.forward"]["output"][0] = y
+    a["Torch.tanh.1.forward"]["input_args"][0] = y
+    write(tmp_path / "a", a)
+    write(tmp_path / "b", chain(None, 0.0))
+    for mode in ("tensor", "statistics"):
+        o = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(mode=mode)).likely_origin
+        assert o is not None and o.ref.name == "Tensor.__mul__.0.forward.output.0" and o.kind == "computed"
+        assert o.error_out == np.inf and o.ratio is None
+
+
+def test_cancellation_amplifies_the_relative_error_without_adding_any(tmp_path: Path):
+    # x near 100 differing by one float32 ulp at 100 (7.6e-6, relative 7.6e-8); x - 100 is exact, so its absolute
+    # error stays 7.6e-6 while its values shrink to ~0.01: a relative error of ~1e-3, added by no call.
+    x_b = (np.float32(100) + RNG.uniform(-0.01, 0.01, 64).astype(np.float32)).astype(np.float32)
+    x_a = np.nextafter(x_b, np.float32(np.inf)).astype(np.float32)
+    entries = {side: {"Tensor.__sub__.0.forward": {"input_args": [x, 100.0], "output": [x - np.float32(100)]}}
+               for side, x in (("a", x_a), ("b", x_b))}
+    write(tmp_path / "a", entries["a"])
+    write(tmp_path / "b", entries["b"])
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    out = next(r for r in c.units[0].rows if r.arg_path == "output.0")
+    inp = next(r for r in c.units[0].rows if r.arg_path == "input.0")
+    assert out.metric("MaxAbsErr") == pytest.approx(inp.metric("MaxAbsErr"))  # the same absolute error ...
+    assert out.metric("MaxAbsErr") / 0.01 > 100 * inp.metric("MaxAbsErr") / 100  # ... far larger relative
+    assert c.likely_origin is None and out.verdict == "pass"

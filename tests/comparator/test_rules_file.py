@@ -132,8 +132,8 @@ def test_a_yaml_alias_bomb_is_refused_fast(tmp_path: Path) -> None:
     levels += [f"&{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefg", "bcdefgh", strict=True)]
     path = tmp_path / "bomb.yaml"
     path.write_text(f"min_matched_share: [{', '.join(levels)}, [*h, *h, *h, *h, *h, *h, *h, *h, *h]]\n")
-    with pytest.raises(ConfigError, match="min_matched_share: expected a number, got a list") as info:
-        load_rules(path)  # 9**9 strings if anything expanded the aliases: must answer at once
+    with pytest.raises(ConfigError, match=r"bomb.yaml: invalid YAML: aliases \(\*name\) are not allowed") as info:
+        load_rules(path)  # 9**9 strings if anything expanded the aliases: refused at the first alias
     assert len(str(info.value)) < 300
 
 
@@ -147,3 +147,21 @@ def test_argument_differs_key(tmp_path: Path, name: str, text: str) -> None:
     assert load_rules(tmp_path / "default.toml").argument_differs == "warning"
 
 
+
+
+def test_yaml_rules_read_exponent_floats_and_refuse_duplicate_keys(tmp_path: Path) -> None:
+    f = tmp_path / "rules.yaml"
+    f.write_text("localisation:\n  jump_ratio: 1e3\ndefault:\n  max_abs_err_suspect_above: 1e-3\n")
+    rules = load_rules(f)
+    assert rules.localisation.jump_ratio == 1000.0 and rules.default.max_abs_err_suspect_above == 0.001
+    f.write_text("argument_differs: fail\nargument_differs: warning\n")
+    with pytest.raises(ConfigError, match="rules.yaml: invalid YAML: duplicate key 'argument_differs'"):
+        load_rules(f)
+
+
+def test_a_localisation_error_names_the_file_once(tmp_path: Path) -> None:
+    f = tmp_path / "neg.toml"
+    f.write_text("[localisation]\njump_ratio = -1\n")
+    with pytest.raises(ConfigError) as info:
+        load_rules(f)
+    assert str(info.value).count("neg.toml") == 1 and "localisation.jump_ratio" in str(info.value)

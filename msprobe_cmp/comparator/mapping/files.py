@@ -134,18 +134,20 @@ class ApiMappingRecords(tuple[ApiMappingRecord, ...]):
         return (tuple(self), self.fused)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses aliases and duplicate mapping keys."""
+class StrictYamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases and duplicate mapping keys (the mapping and rules files' loader)."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
+        """The next node; an alias is an error (no "billion laughs" expansion)."""
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
-                None, None, "aliases (*name) are not allowed in a mapping file", event.start_mark
+                None, None, "aliases (*name) are not allowed", event.start_mark
             )
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping; a key given twice is an error (not a silent last-wins)."""
         seen: set[tuple[str, str]] = set()
         for key_node, _ in node.value:
             if isinstance(key_node, yaml.ScalarNode):
@@ -213,7 +215,7 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
     except UnicodeDecodeError:
         raise ConfigError(f"{file}: {what} file is not UTF-8") from None
     try:
-        return yaml.load(text, Loader=_StrictLoader)
+        return yaml.load(text, Loader=StrictYamlLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""

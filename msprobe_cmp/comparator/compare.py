@@ -35,7 +35,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from msprobe_cmp.comparator.mapping import NameMapping, label_contradiction, unused_mapping_keys
+from msprobe_cmp.comparator.mapping import (
+    INFERRED_LABEL,
+    NameMapping,
+    is_structural_note,
+    label_contradiction,
+    unused_mapping_keys,
+)
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.comparator.metrics import STAT_NAMES
 from msprobe_cmp.comparator.outcomes import (
@@ -304,11 +310,13 @@ def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
     if cell is None:
         return ()
     paired = {r.entry_name for r in unit.rows if r.in_a_and_b}
+    # framework plumbing (MindSpore's Shape, a composite's intermediates) has no partner by construction
+    structural = {r.entry_name for r in unit.rows if any(is_structural_note(n) for n in r.notes)}
     cells: dict[str, None] = {}
     apis: dict[str, None] = {}
     for r in unit.rows:
         if (r.match_class in ("only_in_a", "only_in_b") and r.entry_name not in paired
-                and cell in unit.parent_chains.get(r.entry_name, ())):
+                and r.entry_name not in structural and cell in unit.parent_chains.get(r.entry_name, ())):
             kind = cells if parse_name(r.entry_name).kind == "cell" else apis
             kind[f"{r.entry_name} ({'A' if r.match_class == 'only_in_a' else 'B'} only)"] = None
     return (*cells, *apis)
@@ -560,6 +568,9 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
             for u in side_units if u.unread_json is not None
         )
     notes.extend(_unmapped_notes(units, input_notes))
+    if getattr(opts.mapping.apis, "fused", ()) and any("name mapping" in n for n in input_notes):
+        notes.append("the API mapping file's fused records apply within one name space (PyTorch against PyTorch or "
+                     "mindtorch, MindSpore against MindSpore): not used between MindSpore and PyTorch")
     notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units))
     if world_note:
         notes.insert(0, world_note)
@@ -586,7 +597,6 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         # A's rows that have no counterpart by construction (framework plumbing such as MindSpore's Primitive.Shape,
         # a Primitive's extra outputs, arguments the other API does not take: docs/mapping.md) are kept as rows but
         # do not count against the share either.
-        from msprobe_cmp.comparator.mapping import INFERRED_LABEL, is_structural_note  # this block's own imports
 
         structural: dict[str, int] = {}
         for u in units:

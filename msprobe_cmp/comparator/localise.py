@@ -234,7 +234,7 @@ def localise(
             for m in measured:
                 sc = m[1]
                 ref = (second if sc == top else top) if sc is not None else 0.0
-                if sc is not None and ref > 0.0 and sc < min(s.noise_magnitude_ulps * m[4], MAX_NOISE_MAGNITUDE) * ref:
+                if sc and ref > 0.0 and sc < min(s.noise_magnitude_ulps * m[4], MAX_NOISE_MAGNITUDE) * ref:
                     noise_rows += 1
                     out[m[0]] = _noise_row(rows[m[0]], sc, ref, thresholds)
                 else:

@@ -368,10 +368,10 @@ class LikelyOrigin:
     def text(self) -> str:
         """One line: where, the evidence, the arguments that differ there, then the enclosing cells."""
         ratio = "" if self.ratio is None else f", x{self.ratio:.2g}"
-        how = "enters at" if self.kind == "entered" else "out of"
+        how = "enters at" if self.kind == "entered" else "at"
         where = self.cell or self.ref.name
-        line = (f"{where} ({self.ref.unit_label}): relative error {self.error_out:.2g} {how} {self.ref.name}, "
-                f"{self.error_in:.2g} carried in{ratio}")
+        line = (f"{where} ({self.ref.unit_label}): relative error {self.error_out:.2g} {how} {self.ref.name} "
+                f"({self.error_in:.2g} carried in{ratio})")
         if self.arguments:
             more = f" and {len(self.arguments) - 3} more" if len(self.arguments) > 3 else ""
             line += f"; arguments that differ: {'; '.join(self.arguments[:3])}{more}"

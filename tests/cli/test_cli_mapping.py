@@ -101,3 +101,11 @@ def test_write_mapping_refuses_what_it_must_not_replace(tmp_path, capsys):
     code = main([str(PT), str(PT), "-o", str(tmp_path / "same"), "--write-mapping", str(tmp_path / "same.yaml")])
     assert code == 0 and not (tmp_path / "same.yaml").exists()
     assert "nothing written" in capsys.readouterr().out
+
+
+def test_fused_records_between_mindspore_and_pytorch_are_said_to_be_unused(tmp_path, capsys):
+    apis = tmp_path / "fused.yaml"
+    apis.write_text("- fused: Module.blocks.0.Linear\n  parts:\n    - Module.blocks.1.Linear\n    - Module.blocks.2.Linear\n")
+    code = main([str(MS), str(PT), "-o", str(tmp_path / "r"), "-am", str(apis)])
+    assert code == 0
+    assert "fused records apply within one name space" in capsys.readouterr().out

@@ -466,11 +466,11 @@ def _mapping_file_text(dump_a: Dump, dump_b: Dump, mapping: NameMapping) -> str 
         ns = unit_namespaces(ua, ub)
         if set(ns) == {"mindspore", "pytorch"}:
             sides.append((ua.entries, ub.entries) if ns[0] == "mindspore" else (ub.entries, ua.entries))
+    if not sides:
+        return None
     cells, left_out = mapping_file_pairs(sides, mapping.cells)
     header = ["MindSpore cell -> PyTorch module pairs written by msprobe-cmp --write-mapping (msprobe's -cm format):",
               "<cell path>.<MindSpore class>: <module path>.<PyTorch class>.  Edit, then pass with --cell-mapping."]
-    if not sides:
-        return None
     if left_out:
         header.append(f"{left_out} cell(s) used at several places pair call by call with different modules: not "
                       "listed, they are inferred again.")

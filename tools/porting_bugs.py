@@ -51,12 +51,6 @@ class Result:
     seconds: float
 
 
-def cli_has_mode_option() -> bool:
-    """True when ``msprobe-cmp`` takes ``--mode``."""
-    parser = cli._compare_parser()
-    return any("--mode" in action.option_strings for action in parser._actions)
-
-
 def statistics_view(dump: Path, into: Path) -> Path:
     """A copy of ``dump``'s dump.json files saying ``"task": "statistics"``, beside links to its stack.json and
     construct.json (no tensor files), under ``into``; returns ``into``."""
@@ -75,17 +69,12 @@ def statistics_view(dump: Path, into: Path) -> Path:
 def run_cli(a: Path, b: Path, mode: str, out: Path, work: Path) -> int:
     """``msprobe-cmp A B -o OUT --force`` in ``mode``; returns its exit code (its terminal summary is dropped)."""
     args = [str(a), str(b), "-o", str(out), "--force"]
-    if mode == "statistics":
-        if cli_has_mode_option():
-            args += ["--mode", "statistics"]
-        else:
-            for i, dump in enumerate((a, b)):
-                view = work / "statistics-views" / dump.name
-                if not view.exists():
-                    statistics_view(dump, view)
-                args[i] = str(view)
-    elif cli_has_mode_option():
-        args += ["--mode", mode]
+    if mode == "statistics":  # the command has no --mode: copies of the dumps saying task statistics
+        for i, dump in enumerate((a, b)):
+            view = work / "statistics-views" / dump.name
+            if not view.exists():
+                statistics_view(dump, view)
+            args[i] = str(view)
     with contextlib.redirect_stdout(io.StringIO()):
         return cli.main(args)
 
@@ -123,13 +112,18 @@ def _err(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def _names(value: bool | None) -> str:
-    return {True: "yes", False: "no", None: "n/a (no likely_origin)"}[value]
+def _names(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """A Markdown table: the header line, the separator, one line per row."""
+    return [f"| {' | '.join(headers)} |", "| " + " | ".join("---" for _ in headers) + " |",
+            *(f"| {' | '.join(row)} |" for row in rows)]
 
 
 def render(results: list[Result], seconds: dict[str, float], total: float) -> str:
     """The Markdown page."""
-    has_origin = any(r.outcome.origin_names_changed is not None for r in results)
     bug_results = [r for r in results if not r.name.startswith("control")]
     named = sum(1 for r in bug_results if r.outcome.origin_names_changed)
     detected = sum(1 for r in bug_results if r.outcome.detected)
@@ -153,28 +147,24 @@ def render(results: list[Result], seconds: dict[str, float], total: float) -> st
         "changed module's path appears in the origin's entry name or its innermost enclosing cell.",
         "- the controls compare a correct side with a correct side: the BERT with a rerun of itself (must pass), "
         "and the MindSpore port with the PyTorch original (what the bug rows are measured against).",
-        "- statistics mode: " + ("`--mode statistics`." if cli_has_mode_option() else
-                                 "the command has no `--mode` option, so it reads copies of the same dump.json "
-                                 "files saying `\"task\": \"statistics\"` (auto-detected as statistics mode); "
-                                 "the Comparison objects come from `compare(..., CompareOptions(mode=...))` on the "
-                                 "dumps themselves, and *exit* shows `(API: n)` where `exit_code_for` of that "
-                                 "Comparison disagrees with the command's exit code."),
+        "- statistics mode: the command has no `--mode` option, so it reads copies of the same dump.json "
+        "files saying `\"task\": \"statistics\"` (auto-detected as statistics mode); "
+        "the Comparison objects come from `compare(..., CompareOptions(mode=...))` on the "
+        "dumps themselves, and *exit* shows `(API: n)` where `exit_code_for` of that "
+        "Comparison disagrees with the command's exit code.",
         "",
         f"Detected (fail, or a warning row): {detected} of {len(bug_results)} bug comparisons; likely origin names "
-        f"the changed module: " + (f"{named} of {len(bug_results)}." if has_origin else
-                                   "n/a (the comparator has no `likely_origin` yet)."),
+        f"the changed module: {named} of {len(bug_results)}.",
         "",
-        "| bug | changed module | mode | exit | verdict (fail / warning rows) | first failing row | likely origin "
-        "| names changed |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for r in results:
-        o = r.outcome
-        origin = "-" if o.origin is None else f"{_code(o.origin)} in {_code(o.origin_cell)}"
-        exit_text = str(r.exit_code) + ("" if r.exit_code == r.api_exit_code else f" (API: {r.api_exit_code})")
-        lines.append(f"| {_cell(r.title)} | `{r.changed}` | {r.mode} | {exit_text} | {o.verdict} ({o.fails} / "
-                     f"{o.warnings}) | {_code(o.first_failing)} | {origin} | "
-                     f"{_names(o.origin_names_changed) if not r.name.startswith('control') else '-'} |")
+    lines += _table(
+        ("bug", "changed module", "mode", "exit", "verdict (fail / warning rows)", "first failing row", "likely origin",
+         "names changed"),
+        [(_cell(r.title), f"`{r.changed}`", r.mode,
+          str(r.exit_code) + ("" if r.exit_code == r.api_exit_code else f" (API: {r.api_exit_code})"),
+          f"{r.outcome.verdict} ({r.outcome.fails} / {r.outcome.warnings})", _code(r.outcome.first_failing),
+          "-" if r.outcome.origin is None else f"{_code(r.outcome.origin)} in {_code(r.outcome.origin_cell)}",
+          _names(r.outcome.origin_names_changed) if not r.name.startswith("control") else "-") for r in results])
     lines += [
         "",
         "## Error at the changed module and elsewhere",
@@ -185,16 +175,14 @@ def render(results: list[Result], seconds: dict[str, float], total: float) -> st
         "module, and in brackets inside the same module in the bug-free comparison of that model (the BERT rerun, "
         "the bug-free port): a port bug is only told apart by what it adds to the port's own differences.",
         "",
-        "| bug | mode | first divergent row | in changed module: max err (row) | fail+warn rows in it (bug-free: "
-        "same module) | elsewhere: max err (row) |",
-        "| --- | --- | --- | --- | --- | --- |",
     ]
-    for r in results:
-        o = r.outcome
-        control = "" if r.control_changed_fail is None else f" ({r.control_changed_fail})"
-        lines.append(f"| {r.name} | {r.mode} | {_code(o.first_divergent)} | {_err(o.changed_err)} "
-                     f"({_code(o.changed_row)}) | {o.changed_fail}{control} | {_err(o.other_err)} "
-                     f"({_code(o.other_row)}) |")
+    lines += _table(
+        ("bug", "mode", "first divergent row", "in changed module: max err (row)",
+         "fail+warn rows in it (bug-free: same module)", "elsewhere: max err (row)"),
+        [(r.name, r.mode, _code(r.outcome.first_divergent),
+          f"{_err(r.outcome.changed_err)} ({_code(r.outcome.changed_row)})",
+          f"{r.outcome.changed_fail}" + ("" if r.control_changed_fail is None else f" ({r.control_changed_fail})"),
+          f"{_err(r.outcome.other_err)} ({_code(r.outcome.other_row)})") for r in results])
     lines += ["", "## Origins in full", ""]
     for r in results:
         if r.outcome.origin_text:

@@ -31,10 +31,11 @@ below it is split, each module importing only those listed after it:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from msprobe_cmp.comparator.fused import fused_records
 from msprobe_cmp.comparator.mapping import (
     INFERRED_LABEL,
     NameMapping,
@@ -68,6 +69,7 @@ from msprobe_cmp.comparator.result import (
     SideSummary,
     UnitComparison,
     UnitRef,
+    _listed,
 )
 from msprobe_cmp.comparator.rollup import compute_cell_rollups
 from msprobe_cmp.comparator.rules import Rules
@@ -125,13 +127,6 @@ class CompareOptions:
 
 # --------------------------------------------------------------------------------------------------
 # units and mode
-
-
-def _listed(items: Sequence[str], shown: int, sep: str = ", ") -> str:
-    """The first ``shown`` of ``items`` joined by ``sep``, followed by " and K more" when ``items`` holds K more: the
-    one way the notes list names, steps and keys."""
-    text = sep.join(items[:shown])
-    return text + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def _gaps_text(rank_dump: RankDump) -> str:
@@ -296,11 +291,7 @@ def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
 
 def _differing_arguments(unit: UnitComparison, entries: set[str]) -> tuple[str, ...]:
     """``"<row name>: A <value>, B <value>"`` for each non-tensor argument of ``entries`` whose two sides differ."""
-    out = []
-    for r in unit.rows:
-        if r.entry_name in entries and r.compared_by == "value" and r.differs and r.a is not None and r.b is not None:
-            out.append(f"{r.name}: A {r.a.value}, B {r.b.value}")
-    return tuple(out)
+    return tuple(text for r in unit.rows if r.entry_name in entries and (text := r.value_difference) is not None)
 
 
 def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
@@ -568,7 +559,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
             for u in side_units if u.unread_json is not None
         )
     notes.extend(_unmapped_notes(units, input_notes))
-    if getattr(opts.mapping.apis, "fused", ()) and any("name mapping" in n for n in input_notes):
+    if fused_records(opts.mapping) and any("name mapping" in n for n in input_notes):
         notes.append("the API mapping file's fused records apply within one name space (PyTorch against PyTorch or "
                      "mindtorch, MindSpore against MindSpore): not used between MindSpore and PyTorch")
     notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units))

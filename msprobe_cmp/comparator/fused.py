@@ -51,13 +51,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 
-from msprobe_cmp.comparator.mapping.files import FusedRecord
-from msprobe_cmp.comparator.matching import MatchClass, RowPair, classify_pair, execution_order
+from msprobe_cmp.comparator.mapping.files import PLACEHOLDER_RE, FusedRecord
+from msprobe_cmp.comparator.matching import MatchClass, RowPair, _backward_twin, classify_pair, execution_order
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
 from msprobe_cmp.dump.schema import NONFINITE_COUNT_KEYS, Entry, Leaf, TensorLeaf
@@ -73,7 +73,6 @@ __all__ = [
     "match_with_fused",
 ]
 
-_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -272,7 +271,7 @@ def _stem_regex(template: str) -> re.Pattern[str]:
     out: list[str] = []
     seen: set[str] = set()
     for token in template.split("."):
-        match = _PLACEHOLDER_RE.fullmatch(token)
+        match = PLACEHOLDER_RE.fullmatch(token)
         if match is None:
             out.append(re.escape(token))
         elif match.group(1) in seen:
@@ -284,7 +283,7 @@ def _stem_regex(template: str) -> re.Pattern[str]:
 
 
 def _fill(template: str, binding: Mapping[str, str]) -> str:
-    return _PLACEHOLDER_RE.sub(lambda m: binding[m.group(1)], template)
+    return PLACEHOLDER_RE.sub(lambda m: binding[m.group(1)], template)
 
 
 @dataclass
@@ -337,10 +336,6 @@ def _api_op(entry: Entry) -> str:
     return f"{parsed.prefix}.{parsed.op}"
 
 
-def _backward_of(name: str) -> str:
-    return name[: -len("forward")] + "backward"
-
-
 def _inner_members(fused: Entry, parts: Sequence[Entry], fused_cells: _Cells, part_cells: _Cells,
                    ) -> tuple[list[_Member], str | None]:
     """The API calls made inside the fused call and inside each part, paired by position when every one of them
@@ -358,8 +353,8 @@ def _inner_members(fused: Entry, parts: Sequence[Entry], fused_cells: _Cells, pa
     for k, entry in enumerate(own):
         members.append(_Member("forward", entry, tuple(calls[k] for calls in theirs)))
     for k, entry in enumerate(own):
-        fb = fused_cells.by_name.get(_backward_of(entry.name))
-        pb = tuple(part_cells.by_name.get(_backward_of(calls[k].name)) for calls in theirs)
+        fb = fused_cells.by_name.get(_backward_twin(entry.name) or "")
+        pb = tuple(part_cells.by_name.get(_backward_twin(calls[k].name) or "") for calls in theirs)
         if fb is not None or any(b is not None for b in pb):
             members.append(_Member("backward", fb, pb))
     return members, None
@@ -577,9 +572,7 @@ def _rows_of(group: _Group) -> list[tuple[Entry | None, list[RowPair]]]:
     for member in group.members:
         rows = maker.member_rows(member)
         if group.note and member is group.members[0]:
-            rows = [RowPair(r.entry_name, r.arg_path, r.match_class, r.leaf_a, r.leaf_b, r.in_a, r.in_b,
-                            (*r.notes, group.note), r.entry_name_b, r.arg_path_b, r.mapped_by, r.transpose_b)
-                    for r in rows]
+            rows = [replace(r, notes=(*r.notes, group.note)) for r in rows]
         anchor = member.fused if group.fused_on_a else next((p for p in member.parts if p is not None), None)
         out.append((anchor, rows))
     return out

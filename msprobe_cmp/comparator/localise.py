@@ -55,7 +55,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from msprobe_cmp.comparator.dtypes import FLOAT_EPS, compute_relative_floor, normalize_dtype
-from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, ComparisonRow, Jump, SideSummary
+from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, ComparisonRow, Jump
 from msprobe_cmp.comparator.rules import OriginRules, Thresholds
 from msprobe_cmp.dump.naming import CELL_PREFIXES, parse_name
 
@@ -69,14 +69,6 @@ _FINITE_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38, 
 
 _INPUT_HEADS = frozenset({"input", "kwargs", "parameters", "buffers_before"})
 _OUTPUT_HEADS = frozenset({"output", "buffers"})
-
-
-def magnitude(side: SideSummary | None) -> float | None:
-    """``max(|Max|, |Min|)`` of one side of a row (value units), or None when unknown or non-finite."""
-    if side is None or side.kind != "tensor" or side.max is None or side.min is None:
-        return None
-    m = max(abs(side.max), abs(side.min))
-    return m if math.isfinite(m) else None
 
 
 def _metric(row: ComparisonRow, key: str) -> float | None:
@@ -129,17 +121,10 @@ def _measure(row: ComparisonRow) -> tuple[float | None, float | None, float | No
     return scale, err / scale, err
 
 
-def relative_error(row: ComparisonRow) -> float | None:
-    """The row's relative error ``e`` (module docstring; dimensionless), or None when it has none."""
-    got = _measure(row)
-    return None if got is None else got[1]
-
-
 @lru_cache(maxsize=1024)
 def _eps_of(dtype_a: str | None, dtype_b: str | None) -> float:
     """Machine epsilon of the coarser floating dtype of two sides (float32's when neither is a float)."""
-    floats = [d for d in (normalize_dtype(dtype_a), normalize_dtype(dtype_b)) if d in FLOAT_EPS]
-    return compute_relative_floor(*floats) if floats else FLOAT_EPS["float32"]
+    return compute_relative_floor(*(d for d in (normalize_dtype(dtype_a), normalize_dtype(dtype_b)) if d in FLOAT_EPS))
 
 
 def _head(path: str) -> str:
@@ -184,12 +169,10 @@ class Localisation:
     Attributes:
         rows: the unit's rows with verdicts adjusted (rounding-noise rows passed, jumping rows warned).
         jumps: every jumping row, in execution order; the first is the likely origin.
-        noise_rows: how many rows were found at rounding-noise magnitude.
     """
 
     rows: tuple[ComparisonRow, ...]
     jumps: tuple[Jump, ...]
-    noise_rows: int
 
 
 def localise(
@@ -210,13 +193,11 @@ def localise(
         settings: the localisation settings (defaults: :class:`OriginRules`).
 
     Returns:
-        A :class:`Localisation`: the rows (a new tuple; rows not changed are the same objects), the jumps and the
-        number of rows at rounding-noise magnitude.
+        A :class:`Localisation`: the rows (a new tuple; rows not changed are the same objects) and the jumps.
     """
     s = settings or OriginRules()
     ulps = s.cross_kernel_noise_ulps if kernels_differ else s.same_kernel_noise_ulps
     out = list(rows)
-    noise_rows = 0
     jumps: list[Jump] = []
     carried = 0.0  # the largest relative error of every row so far (rounding-noise rows left out)
     holds_jump: set[str] = set()  # cells a jump happened inside
@@ -224,7 +205,7 @@ def localise(
 
     def judge(entry: str, measured: list[tuple[int, float | None, float | None, float | None, float, bool]]) -> None:
         """One call's rows (index, magnitude, e, absolute error, eps, is output): rounding noise, then jumps."""
-        nonlocal carried, noise_rows
+        nonlocal carried
         # Rounding-noise magnitude: against the largest other tensor of the same call.
         scales = [m[1] for m in measured if m[1] is not None]
         if len(scales) >= 2:
@@ -235,7 +216,6 @@ def localise(
                 sc = m[1]
                 ref = (second if sc == top else top) if sc is not None else 0.0
                 if sc and ref > 0.0 and sc < min(s.noise_magnitude_ulps * m[4], MAX_NOISE_MAGNITUDE) * ref:
-                    noise_rows += 1
                     out[m[0]] = _noise_row(rows[m[0]], sc, ref, thresholds)
                 else:
                     kept.append(m)
@@ -306,7 +286,7 @@ def localise(
             r = out[j.row]
             if r.verdict == "pass":
                 out[j.row] = replace(r, verdict="warning", reasons=(describe_jump(j),))
-    return Localisation(tuple(out), tuple(jumps), noise_rows)
+    return Localisation(tuple(out), tuple(jumps))
 
 
 def describe_jump(j: Jump) -> str:

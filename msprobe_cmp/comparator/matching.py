@@ -50,10 +50,11 @@ from msprobe_cmp.comparator.mapping.canonical import (
     UNMAPPED,
     EntryView,
     ViewItem,
+    forward_input_shapes,
     resolve_gradients,
 )
 from msprobe_cmp.dump.naming import parse_name
-from msprobe_cmp.dump.schema import Entry, Leaf, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import Entry, Leaf, TensorLeaf, ValueLeaf
 
 MatchClass = Literal["matched", "only_in_a", "only_in_b", "shape_mismatch", "dtype_mismatch", "not_captured"]
 
@@ -614,18 +615,6 @@ def _forward_name(backward_name: str) -> str | None:
     return None
 
 
-def _forward_input_shapes(fwd: Entry) -> list[tuple[int, ...] | None]:
-    """The shapes of a forward entry's ``input_args`` (None for a non-tensor argument)."""
-    node = fwd.field("input_args")
-    n = len(node.items) if isinstance(node, Seq) else 0
-    shapes: list[tuple[int, ...] | None] = [None] * n
-    for path, leaf in fwd.leaf_tuple():
-        head, _, index = path.partition(".")
-        if head == "input" and index.isdigit() and int(index) < n and isinstance(leaf, TensorLeaf):
-            shapes[int(index)] = tuple(leaf.shape)
-    return shapes
-
-
 #: Where each ``output.<k>`` leaf of an API backward entry belongs: ``{path: ("output.<input index>", transposed)}``.
 _Positions = dict[str, tuple[str, bool]]
 
@@ -646,7 +635,7 @@ def _gradient_positions(bwd: Entry, fwd: Entry | None) -> _Positions | None:
     if not outs or any(not (p.startswith("output.") and p[7:].isdigit()) for p, _ in outs):
         return None
     grads = [tuple(leaf.shape) if isinstance(leaf, TensorLeaf) else None for _, leaf in outs]
-    shapes = _forward_input_shapes(fwd)
+    shapes = forward_input_shapes(fwd)
     if len(grads) <= len(shapes) and all(g is None or g == shapes[k] for k, g in enumerate(grads)):
         return {p: (p, False) for p, _ in outs}  # positional (what resolve_gradients tries first), the usual case
     found = resolve_gradients(shapes, grads)
@@ -767,7 +756,7 @@ def _backward_rows(
         forward = _forward_name(name)
         unresolved = fa if pa is None else fb
         assert unresolved is not None  # checked above
-        shapes = [list(s) if s is not None else None for s in _forward_input_shapes(unresolved)]
+        shapes = [list(s) if s is not None else None for s in forward_input_shapes(unresolved)]
         side = "A" if pa is None else "B"
         why = (f"{side}'s backward gradients fit none of {forward}'s inputs (shapes {shapes}): they are not "
                "gradients w.r.t. its inputs (msprobe 1.2.2's PyTorch dumps record the gradients of the last "
@@ -814,8 +803,8 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
                 and not _outputs_agree(ea, eb)):
             name_b = eb.name if eb.name != ea.name else None
             aligned = (f"aligned by call order with B's {name_b} (the two runs' call counts differ)",) if name_b else ()
-            rows = _backward_rows(ea, eb, forward_a.get(ea.name[: -len("backward")] + "forward"),
-                                  forward_b.get(eb.name[: -len("backward")] + "forward"), name_b, aligned)
+            rows = _backward_rows(ea, eb, forward_a.get(_forward_name(ea.name) or ""),
+                                  forward_b.get(_forward_name(eb.name) or ""), name_b, aligned)
             if rows is not None:
                 out.extend(rows)
                 continue

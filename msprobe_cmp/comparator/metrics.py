@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from msprobe_cmp.comparator.dtypes import DEFAULT_RELATIVE_FLOOR
+from msprobe_cmp.comparator.dtypes import DEFAULT_RELATIVE_FLOOR, FLOAT_EPS
 
 F64 = NDArray[np.float64]
 
@@ -634,7 +634,7 @@ def compute_stat_diffs(
 
 
 #: float32's machine epsilon: the precision recorders reduce Mean and Norm in (msprobe 1.2.2's PyTorch recorder).
-_FLOAT32_EPS = 2.0**-23
+_FLOAT32_EPS = FLOAT_EPS["float32"]
 #: The largest finite float32.
 FLOAT32_MAX = 3.4028234663852886e38
 

@@ -30,6 +30,7 @@ from msprobe_cmp.comparator.rules import (
     RuleOutcome,
     Rules,
     Thresholds,
+    _is_number,
     compare_values,
     compute_argument_verdict,
     compute_finite_statistics_verdict,
@@ -350,10 +351,6 @@ def statistics_contradict_files(diffs: tuple[StatDiff, ...], tm: TensorMetrics) 
                     f"MaxAbsErr {mae:.6g}, which bounds it for the same tensors (a statistic or a file is corrupt, "
                     "or the files come from another run)")
     return None
-
-
-def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def argument_name(entry_name: str, arg_path: str) -> str | None:

@@ -8,7 +8,7 @@ metric names and verdicts rows carry.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -51,6 +51,13 @@ STAT_METRIC_NAMES = (
 
 #: Name of the statistics-mode lower bound on MaxAbsErr (value units).
 LOWER_BOUND_NAME = "MaxAbsErr lower bound"
+
+
+def _listed(items: Sequence[str], shown: int, sep: str = ", ") -> str:
+    """The first ``shown`` of ``items`` joined by ``sep``, followed by " and K more" when ``items`` holds K more: the
+    one way the notes list names, steps and keys."""
+    text = sep.join(items[:shown])
+    return text + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,14 @@ class ComparisonRow:
     def name(self) -> str:
         """The row name ``<entry name>.<arg path>``."""
         return f"{self.entry_name}.{self.arg_path}"
+
+    @property
+    def value_difference(self) -> str | None:
+        """``"<row name>: A <value>, B <value>"`` for a row compared by value (a non-tensor argument or output: eps, a
+        dtype, a flag) whose two sides differ, else None: the text the reports list such rows by."""
+        if self.compared_by != "value" or not self.differs or self.a is None or self.b is None:
+            return None
+        return f"{self.name}: A {self.a.value}, B {self.b.value}"
 
     @property
     def in_a_and_b(self) -> bool:
@@ -373,11 +388,9 @@ class LikelyOrigin:
         line = (f"{where} ({self.ref.unit_label}): relative error {self.error_out:.2g} {how} {self.ref.name} "
                 f"({self.error_in:.2g} carried in{ratio})")
         if self.arguments:
-            more = f" and {len(self.arguments) - 3} more" if len(self.arguments) > 3 else ""
-            line += f"; arguments that differ: {'; '.join(self.arguments[:3])}{more}"
+            line += f"; arguments that differ: {_listed(self.arguments, 3, '; ')}"
         if self.unpaired:
-            more = f" and {len(self.unpaired) - 3} more" if len(self.unpaired) > 3 else ""
-            line += f"; calls inside it without a partner: {', '.join(self.unpaired[:3])}{more}"
+            line += f"; calls inside it without a partner: {_listed(self.unpaired, 3)}"
         chain = [c for c in self.ref.parents if c != where]
         if chain:
             line += f"; inside {' < '.join(chain[:3])}" + (" < ..." if len(chain) > 3 else "")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, fields
 from typing import Literal, NamedTuple, Protocol
 
 from msprobe_cmp.comparator.dtypes import (
+    FLOAT_EPS,
     as_dtype_value,
     is_device_type,
     is_dtype_type,
@@ -422,7 +423,7 @@ ARGUMENT_DIFFERS = "argument differs"
 #: ``9.99999974738e-06``, a relative change of 2.5e-8) or was computed in another order in float64
 #: (``1 - 0.9`` is ``0.09999999999999998``).  A real change of setting (``eps`` 1e-05 against 1e-12, a learning
 #: rate) is many orders of magnitude larger.
-ARGUMENT_FLOAT_RTOL = 2.0**-23
+ARGUMENT_FLOAT_RTOL = FLOAT_EPS["float32"]
 
 ValueKind = Literal["dtype", "device", "number", "other"]
 

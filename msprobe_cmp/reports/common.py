@@ -489,8 +489,9 @@ def differing_arguments(comparison: Comparison) -> list[ArgumentRow]:
     out = []
     for ui, u in enumerate(comparison.units):
         for r in u.rows:
-            if r.compared_by == "value" and r.differs and r.a is not None and r.b is not None:
-                out.append(ArgumentRow(ui, r, f"{r.name}: A {r.a.value}, B {r.b.value} ({u.unit_a.label})"))
+            text = r.value_difference
+            if text is not None:
+                out.append(ArgumentRow(ui, r, f"{text} ({u.unit_a.label})"))
     return out
 
 
@@ -504,13 +505,16 @@ def arguments_line(comparison: Comparison, shown: int = 3) -> str | None:
     return f"arguments that differ ({len(rows)}): {listed}{more}"
 
 
-def origin_line(comparison: Comparison) -> str:
-    """``"likely origin: <cell> < <parents> (<unit>): relative error ... out of <row>, ... carried in; ..."``, or
-    ``"likely origin: none ..."`` when no row's error jumps (:mod:`msprobe_cmp.comparator.localise`)."""
+def origin_text(comparison: Comparison) -> str:
+    """The likely origin's one line (:attr:`~msprobe_cmp.comparator.compare.LikelyOrigin.text`), or ``"none ..."``
+    when no row's error jumps (:mod:`msprobe_cmp.comparator.localise`)."""
     origin = comparison.likely_origin
-    if origin is None:
-        return "likely origin: none (no row's error jumps beyond what its inputs carry)"
-    return f"likely origin: {origin.text}"
+    return "none (no row's error jumps beyond what its inputs carry)" if origin is None else origin.text
+
+
+def origin_line(comparison: Comparison) -> str:
+    """``"likely origin: "`` and :func:`origin_text`: the CLI's and the HTML's line."""
+    return f"likely origin: {origin_text(comparison)}"
 
 
 def select_error_metric(comparison: Comparison) -> str:

@@ -67,7 +67,7 @@ from msprobe_cmp.reports.common import (
     dumps_compact,
     format_number,
     format_side,
-    origin_line,
+    origin_text,
 )
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
@@ -726,7 +726,7 @@ def render_markdown(comparison: Comparison, top: int = MARKDOWN_TOP_ROWS, *, fac
     lines.append(f"B (baseline): {markdown_text(comparison.input_b)}")
     lines.append("")
     if facts.compared_counts()[0]:
-        lines.append(f"**Likely origin:** {markdown_text(origin_line(comparison).split(': ', 1)[1])}")
+        lines.append(f"**Likely origin:** {markdown_text(origin_text(comparison))}")
         lines.append("")
     lines.append("| | " + " | ".join(cls for cls, _ in comparison.counts) + " |")
     lines.append("|---|" + "---:|" * len(comparison.counts))

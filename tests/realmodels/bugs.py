@@ -237,22 +237,11 @@ def all_bugs() -> tuple[Bug, ...]:
 
 def _record_port_side(dump: Path, side: str, inject: Callable[[Any], None] | None, task: str = "tensor") -> Path:
     """Record one side (``"ms"`` or ``"pt"``) of the port pair into ``dump`` (port.py's default image size), with
-    ``inject`` applied to that side's model; uses port.py's one-side recorders when it has them, else its
-    ``record_port`` (both sides, one kept)."""
-    import shutil
-
+    ``inject`` applied to that side's model (port.py's one-side recorders)."""
     from tests.realmodels import port
 
-    name = "record_mindspore" if side == "ms" else "record_torch"
-    one_side = getattr(port, name, None) or getattr(port, "_" + name, None)
-    if one_side is not None:
-        return Path(one_side(dump, task, inject))
-    tmp = dump.with_name(dump.name + ".both")
-    ms_dump, pt_dump = port.record_port(tmp, task=task, ms_patch=inject if side == "ms" else None,
-                                        pt_patch=inject if side == "pt" else None)
-    shutil.move(str(ms_dump if side == "ms" else pt_dump), str(dump))
-    shutil.rmtree(tmp, ignore_errors=True)
-    return dump
+    record = port.record_mindspore if side == "ms" else port.record_torch
+    return Path(record(dump, task, inject))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -320,17 +309,14 @@ def in_module(name: str | None, fragment: str) -> bool:
     return bool(name) and re.search(r"(^|\.)" + re.escape(fragment) + r"\.", name or "") is not None
 
 
-def origin_names_module(comparison: Any, fragment: str) -> bool | None:
+def origin_names_module(comparison: Any, fragment: str) -> bool:
     """Whether the comparison's likely origin names the changed module: ``fragment`` in the origin row's entry name
-    (A's, or B's own across frameworks) or in its innermost enclosing cell.  None when the comparator has no
-    ``likely_origin`` yet; False when it has one but found no origin."""
-    if not hasattr(comparison, "likely_origin"):
-        return None
+    (A's, or B's own across frameworks) or in its innermost enclosing cell; False when it found no origin."""
     origin = comparison.likely_origin
     if origin is None:
         return False
     row = comparison.row(origin.ref)
-    names = (origin.ref.name, getattr(origin, "cell", None), row.entry_name_b, origin.ref.parent_cell)
+    names = (origin.ref.name, origin.cell, row.entry_name_b, origin.ref.parent_cell)
     return any(in_module(n, fragment) for n in names)
 
 
@@ -366,7 +352,7 @@ class Outcome:
     origin: str | None
     origin_cell: str | None
     origin_text: str | None
-    origin_names_changed: bool | None
+    origin_names_changed: bool
     changed_err: float | None
     changed_row: str | None
     other_err: float | None
@@ -388,15 +374,15 @@ def outcome(comparison: Any, fragment: str) -> Outcome:
             err = _row_error(row)
             if err is not None and row.differs and err > best.get(inside, (-1.0, ""))[0]:
                 best[inside] = (err, row.name)
-    origin = getattr(comparison, "likely_origin", None)
+    origin = comparison.likely_origin
     return Outcome(
         verdict=comparison.verdict, fails=counts.get("fail", 0), warnings=counts.get("warning", 0),
         detected=comparison.verdict == "fail" or counts.get("warning", 0) > 0,
         first_divergent=comparison.first_divergent.name if comparison.first_divergent else None,
         first_failing=comparison.first_failing.name if comparison.first_failing else None,
         origin=origin.ref.name if origin is not None else None,
-        origin_cell=(getattr(origin, "cell", None) or origin.ref.parent_cell) if origin is not None else None,
-        origin_text=getattr(origin, "text", None) if origin is not None else None,
+        origin_cell=(origin.cell or origin.ref.parent_cell) if origin is not None else None,
+        origin_text=origin.text if origin is not None else None,
         origin_names_changed=origin_names_module(comparison, fragment),
         changed_err=best[True][0] if True in best else None, changed_row=best[True][1] if True in best else None,
         other_err=best[False][0] if False in best else None, other_row=best[False][1] if False in best else None,

@@ -131,8 +131,6 @@ def test_each_bug_fails_or_warns(results: Results, bug: bugs.Bug, mode: str) -> 
 def test_the_likely_origin_names_the_changed_module_for_most_bugs(results: Results, mode: str) -> None:
     everything = bugs.BERT_BUGS + bugs.PORT_BUGS
     comparisons = {bug.name: results.comparison(bug, mode) for bug in bugs.BERT_BUGS}
-    if not all(hasattr(c, "likely_origin") for c in comparisons.values()):
-        pytest.xfail("likely_origin under construction")
 
     def named(chosen: tuple[bugs.Bug, ...]) -> tuple[int, dict[str, str | None]]:
         origins = {b.name: (comparisons[b.name].likely_origin.ref.name if comparisons[b.name].likely_origin

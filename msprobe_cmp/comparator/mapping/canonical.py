@@ -219,7 +219,8 @@ def _top_index(path: str, kind: str) -> tuple[int, str] | None:
     return int(idx), dot + tail
 
 
-def _input_shapes(fwd: Entry) -> list[tuple[int, ...] | None]:
+def forward_input_shapes(fwd: Entry) -> list[tuple[int, ...] | None]:
+    """The shapes of a forward entry's ``input_args`` (None for a non-tensor argument or a nested one)."""
     node = fwd.field("input_args")
     n = len(node.items) if isinstance(node, Seq) else 0
     shapes: list[tuple[int, ...] | None] = [None] * n
@@ -318,7 +319,7 @@ def _backward_items(bwd: Entry, fwd: Entry | None, reversed_first: bool) -> tupl
     if not outs or any(_top_index(it.path, "output")[1] != "" for _, it in outs):  # type: ignore[index]
         return items, False
     grads = [tuple(it.leaf.shape) if isinstance(it.leaf, TensorLeaf) else None for _, it in outs]
-    found = resolve_gradients(_input_shapes(fwd), grads, reversed_first)
+    found = resolve_gradients(forward_input_shapes(fwd), grads, reversed_first)
     if found is None:
         return items, False
     node_order = NODE_GRADIENT_ORDER.get(parse_name(bwd.name).stem)

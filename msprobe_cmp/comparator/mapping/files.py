@@ -347,7 +347,8 @@ def _paired(rec: dict[str, Any], ms_keys: tuple[str, ...], pt_keys: tuple[str, .
 
 
 _FUSED_KEYS = ("fused", "parts", "dim", "parameters_dim")
-_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: A ``{name}`` placeholder of a fused record: one name component (docs/mapping.md).
+PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: Most parts one fused record may list, and the largest |dim| accepted.
 MAX_FUSED_PARTS = 64
 _MAX_DIM = 32
@@ -369,7 +370,7 @@ def _check_cell_name(value: Any, file: Path, where: str) -> tuple[str, frozenset
     names: set[str] = set()
     for token in tokens:
         if "{" in token or "}" in token:
-            match = _PLACEHOLDER_RE.fullmatch(token)
+            match = PLACEHOLDER_RE.fullmatch(token)
             if match is None:
                 raise ConfigError(
                     f"{file}: {where}: a placeholder must be a whole name component such as '{{i}}', got {token[:40]!r}"

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+import numpy as np
+
 from msprobe_cmp.comparator.fused import fused_records
 from msprobe_cmp.comparator.mapping import (
     INFERRED_LABEL,
@@ -47,7 +49,6 @@ from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.comparator.metrics import STAT_NAMES
 from msprobe_cmp.comparator.outcomes import (
     _compare_statistics,
-    _finite_statistics_outcome,
     _relative_floor_of,
     has_checksum,
 )
@@ -72,6 +73,7 @@ from msprobe_cmp.comparator.result import (
     _listed,
 )
 from msprobe_cmp.comparator.rollup import compute_cell_rollups
+from msprobe_cmp.comparator.rowtable import ABSENT, RowTable
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.units import UNDEFINED_OUTPUTS, NoiseMap, compare_units, unit_namespaces
 from msprobe_cmp.dump.naming import parse_name
@@ -254,14 +256,21 @@ def detect_mode(units_a: tuple[RankDump, ...], units_b: tuple[RankDump, ...]) ->
 
 
 def _noise_of(unit: UnitComparison) -> dict[str, tuple[float | None, float | None, bool]]:
+    """Per row name of a rerun-of-B comparison, ``(Cosine, MaxAbsErr or its statistics lower bound, whether it is
+    that bound)`` of its matched, compared rows (a :data:`~msprobe_cmp.comparator.units.NoiseMap`)."""
+    rows = unit.rows
+    index = np.flatnonzero(rows.class_mask("matched") & ~rows.verdict_mask("skip")).tolist()
+    cos, cos_ok = rows.metric_column("Cosine")
+    mae, mae_ok = rows.metric_column("MaxAbsErr")
+    bound, bound_ok = rows.metric_column(LOWER_BOUND_NAME)
+    entries, paths = rows.names("entry"), rows.names("arg_path")
     out: dict[str, tuple[float | None, float | None, bool]] = {}
-    for r in unit.rows:
-        if r.match_class == "matched" and r.verdict != "skip":
-            mae = r.metric("MaxAbsErr")
-            if mae is not None:
-                out[r.name] = (r.metric("Cosine"), mae, False)
-            else:
-                out[r.name] = (r.metric("Cosine"), r.metric(LOWER_BOUND_NAME), True)
+    for i in index:
+        cosine = float(cos[i]) if cos_ok[i] else None
+        if mae_ok[i]:
+            out[f"{entries[i]}.{paths[i]}"] = (cosine, float(mae[i]), False)
+        else:
+            out[f"{entries[i]}.{paths[i]}"] = (cosine, float(bound[i]) if bound_ok[i] else None, True)
     return out
 
 
@@ -289,9 +298,16 @@ def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
     return None
 
 
+def _rows_of(rows: RowTable, entries: set[str]) -> list[int]:
+    """Indices of the rows whose (A) entry is one of ``entries``."""
+    codes = [k for k, s in enumerate(rows.strings) if s in entries]
+    return np.flatnonzero(np.isin(rows.entry, codes)).tolist() if codes else []
+
+
 def _differing_arguments(unit: UnitComparison, entries: set[str]) -> tuple[str, ...]:
     """``"<row name>: A <value>, B <value>"`` for each non-tensor argument of ``entries`` whose two sides differ."""
-    return tuple(text for r in unit.rows if r.entry_name in entries and (text := r.value_difference) is not None)
+    rows = unit.rows
+    return tuple(text for i in _rows_of(rows, entries) if (text := rows[i].value_difference) is not None)
 
 
 def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
@@ -300,16 +316,22 @@ def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
     order."""
     if cell is None:
         return ()
-    paired = {r.entry_name for r in unit.rows if r.in_a_and_b}
+    rows = unit.rows
+    entries = rows.names("entry")
+    kinds = rows.side_kind
+    both = ((kinds[:, 0] != ABSENT) & (kinds[:, 1] != ABSENT)).tolist()
+    paired = {entries[i] for i, ok in enumerate(both) if ok}
     # framework plumbing (MindSpore's Shape, a composite's intermediates) has no partner by construction
-    structural = {r.entry_name for r in unit.rows if any(is_structural_note(n) for n in r.notes)}
+    plumbing = [k for k, texts in enumerate(rows.tuples) if any(is_structural_note(n) for n in texts)]
+    structural = {entries[i] for i in np.flatnonzero(np.isin(rows.notes, plumbing)).tolist()} if plumbing else set()
+    only_a = rows.class_mask("only_in_a")
     cells: dict[str, None] = {}
     apis: dict[str, None] = {}
-    for r in unit.rows:
-        if (r.match_class in ("only_in_a", "only_in_b") and r.entry_name not in paired
-                and r.entry_name not in structural and cell in unit.parent_chains.get(r.entry_name, ())):
-            kind = cells if parse_name(r.entry_name).kind == "cell" else apis
-            kind[f"{r.entry_name} ({'A' if r.match_class == 'only_in_a' else 'B'} only)"] = None
+    for i in np.flatnonzero(only_a | rows.class_mask("only_in_b")).tolist():
+        entry = entries[i]
+        if entry not in paired and entry not in structural and cell in unit.parent_chains.get(entry, ()):
+            kind = cells if parse_name(entry).kind == "cell" else apis
+            kind[f"{entry} ({'A' if only_a[i] else 'B'} only)"] = None
     return (*cells, *apis)
 
 
@@ -351,11 +373,13 @@ def _mapping_file_notes(
             count = f"{len(keys)} entr{'y' if len(keys) == 1 else 'ies'}"
             notes.append(f"warning: user {what} mapping {source or ''}: {count} match no MindSpore {what} of the "
                          f"dump (misspelt?): {shown}")
-    one_sided = {
-        side: {r.entry_name if side == "A" else (r.entry_name_b or r.entry_name) for u in units for r in u.rows
-               if r.match_class == cls and parse_name(r.entry_name_b or r.entry_name).kind == "cell"}
-        for side, cls in (("A", "only_in_a"), ("B", "only_in_b"))
-    }
+    one_sided: dict[str, set[str]] = {"A": set(), "B": set()}
+    for u in units:
+        for side, cls in (("A", "only_in_a"), ("B", "only_in_b")):
+            for own_a, own_b in u.rows.entry_pairs(cls):
+                name_b = own_b or own_a
+                if parse_name(name_b).kind == "cell":
+                    one_sided[side].add(own_a if side == "A" else name_b)
     if one_sided["A"] and one_sided["B"]:
         notes.append(
             f"{len(one_sided['A'])} cell call(s) of A and {len(one_sided['B'])} of B found no partner: if they are "
@@ -459,7 +483,7 @@ def _unmapped_notes(units: tuple[UnitComparison, ...], input_notes: list[str]) -
         return []
     out = []
     for side, cls in (("A", "only_in_a"), ("B", "only_in_b")):
-        names = list(dict.fromkeys(r.entry_name for u in units for r in u.rows if r.match_class == cls))
+        names = list(dict.fromkeys(own_a for u in units for own_a, _ in u.rows.entry_pairs(cls)))
         if names:
             more = " (all in the report)" if len(names) > 10 else ""
             out.append(f"nothing paired across frameworks; entries only in {side}: {_listed(names, 10)}{more}")
@@ -577,7 +601,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     # Rows paired but without data (not_captured: null leaves, gaps a recorder declared) are not evidence of a
     # mispairing: the floor leaves them out.
     unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
-    no_data = sum(1 for u in units for r in u.rows if r.match_class == "not_captured" and r.verdict == "skip")
+    no_data = sum(int((u.rows.class_mask("not_captured") & u.rows.verdict_mask("skip")).sum()) for u in units)
     total_rows = sum(class_totals.values()) - no_data + unpaired_leaf_rows
     share_of = "all rows"
     if cross_framework:
@@ -591,10 +615,13 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
 
         structural: dict[str, int] = {}
         for u in units:
-            for r in u.rows:
-                if r.match_class == "only_in_a" and any(is_structural_note(n) for n in r.notes):
-                    api = parse_name(r.entry_name).stem
-                    structural[api] = structural.get(api, 0) + 1
+            rows = u.rows
+            plumbing = [k for k, texts in enumerate(rows.tuples) if any(is_structural_note(n) for n in texts)]
+            if not plumbing:
+                continue
+            for code in rows.entry[rows.class_mask("only_in_a") & np.isin(rows.notes, plumbing)].tolist():
+                api = parse_name(rows.strings[code]).stem
+                structural[api] = structural.get(api, 0) + 1
         if structural:
             total_rows -= sum(structural.values())
             worst = sorted(structural.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -603,7 +630,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
                 f"the matched share (framework plumbing, extra outputs, arguments the other API does not take): "
                 f"{_listed([f'{api} ×{n}' for api, n in worst], 5)}"
             )
-        inferred = {r.mapped_by for u in units for r in u.rows if r.mapped_by and INFERRED_LABEL in r.mapped_by}
+        inferred = {label for u in units for label in u.rows.names("mapped_by") if label and INFERRED_LABEL in label}
         if inferred:
             notes.append(
                 f"{len(inferred)} cell pair(s) inferred from classes, parameter shapes and call order (their paths or "
@@ -679,7 +706,6 @@ __all__ = [
     "UnitRef",
     "UnitTask",
     "_compare_statistics",
-    "_finite_statistics_outcome",
     "_relative_floor_of",
     "compare",
     "compare_unit_task",

@@ -49,13 +49,21 @@ No other project localises this way; msprobe's advisor applies a fixed list of h
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from functools import lru_cache
+
+import numpy as np
 
 from msprobe_cmp.comparator.dtypes import FLOAT_EPS, compute_relative_floor, normalize_dtype
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, ComparisonRow, Jump
+from msprobe_cmp.comparator.rowtable import (
+    ABSENT,
+    COMPARED_BY_CODE,
+    MATCH_CLASS_CODE,
+    PASS,
+    RowTable,
+    RowTableBuilder,
+)
 from msprobe_cmp.comparator.rules import OriginRules, Thresholds
 from msprobe_cmp.dump.naming import CELL_PREFIXES, parse_name
 
@@ -71,54 +79,58 @@ _INPUT_HEADS = frozenset({"input", "kwargs", "parameters", "buffers_before"})
 _OUTPUT_HEADS = frozenset({"output", "buffers"})
 
 
-def _metric(row: ComparisonRow, key: str) -> float | None:
-    """The row's metric ``key`` (its usual position first: MaxAbsErr is a tensor row's second metric, the lower
-    bound a statistics row's last), or None."""
-    metrics = row.metrics
-    if metrics:
-        for k, v in (metrics[-1], metrics[1] if len(metrics) > 1 else metrics[0]):
-            if k == key:
-                return v
-    for k, v in metrics:
-        if k == key:
-            return v
-    return None
-
-
-_COMPARED = frozenset({"tensor", "statistics"})
-
-
 @lru_cache(maxsize=256)
 def _sentinel_limit(dtype: str | None) -> float:
     """Magnitudes at least this large are a mask sentinel in ``dtype`` (half its largest finite value)."""
     return _SENTINEL_FRACTION * _FINITE_MAX.get(normalize_dtype(dtype) or "", _FINITE_MAX["float32"])
 
 
-def _measure(row: ComparisonRow) -> tuple[float | None, float | None, float | None] | None:
-    """``(magnitude, relative error e, absolute error)`` of a row (module docstring), None entries where unknown, or
-    None for a row with no tensor error: not a matched tensor row compared by tensor files or statistics, or
-    statistics missing.  A row whose Max or Min is a NaN or ±Inf on one side only (its elements are) has both errors
-    infinite and no magnitude: that is where the non-finite value appears.  A mask sentinel has no magnitude."""
-    a, b = row.a, row.b
-    if row.match_class != "matched" or row.compared_by not in _COMPARED or a is None or b is None:
-        return None
-    amax, amin, bmax, bmin = a.max, a.min, b.max, b.min
-    if amax is None or amin is None or bmax is None or bmin is None:
-        return None
-    finite_a = math.isfinite(amax) and math.isfinite(amin)
-    if finite_a != (math.isfinite(bmax) and math.isfinite(bmin)):
-        return None, math.inf, math.inf
-    if not finite_a:
-        return None
-    scale = max(abs(amax), abs(amin), abs(bmax), abs(bmin))
-    if scale >= _sentinel_limit(a.dtype):
-        return None
-    err = _metric(row, "MaxAbsErr" if row.compared_by == "tensor" else LOWER_BOUND_NAME)
-    if err is None or not math.isfinite(err):
-        return scale, None, None
-    if scale == 0.0:
-        return (0.0, 0.0, 0.0) if err == 0.0 else (scale, None, None)
-    return scale, err / scale, err
+def measure(rows: RowTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every row's magnitude ``max(|A|max, |B|max)``, relative error ``e`` and absolute error (module docstring),
+    vectorised over the unit.
+
+    Returns:
+        ``(measured, magnitude, e, absolute)``: bool [n], the rows with a tensor error (matched rows compared by
+        tensor files or statistics, Max and Min recorded on both sides, not a mask sentinel); and float64 [n] each,
+        NaN where unknown (value units for the magnitude and the absolute error, dimensionless ``e``).  A row whose
+        Max or Min is a NaN or ±Inf on one side only (its elements are) is measured with both errors infinite and no
+        magnitude: that is where the non-finite value appears.
+    """
+    n = len(rows)
+    stats, defined = rows.side_stats, rows.side_stats_defined
+    by = rows.compared_by
+    tensor = by == COMPARED_BY_CODE["tensor"]
+    compared = ((rows.match_class == MATCH_CLASS_CODE["matched"]) & (tensor | (by == COMPARED_BY_CODE["statistics"]))
+                & (rows.side_kind[:, 0] != ABSENT) & (rows.side_kind[:, 1] != ABSENT)
+                & defined[:, :, :2].all(axis=(1, 2)))
+    extremes = stats[:, :, :2].reshape(n, 4)
+    finite_a = np.isfinite(extremes[:, :2]).all(axis=1)
+    finite_b = np.isfinite(extremes[:, 2:]).all(axis=1)
+    one_sided = compared & (finite_a != finite_b)
+    both = compared & finite_a & finite_b
+    scale = np.abs(np.where(both[:, None], extremes, 0.0)).max(axis=1) if n else np.zeros(0)
+    limit = np.full(n, np.inf)
+    codes = rows.side_dtype[:, 0]
+    for code in np.unique(codes[both]).tolist():
+        limit[codes == code] = _sentinel_limit(rows.text(int(code)))
+    both &= scale < limit
+    mae, mae_ok = rows.metric_column("MaxAbsErr")
+    bound, bound_ok = rows.metric_column(LOWER_BOUND_NAME)
+    err = np.where(tensor, mae, bound)
+    err_ok = np.where(tensor, mae_ok, bound_ok) & np.isfinite(err)
+    magnitude = np.where(both, scale, np.nan)
+    e = np.full(n, np.nan)
+    absolute = np.full(n, np.nan)
+    known = both & err_ok & (scale > 0.0)
+    e[known] = err[known] / scale[known]
+    absolute[known] = err[known]
+    zero = both & err_ok & (scale == 0.0) & (err == 0.0)
+    e[zero] = 0.0
+    absolute[zero] = 0.0
+    magnitude[zero] = 0.0
+    e[one_sided] = np.inf
+    absolute[one_sided] = np.inf
+    return both | one_sided, magnitude, e, absolute
 
 
 @lru_cache(maxsize=1024)
@@ -145,7 +157,7 @@ def _cosine_only_failure(row: ComparisonRow, t: Thresholds) -> bool:
     absolute rules (and nothing non-finite disagrees)."""
     if row.verdict not in ("fail", "warning") or row.compared_by != "tensor":
         return False
-    mae = _metric(row, "MaxAbsErr")
+    mae = row.metric("MaxAbsErr")
     if mae is None:
         return False
     if any(not reason.startswith("Cosine") for reason in row.reasons):
@@ -153,39 +165,29 @@ def _cosine_only_failure(row: ComparisonRow, t: Thresholds) -> bool:
     return mae <= t.max_abs_err_suspect_above and mae <= t.max_abs_err_fail_above
 
 
-def _noise_row(r: ComparisonRow, sc: float, ref: float, thresholds: Thresholds) -> ComparisonRow:
+def _judge_noise_row(rows: RowTableBuilder, k: int, sc: float, ref: float, thresholds: Thresholds) -> None:
     """A row at rounding-noise magnitude: a note, and a pass where the Cosine rules alone gave its verdict."""
     note = (f"both sides at rounding-noise magnitude (|values| <= {sc:.3g}, against {ref:.3g} in the same call): "
             "the Cosine decides nothing here")
+    r = ComparisonRow(rows.table, k)
     if _cosine_only_failure(r, thresholds):
-        return replace(r, verdict="pass", reasons=(), notes=(*r.notes, f"{note}; was: {'; '.join(r.reasons)}"))
-    return replace(r, notes=(*r.notes, note))
-
-
-@dataclass(frozen=True)
-class Localisation:
-    """What :func:`localise` found in one unit.
-
-    Attributes:
-        rows: the unit's rows with verdicts adjusted (rounding-noise rows passed, jumping rows warned).
-        jumps: every jumping row, in execution order; the first is the likely origin.
-    """
-
-    rows: tuple[ComparisonRow, ...]
-    jumps: tuple[Jump, ...]
+        rows.set_verdict(k, "pass", (), (*r.notes, f"{note}; was: {'; '.join(r.reasons)}"))
+    else:
+        rows.set_verdict(k, r.verdict, r.reasons, (*r.notes, note))
 
 
 def localise(
-    rows: Sequence[ComparisonRow],
+    rows: RowTableBuilder,
     chains: Mapping[str, tuple[str, ...]],
     kernels_differ: bool,
     thresholds: Thresholds,
     settings: OriginRules | None = None,
-) -> Localisation:
+) -> tuple[Jump, ...]:
     """Find the rows whose error jumps, and judge rows at rounding-noise magnitude (module docstring).
 
     Args:
-        rows: one unit's rows, in execution order (:func:`msprobe_cmp.comparator.units.compare_units`).
+        rows: one unit's rows, in execution order, every outcome filled in
+            (:func:`msprobe_cmp.comparator.units.compare_units`); verdicts, reasons and notes are adjusted in place.
         chains: entry name → its enclosing cells, innermost first (construct.json).
         kernels_differ: the two runs use different kernels (two frameworks, or mindtorch against PyTorch): the
             rounding floor is then ``cross_kernel_noise_ulps``, else ``same_kernel_noise_ulps``.
@@ -193,11 +195,10 @@ def localise(
         settings: the localisation settings (defaults: :class:`OriginRules`).
 
     Returns:
-        A :class:`Localisation`: the rows (a new tuple; rows not changed are the same objects) and the jumps.
+        Every jumping row, in execution order; the first is the likely origin.
     """
     s = settings or OriginRules()
     ulps = s.cross_kernel_noise_ulps if kernels_differ else s.same_kernel_noise_ulps
-    out = list(rows)
     jumps: list[Jump] = []
     carried = 0.0  # the largest relative error of every row so far (rounding-noise rows left out)
     holds_jump: set[str] = set()  # cells a jump happened inside
@@ -216,7 +217,7 @@ def localise(
                 sc = m[1]
                 ref = (second if sc == top else top) if sc is not None else 0.0
                 if sc and ref > 0.0 and sc < min(s.noise_magnitude_ulps * m[4], MAX_NOISE_MAGNITUDE) * ref:
-                    out[m[0]] = _noise_row(rows[m[0]], sc, ref, thresholds)
+                    _judge_noise_row(rows, m[0], sc, ref, thresholds)
                 else:
                     kept.append(m)
             measured = kept
@@ -263,30 +264,49 @@ def localise(
         if not backward and ".forward" in entry:
             forward_error[entry] = largest
 
-    # One pass over the rows, a call (consecutive rows of one entry pair) at a time.
-    measure, eps_of, is_output = _measure, _eps_of, _is_output
-    entry: str | None = None
-    entry_b: str | None = None
+    # One pass over the measured rows, a call (consecutive rows of one entry pair) at a time.
+    table = rows.table
+    measured_mask, magnitude, e, absolute = measure(table)
+    entry_codes, entry_b_codes = table.entry, table.entry_b
+    n = len(table)
+    starts = np.ones(n, dtype=bool)
+    if n:
+        starts[1:] = (entry_codes[1:] != entry_codes[:-1]) | (entry_b_codes[1:] != entry_b_codes[:-1])
+    group = np.cumsum(starts)
+    index = np.flatnonzero(measured_mask)
+    eps_cache: dict[tuple[int, int], float] = {}
+    output_cache: dict[tuple[int, int], bool] = {}
+    dtype_a, dtype_b = table.side_dtype[index, 0].tolist(), table.side_dtype[index, 1].tolist()
+    paths, paths_b = table.arg_path[index].tolist(), table.arg_path_b[index].tolist()
+    text = table.text
+    current = -1
+    entry_name = ""
     measured: list[tuple[int, float | None, float | None, float | None, float, bool]] = []
-    for k, r in enumerate(rows):
-        if r.entry_name != entry or r.entry_name_b != entry_b:
-            if measured and entry is not None:
-                judge(entry, measured)
+    for j, (k, g, sc, ek, ab) in enumerate(zip(index.tolist(), group[index].tolist(), magnitude[index].tolist(),
+                                               e[index].tolist(), absolute[index].tolist(), strict=True)):
+        if g != current:
+            if measured:
+                judge(entry_name, measured)
             measured = []
-            entry, entry_b = r.entry_name, r.entry_name_b
-        got = measure(r)
-        if got is not None:
-            a, b = r.a, r.b
-            measured.append((k, got[0], got[1], got[2], eps_of(a.dtype if a else None, b.dtype if b else None),
-                             is_output(r.arg_path, r.arg_path_b)))
-    if measured and entry is not None:
-        judge(entry, measured)
+            current = g
+            entry_name = text(int(entry_codes[k])) or ""
+        dtypes = (dtype_a[j], dtype_b[j])
+        eps = eps_cache.get(dtypes)
+        if eps is None:
+            eps = eps_cache[dtypes] = _eps_of(text(dtypes[0]), text(dtypes[1]))
+        path = (paths[j], paths_b[j])
+        output = output_cache.get(path)
+        if output is None:
+            output = output_cache[path] = _is_output(text(path[0]) or "", text(path[1]))
+        measured.append((k, None if sc != sc else sc, None if ek != ek else ek, None if ab != ab else ab, eps, output))
+    if measured:
+        judge(entry_name, measured)
     if s.warn:
+        verdicts = rows.cols["verdict"]
         for j in jumps:
-            r = out[j.row]
-            if r.verdict == "pass":
-                out[j.row] = replace(r, verdict="warning", reasons=(describe_jump(j),))
-    return Localisation(tuple(out), tuple(jumps))
+            if verdicts[j.row] == PASS:
+                rows.set_verdict(j.row, "warning", (describe_jump(j),), table.tuples[int(table.notes[j.row])])
+    return tuple(jumps)
 
 
 def describe_jump(j: Jump) -> str:

@@ -23,6 +23,7 @@ from msprobe_cmp.comparator.metrics import (
     compute_max_abs_err_lower_bound,
     compute_stat_diffs,
     compute_tensor_metrics,
+    reduction_slack,
     statistics_differ,
 )
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, TENSOR_METRIC_NAMES, ComparedBy, Mode
@@ -33,7 +34,7 @@ from msprobe_cmp.comparator.rules import (
     _is_number,
     compare_values,
     compute_argument_verdict,
-    compute_finite_statistics_verdict,
+    STAT_WARNING_EPSILON,
     compute_md5_verdict,
     compute_statistics_verdict,
     compute_tensor_verdict,
@@ -58,8 +59,10 @@ def _relative_floor_of(dtype_a: str, dtype_b: str) -> float:
     return compute_relative_floor(normalize_dtype(dtype_a), normalize_dtype(dtype_b))
 
 
-class _Outcome(NamedTuple):
-    """How one row was compared (internal; a tuple, cheaper to make than a frozen dataclass)."""
+class Outcome(NamedTuple):
+    """How one row was compared: how, its metrics (``(name, value)``, names from
+    :data:`~msprobe_cmp.comparator.rowtable.METRIC_NAMES`), the rules' verdict and reasons, notes, and whether the two
+    sides differ (None: not compared)."""
 
     compared_by: ComparedBy
     metrics: tuple[tuple[str, float | None], ...]
@@ -96,10 +99,10 @@ def _stat_differs(diffs: tuple[StatDiff, ...], numel: int) -> bool:
 
 def _compare_statistics(
     la: TensorLeaf, lb: TensorLeaf, diffs: tuple[StatDiff, ...], t: Thresholds, notes: list[str]
-) -> _Outcome:
+) -> Outcome:
     if all(d.a is None and d.b is None for d in diffs):
         rule = RuleOutcome("skip", ("no statistics recorded on either side",))
-        return _Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), None)
+        return Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), None)
     one_sided = [d.stat for d in diffs if (d.a is None) != (d.b is None)]
     if one_sided:
         notes.append(f"statistics recorded on one side only: {', '.join(one_sided)}")
@@ -115,8 +118,8 @@ def _compare_statistics(
         labels = ("NaN", "+Inf", "-Inf")
         differ = ", ".join(f"{k} A {x} B {y}" for k, x, y in zip(labels, counts_a, counts_b, strict=True) if x != y)
         rule = RuleOutcome("fail", (*rule.reasons, f"non-finite counts differ: {differ}"))
-        return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs, la.numel)), True)
-    return _Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs, la.numel)),
+        return Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs, la.numel)), True)
+    return Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs, la.numel)),
                     _stat_differs(diffs, la.numel))
 
 
@@ -151,62 +154,101 @@ def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[Tenso
     return notes
 
 
-def _finite_statistics_outcome(
-    pair: RowPair, la: TensorLeaf, lb: TensorLeaf, t: Thresholds, floor: float
-) -> _Outcome | None:
-    """The statistics-mode outcome of the common row, computed without the per-statistic records: both sides
-    non-empty with all four statistics finite floats and valid NaN/Inf counts that agree (or none).  The numbers,
-    verdict, reasons and notes are those of :func:`_compare_statistics` (:func:`compute_stat_diffs`,
-    :func:`compute_max_abs_err_lower_bound`, :func:`compute_statistics_verdict`: the same operations in the same
-    order); None for any other row (the general path then decides).
+class StatisticsColumns(NamedTuple):
+    """The statistics-mode outcome of ``m`` rows at once (:func:`compare_statistics_columns`).
+
+    Attributes:
+        metrics: float64 [m, 9]: Max/Min/Mean/L2norm diff (A - B, value units), their relative diffs
+            (|A - B| / max(|B|, floor), dimensionless), then the MaxAbsErr lower bound (value units).
+        passing: bool [m]: the rows the statistics rules pass (:func:`compute_statistics_verdict`: the bound within
+            ``max_abs_err_fail_above`` and no statistic warned of); the others need that function's reasons.
+        differs: bool [m]: the statistics show that the two tensors differ (:func:`statistics_differ`).
     """
+
+    metrics: np.ndarray
+    passing: np.ndarray
+    differs: np.ndarray
+
+
+@lru_cache(maxsize=4096)
+def _slack_of(numel: int) -> float:
+    return reduction_slack(numel)
+
+
+def compare_statistics_columns(
+    a: np.ndarray, b: np.ndarray, numel: np.ndarray, floor: np.ndarray, fail_above: np.ndarray, suspect: np.ndarray,
+    warning_ratio: np.ndarray,
+) -> StatisticsColumns:
+    """The statistics-mode metrics of many rows whose eight statistics are finite, vectorised.
+
+    The same numbers as :func:`compute_stat_diffs` and :func:`compute_max_abs_err_lower_bound` row by row (the same
+    IEEE operations: subtraction, absolute value, division, a correctly rounded square root, maximum).
+
+    Args:
+        a, b: float64 [m, 4]: ``(max, min, mean, norm)`` of each side, all finite.
+        numel: int64 [m]: elements per tensor (> 0).
+        floor: float64 [m]: the relative-difference floor of each row (:func:`thresholds_and_floor`).
+        fail_above, suspect, warning_ratio: float64 [m]: each row's ``max_abs_err_fail_above``,
+            ``max_abs_err_suspect_above`` and ``stat_warning_ratio``.
+
+    Returns:
+        :class:`StatisticsColumns`.  Which rows pass is decided here by the rules of :func:`compute_statistics_verdict`
+        (the same comparisons on the same numbers); a row that does not pass gets its verdict and reasons from that
+        function, one row at a time.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # a difference of two huge statistics is ±Inf, as in Python
+        d = a - b
+        m = np.abs(d)
+        bound = np.maximum(np.maximum(m[:, 0], m[:, 1]),
+                           np.maximum(m[:, 2], m[:, 3] / np.sqrt(numel.astype(np.float64))))
+        relative = m / np.maximum(np.abs(b), floor[:, None])
+        metrics = np.concatenate([d, relative, bound[:, None]], axis=1)
+        ratio = m / (np.maximum(np.abs(a), np.abs(b)) + STAT_WARNING_EPSILON)
+        warned = ((m > suspect[:, None]) & (ratio > warning_ratio[:, None]) & np.isfinite(ratio)).any(axis=1)
+        passing = (bound <= fail_above) & ~warned
+        slack = np.array([_slack_of(int(k)) for k in numel.tolist()], dtype=np.float64)
+        scale = np.maximum(np.maximum(np.abs(a[:, 0]), np.abs(a[:, 1])), np.maximum(np.abs(b[:, 0]), np.abs(b[:, 1])))
+        differs = ((d[:, 0] != 0.0) | (d[:, 1] != 0.0) | (m[:, 2] > slack * scale)
+                   | (m[:, 3] > slack * np.maximum(np.abs(a[:, 3]), np.abs(b[:, 3]))))
+    return StatisticsColumns(metrics, passing, differs)
+
+
+def can_compare_as_columns(la: Leaf, lb: Leaf) -> bool:
+    """Whether a matched row of two tensor leaves goes through :func:`compare_statistics_columns` in statistics mode:
+    both non-empty with all eight statistics Python floats (finiteness is checked on the columns) and NaN/Inf counts
+    that are both absent or valid and equal.  Every other row is compared by :func:`compare_row`."""
+    if type(la) is not TensorLeaf or type(lb) is not TensorLeaf:
+        return False
     a0, a1, a2, a3 = la.max, la.min, la.mean, la.norm
     b0, b1, b2, b3 = lb.max, lb.min, lb.mean, lb.norm
     if not (type(a0) is float and type(a1) is float and type(a2) is float and type(a3) is float
             and type(b0) is float and type(b1) is float and type(b2) is float and type(b3) is float):
-        return None
-    total = a0 + a1 + a2 + a3 + b0 + b1 + b2 + b3
-    if total - total != 0.0:  # some statistic is NaN or ±Inf (or the sum overflowed: the general path decides)
-        return None
-    numel = la.numel
-    if numel == 0:
-        return None
+        return False
+    if la.numel == 0:
+        return False
     if la.extra or lb.extra:
         counts = la.nonfinite_counts
         if counts != lb.nonfinite_counts:
-            return None
-        # equal and not None: both valid; both None: either side may carry invalid counts (then a note)
+            return False
         if counts is None and (la.has_invalid_nonfinite_counts or lb.has_invalid_nonfinite_counts):
-            return None
-    d0, d1, d2, d3 = a0 - b0, a1 - b1, a2 - b2, a3 - b3
-    m0, m1, m2, m3 = abs(d0), abs(d1), abs(d2), abs(d3)
-    bound = max(m0, m1, m2, m3 / math.sqrt(numel))
-    # max(|b|, floor), spelt out: floor when floor > |b| (what max() returns; every value here is finite)
-    r0, r1, r2, r3 = abs(b0), abs(b1), abs(b2), abs(b3)
-    metrics = (
-        ("Max diff", d0), ("Min diff", d1), ("Mean diff", d2), ("L2norm diff", d3),
-        ("Max relative diff", m0 / (floor if floor > r0 else r0)),
-        ("Min relative diff", m1 / (floor if floor > r1 else r1)),
-        ("Mean relative diff", m2 / (floor if floor > r2 else r2)),
-        ("L2norm relative diff", m3 / (floor if floor > r3 else r3)),
-        (LOWER_BOUND_NAME, bound),
-    )
-    suspect = t.max_abs_err_suspect_above
-    if bound <= t.max_abs_err_fail_above and m0 <= suspect and m1 <= suspect and m2 <= suspect and m3 <= suspect:
-        rule = _PASS
-    else:
-        rule = compute_finite_statistics_verdict(
-            (a0, a1, a2, a3), (b0, b1, b2, b3), (d0, d1, d2, d3), bound, t
-        )
-    # Max or Min differing decides at once (statistics_differ's first test); else Mean and Norm within rounding
-    differs = d0 != 0.0 or d1 != 0.0 or statistics_differ((a0, a1, a2, a3), (b0, b1, b2, b3), numel)
-    return _Outcome("statistics", metrics, rule, pair.notes, differs)
+            return False
+    return True
+
+
+def statistics_outcome_of_failing(
+    pair: RowPair, la: TensorLeaf, lb: TensorLeaf, metrics: tuple[tuple[str, float | None], ...], differs: bool,
+    t: Thresholds, floor: float,
+) -> Outcome:
+    """The outcome of a row :func:`compare_statistics_columns` did not pass outright: its metrics and ``differs`` from
+    the columns, its verdict and reasons from :func:`compute_statistics_verdict`."""
+    rule = compute_statistics_verdict(compute_stat_diffs(la.stats, lb.stats, floor), la.numel, t)
+    return Outcome("statistics", metrics, rule, pair.notes, differs)
 
 
 _PASS = RuleOutcome("pass")
 
 
-def _thresholds_and_floor(pair: RowPair, la: TensorLeaf, lb: TensorLeaf, rules: Rules) -> tuple[Thresholds, float]:
+def thresholds_and_floor(pair: RowPair, la: TensorLeaf, lb: TensorLeaf, rules: Rules) -> tuple[Thresholds, float]:
     """A tensor row's thresholds (the rules' override for its name and dtypes, else their default) and the floor its
     relative differences divide by at least (the thresholds' ``relative_floor``, else that of the two dtypes)."""
     t = rules.thresholds_for(pair.name, (la.dtype, lb.dtype)) if rules.overrides else rules.default
@@ -215,19 +257,15 @@ def _thresholds_and_floor(pair: RowPair, la: TensorLeaf, lb: TensorLeaf, rules: 
 
 def _compare_tensors(
     pair: RowPair, la: TensorLeaf, lb: TensorLeaf, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules
-) -> _Outcome:
-    t, floor = _thresholds_and_floor(pair, la, lb, rules)
-    if mode == "statistics":
-        fast = _finite_statistics_outcome(pair, la, lb, t, floor)
-        if fast is not None:
-            return fast
+) -> Outcome:
+    t, floor = thresholds_and_floor(pair, la, lb, rules)
     diffs = compute_stat_diffs(la.stats, lb.stats, floor)
     notes = list(pair.notes)
     if la.numel == 0:
         # Same number of elements on both sides (classify_pair: the same shape, or one that differs only in size-1
         # dimensions), so both are empty: equal, whatever the dtype.
         notes.append("empty tensor (0 elements) on both sides: equal")
-        return _Outcome("none", tuple(_stat_pairs(diffs)), RuleOutcome("pass"), tuple(notes), False)
+        return Outcome("none", tuple(_stat_pairs(diffs)), RuleOutcome("pass"), tuple(notes), False)
     if mode == "tensor":
         if la.data_name is None or lb.data_name is None:
             missing = " and ".join(s for s, leaf in (("A", la), ("B", lb)) if leaf.data_name is None)
@@ -247,7 +285,7 @@ def _compare_tensors(
     if mode == "md5":
         if la.md5 is not None and lb.md5 is not None:  # has_checksum on both sides
             rule = compute_md5_verdict(la.md5, lb.md5)
-            return _Outcome("md5", tuple(_stat_pairs(diffs)), rule, tuple(notes), rule.verdict != "pass")
+            return Outcome("md5", tuple(_stat_pairs(diffs)), rule, tuple(notes), rule.verdict != "pass")
         without = [side for side, leaf in (("A", la), ("B", lb)) if not has_checksum(leaf)]
         where = "on either side" if len(without) == 2 else f"in {without[0]}"
         return _fallback_to_statistics(la, lb, diffs, t, notes, f"no checksum {where}")
@@ -261,7 +299,7 @@ def has_checksum(leaf: TensorLeaf) -> bool:
 
 def _fallback_to_statistics(
     la: TensorLeaf, lb: TensorLeaf, diffs: tuple[StatDiff, ...], t: Thresholds, notes: list[str], why: str
-) -> _Outcome:
+) -> Outcome:
     """A row the mode in force could not compare (``why``: no tensor file, an unreadable one, no checksum), judged by
     its statistics instead.  Statistics that agree are weaker evidence than the values or checksums the user asked
     for, so a row they would pass is a warning whose reason is ``why`` (msprobe leaves such rows unjudged,
@@ -293,10 +331,10 @@ def _tensor_outcome(
     diffs: tuple[StatDiff, ...],
     notes: list[str],
     leaves: tuple[TensorLeaf, TensorLeaf],
-) -> _Outcome:
+) -> Outcome:
     if arr_a.size != arr_b.size:
         rule = RuleOutcome("fail", (f"tensor files differ in size: A {arr_a.size}, B {arr_b.size}",))
-        return _Outcome("tensor", tuple(_stat_pairs(diffs)), rule, tuple(notes), True)
+        return Outcome("tensor", tuple(_stat_pairs(diffs)), rule, tuple(notes), True)
     complex_values = np.iscomplexobj(arr_a) or np.iscomplexobj(arr_b)
     if complex_values:
         # Complex values: compare the real and imaginary parts as one real vector (the cosine is then
@@ -321,7 +359,7 @@ def _tensor_outcome(
     if contradiction is not None:  # a corrupt or mixed-up dump: never a plain pass
         rule = RuleOutcome("warning" if rule.verdict == "pass" else rule.verdict, (*rule.reasons, contradiction))
     named = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs())
-    return _Outcome("tensor", (*named, *_stat_pairs(diffs)), rule, tuple(notes) + tm.notes, differs)
+    return Outcome("tensor", (*named, *_stat_pairs(diffs)), rule, tuple(notes) + tm.notes, differs)
 
 
 #: Slack of :func:`statistics_contradict_files`, relative to the larger recorded extreme: the bound is exact for the
@@ -370,7 +408,7 @@ def argument_name(entry_name: str, arg_path: str) -> str | None:
     return rest if head == "kwargs" else arg_path
 
 
-def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -> _Outcome:
+def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -> Outcome:
     """A row of two non-tensor values (rules: :mod:`msprobe_cmp.comparator.rules`, module docstring).
 
     One dtype or one device in two spellings, and float arguments equal to float32 rounding, pass
@@ -392,26 +430,26 @@ def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -
         rule = compute_tensor_verdict(tm, t)
         kept = ("max_abs_err", "max_relative_err")
         metrics = tuple((_TENSOR_NAME_OF[k], v) for k, v in tm.as_pairs() if k in kept)
-        return _Outcome("value", metrics, rule, tuple(notes), tm.differs)
+        return Outcome("value", metrics, rule, tuple(notes), tm.differs)
     match = compare_values(va.type, x, vb.type, y)
     if va.type != vb.type and not (match.same and match.kind in ("dtype", "device")):
         notes.append(f"value types differ: A {va.type}, B {vb.type}")
     if match.same:
         if match.note is not None:
             notes.append(match.note)
-        return _Outcome("value", (), _PASS, tuple(notes), False)
+        return Outcome("value", (), _PASS, tuple(notes), False)
     if is_placement_argument(last):
         notes.append(f"{last} differs (A {x!r}, B {y!r}): where the result is written, not its value")
-        return _Outcome("value", (), _PASS, tuple(notes), False)
+        return Outcome("value", (), _PASS, tuple(notes), False)
     if match.kind == "device":
         shown = argument or last
         notes.append(f"device differs: {shown} A {x!r}, B {y!r} (where the result is placed, not its value)")
-        return _Outcome("value", (), _PASS, tuple(notes), False)
+        return Outcome("value", (), _PASS, tuple(notes), False)
     if argument is not None:
         rule = compute_argument_verdict(argument, x, y, rules.argument_differs)
-        return _Outcome("value", (), rule, tuple(notes), True)
+        return Outcome("value", (), rule, tuple(notes), True)
     rule = compute_value_verdict(x, y)
-    return _Outcome("value", (), rule, tuple(notes), rule.verdict != "pass")
+    return Outcome("value", (), rule, tuple(notes), rule.verdict != "pass")
 
 
 def _has_data(leaf: Leaf) -> bool:
@@ -419,7 +457,8 @@ def _has_data(leaf: Leaf) -> bool:
     return isinstance(leaf, TensorLeaf) and leaf.numel > 0 and not is_uncaptured(leaf)
 
 
-def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules) -> _Outcome:
+def compare_row(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode, rules: Rules) -> Outcome:
+    """The outcome of one row of any kind (one-sided, mismatched, values, tensors in any mode): the one per-row path."""
     la, lb = pair.leaf_a, pair.leaf_b
     cls = pair.match_class
     if (cls == "not_captured" and pair.in_a and pair.in_b and (la is None) != (lb is None)
@@ -431,31 +470,31 @@ def _compare_pair(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode,
         if parse_name(pair.entry_name).kind == "parameters_grad":
             # a parameter that got no gradient on one side does not train there: a divergence, not a gap
             why = f"the parameter got no gradient in {missing} but one in {other}: it does not train in {missing}"
-            return _Outcome("none", (), RuleOutcome("fail", (why, *pair.notes)), (), True)
+            return Outcome("none", (), RuleOutcome("fail", (why, *pair.notes)), (), True)
         why = f"{missing} recorded null where {other} has a tensor: a gradient that did not flow there, or a " \
               "value its recorder could not capture"
-        return _Outcome("none", (), RuleOutcome("warning", (why, *pair.notes)), (), True)
+        return Outcome("none", (), RuleOutcome("warning", (why, *pair.notes)), (), True)
     if cls in ("only_in_a", "only_in_b", "not_captured"):
         reason = {"only_in_a": "present in A only", "only_in_b": "present in B only"}.get(cls)
         reasons = (reason,) if reason else pair.notes
         # a one-sided row's notes say why it has no partner (a composite's intermediate, a mapping)
-        return _Outcome("none", (), RuleOutcome("skip", reasons), pair.notes if reason else (), None)
+        return Outcome("none", (), RuleOutcome("skip", reasons), pair.notes if reason else (), None)
     if cls in ("shape_mismatch", "dtype_mismatch"):
         metrics: tuple[tuple[str, float | None], ...] = ()
         if isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf):
-            _, floor = _thresholds_and_floor(pair, la, lb, rules)  # as every other tensor row
+            _, floor = thresholds_and_floor(pair, la, lb, rules)  # as every other tensor row
             metrics = tuple(_stat_pairs(compute_stat_diffs(la.stats, lb.stats, floor)))
-        return _Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
+        return Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
     if la is None and lb is None:  # the reason first, how the row was paired after it
         null_first = sorted(pair.notes, key=lambda n: not n.startswith("null on both sides"))
-        return _Outcome("none", (), RuleOutcome("skip", tuple(null_first)), (), False)
+        return Outcome("none", (), RuleOutcome("skip", tuple(null_first)), (), False)
     if isinstance(la, ValueLeaf) and isinstance(lb, ValueLeaf):
         return _compare_values(pair, la, lb, rules)
     assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # guaranteed by classify_pair
     return _compare_tensors(pair, la, lb, unit_a, unit_b, mode, rules)
 
 
-def judge_zero_gradient(pair: RowPair, out: _Outcome) -> _Outcome:
+def judge_zero_gradient(pair: RowPair, out: Outcome) -> Outcome:
     """A parameter gradient (a ``parameters_grad`` row) that is zero everywhere on one side only fails, however small
     the other side's: that parameter does not train there (a detached tensor, a device copy that cut the graph).
     Every other row's outcome is returned as it is."""

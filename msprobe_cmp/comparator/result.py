@@ -13,44 +13,31 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from msprobe_cmp.comparator.matching import MatchClass
+from msprobe_cmp.comparator.rowtable import (
+    COMPARED_BY,
+    LOWER_BOUND_NAME,
+    MATCH_CLASS_CODE,
+    METRIC_NAMES,
+    SKIP,
+    STAT_METRIC_NAMES,
+    TENSOR_METRIC_NAMES,
+    VERDICTS,
+    ComparedBy,
+    ComparisonRow,
+    RowTable,
+    SideSummary,
+)
 from msprobe_cmp.comparator.rules import Rules, Verdict
 from msprobe_cmp.dump.reader import RankDump
-from msprobe_cmp.dump.schema import Leaf, ValueLeaf, build_frozen
+
+__all__ = [
+    "COMPARED_BY", "LOWER_BOUND_NAME", "METRIC_NAMES", "STAT_METRIC_NAMES", "TENSOR_METRIC_NAMES", "VERDICTS",
+    "CellRollup", "ComparedBy", "Comparison", "ComparisonRow", "Jump", "LikelyOrigin", "Mode", "OverallVerdict",
+    "RowRef", "RowTable", "SideSummary", "UnitComparison", "UnitRef",
+]
 
 Mode = Literal["tensor", "statistics", "md5"]
 OverallVerdict = Literal["pass", "fail", "nothing_compared", "too_few_matched"]
-ComparedBy = Literal["tensor", "statistics", "md5", "value", "none"]
-
-#: Every row verdict, in report order.
-VERDICTS: tuple[Verdict, ...] = ("fail", "warning", "pass", "skip")
-
-#: Names of the tensor-mode metrics in rows, msprobe's column names (EucDist: msprobe 26.x), in
-#: :data:`msprobe_cmp.comparator.metrics.TENSOR_METRIC_KEYS` order.
-TENSOR_METRIC_NAMES = (
-    "Cosine",
-    "MaxAbsErr",
-    "MaxRelativeErr",
-    "One Thousandth Err Ratio",
-    "Five Thousandths Err Ratio",
-    "EucDist",
-)
-
-#: Names of the statistic-diff metrics in rows: msprobe's "<S> diff" columns (signed A - B, value units),
-#: then the relative differences |A - B| / max(|B|, floor) as plain ratios.  msprobe names the latter
-#: "MaxRelativeErr", ... (the name of another tensor-mode quantity) and writes them as "%" strings.
-STAT_METRIC_NAMES = (
-    "Max diff",
-    "Min diff",
-    "Mean diff",
-    "L2norm diff",
-    "Max relative diff",
-    "Min relative diff",
-    "Mean relative diff",
-    "L2norm relative diff",
-)
-
-#: Name of the statistics-mode lower bound on MaxAbsErr (value units).
-LOWER_BOUND_NAME = "MaxAbsErr lower bound"
 
 
 def _listed(items: Sequence[str], shown: int, sep: str = ", ") -> str:
@@ -58,128 +45,6 @@ def _listed(items: Sequence[str], shown: int, sep: str = ", ") -> str:
     one way the notes list names, steps and keys."""
     text = sep.join(items[:shown])
     return text + (f" and {len(items) - shown} more" if len(items) > shown else "")
-
-
-@dataclass(frozen=True)
-class SideSummary:
-    """What one side recorded for a row (all from dump.json; numbers in the tensor's value units).
-
-    Attributes:
-        kind: ``"tensor"``, ``"value"`` (a non-tensor argument) or ``"null"`` (JSON null).
-        dtype: the tensor dtype as written (``"Float32"``), or the value's type (``"int"``); None for null.
-        shape: the tensor shape; None for values and null.
-        max, min, mean, norm: the recorded statistics (None when not recorded; may be NaN/±Inf).
-        md5: the recorded checksum, if any.
-        data_name: the saved tensor file name, if any.
-        value: the non-tensor value rendered as text (``repr``), None for tensors and null.
-    """
-
-    kind: Literal["tensor", "value", "null"]
-    dtype: str | None = None
-    shape: tuple[int, ...] | None = None
-    max: float | None = None
-    min: float | None = None
-    mean: float | None = None
-    norm: float | None = None
-    md5: str | None = None
-    data_name: str | None = None
-    value: str | None = None
-
-    @classmethod
-    def of(cls, leaf: Leaf) -> SideSummary:
-        """The summary of a dump leaf."""
-        if leaf is None:
-            return cls("null")
-        if isinstance(leaf, ValueLeaf):
-            return cls("value", dtype=leaf.type, value=repr(leaf.value))
-        return build_frozen(cls, {
-            "kind": "tensor", "dtype": leaf.dtype, "shape": tuple(leaf.shape), "max": leaf.max, "min": leaf.min,
-            "mean": leaf.mean, "norm": leaf.norm, "md5": leaf.md5, "data_name": leaf.data_name, "value": None,
-        })
-
-
-@dataclass(frozen=True)
-class ComparisonRow:
-    """One compared row: a leaf of an entry on both sides, its metrics and its verdict.
-
-    Attributes:
-        index: position of the row in its unit, in execution order (0-based).
-        entry_name: the entry (``"Cell.blocks.0.Dense.forward.0"``).
-        arg_path: the argument path (``"parameters.weight"``, ``"input.0"``, ``"output.0"``).
-        match_class: the matching class (:data:`msprobe_cmp.comparator.matching.MATCH_CLASSES`).
-        a, b: what each side recorded; None when the row is absent from that side.
-        compared_by: how the values were compared: ``"tensor"`` (saved arrays), ``"statistics"``,
-            ``"md5"``, ``"value"`` (non-tensor arguments), or ``"none"``.
-        metrics: ``(key, value)`` pairs: tensor metrics (:data:`metrics.TENSOR_METRIC_KEYS`), statistic
-            diffs (:data:`STAT_METRIC_NAMES`), and in statistics mode :data:`LOWER_BOUND_NAME`; the
-            names are msprobe's column names where msprobe has the column (``"Cosine"``, ``"MaxAbsErr"``).
-            None = undefined or not computable.  Absolute metrics are in value units; relative ones,
-            ratios and Cosine are dimensionless.
-        verdict: ``"pass"``, ``"warning"``, ``"fail"`` or ``"skip"`` (nothing to compare).
-        reasons: why the verdict is not a plain pass (one sentence each).
-        notes: informative remarks (dtype upcast, non-finite values left out, fallbacks).
-        differs: True when the two sides' values are known to differ, False when known identical,
-            None when they were not compared.
-        parent_cell: the parent cell from construct.json (A's, else B's), or None.
-        stack: the call stack of the entry from stack.json (A's, else B's); () when unknown.
-        entry_name_b: B's entry name when the call alignment paired this row with a B entry of another
-            name (a shifted call index, or a MindSpore ↔ PyTorch mapping), else None (see
-            :func:`msprobe_cmp.comparator.matching.align_entries`).
-        stack_b: B's own call stack of the entry from its stack.json; () when unknown.
-        arg_path_b: B's argument path when a mapping moved the argument (``input.2`` for BiasAdd's
-            ``input.1``), else None.
-        mapped_by: which mapping paired the two names across frameworks (built-in table or user
-            file, and the rule), else None.
-    """
-
-    index: int
-    entry_name: str
-    arg_path: str
-    match_class: MatchClass
-    a: SideSummary | None
-    b: SideSummary | None
-    compared_by: ComparedBy
-    metrics: tuple[tuple[str, float | None], ...]
-    verdict: Verdict
-    reasons: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    differs: bool | None = None
-    parent_cell: str | None = None
-    stack: tuple[str, ...] = ()
-    entry_name_b: str | None = None
-    stack_b: tuple[str, ...] = ()
-    arg_path_b: str | None = None
-    mapped_by: str | None = None
-
-    @property
-    def name(self) -> str:
-        """The row name ``<entry name>.<arg path>``."""
-        return f"{self.entry_name}.{self.arg_path}"
-
-    @property
-    def value_difference(self) -> str | None:
-        """``"<row name>: A <value>, B <value>"`` for a row compared by value (a non-tensor argument or output: eps, a
-        dtype, a flag) whose two sides differ, else None: the text the reports list such rows by."""
-        if self.compared_by != "value" or not self.differs or self.a is None or self.b is None:
-            return None
-        return f"{self.name}: A {self.a.value}, B {self.b.value}"
-
-    @property
-    def in_a_and_b(self) -> bool:
-        """Both sides hold this row (recorded data or null): its entry found a partner."""
-        return self.a is not None and self.b is not None
-
-    @property
-    def name_b(self) -> str:
-        """B's row name: :attr:`name`, or B's own entry name / argument path where they differ."""
-        return f"{self.entry_name_b or self.entry_name}.{self.arg_path_b or self.arg_path}"
-
-    def metric(self, key: str) -> float | None:
-        """The metric ``key``, or None when absent or undefined."""
-        for k, v in self.metrics:
-            if k == key:
-                return v
-        return None
 
 
 @dataclass(frozen=True)
@@ -239,7 +104,8 @@ class UnitComparison:
 
     Attributes:
         unit_a, unit_b: the two units.
-        rows: every row of both sides, in execution order (:mod:`msprobe_cmp.comparator.matching`).
+        rows: every row of both sides, in execution order (:mod:`msprobe_cmp.comparator.matching`), as columns
+            (:class:`~msprobe_cmp.comparator.rowtable.RowTable`; indexing or iterating gives row views).
         counts: ``(class, count)`` for every match class.
         verdict_counts: ``(verdict, count)`` for every row verdict (:data:`VERDICTS`).
         first_divergent: index of the first row whose two sides differ: a ``matched`` row whose values
@@ -258,7 +124,7 @@ class UnitComparison:
 
     unit_a: UnitRef
     unit_b: UnitRef
-    rows: tuple[ComparisonRow, ...]
+    rows: RowTable
     counts: tuple[tuple[MatchClass, int], ...]
     verdict_counts: tuple[tuple[Verdict, int], ...]
     first_divergent: int | None
@@ -272,7 +138,8 @@ class UnitComparison:
     @property
     def compared_count(self) -> int:
         """Number of matched rows whose values were compared (verdict other than skip)."""
-        return sum(1 for r in self.rows if r.match_class == "matched" and r.verdict != "skip")
+        rows = self.rows
+        return int(((rows.match_class == MATCH_CLASS_CODE["matched"]) & (rows.verdict != SKIP)).sum())
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 
-from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, CellRollup, ComparisonRow
-from msprobe_cmp.comparator.rules import Verdict
+import numpy as np
+
+from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, CellRollup
+from msprobe_cmp.comparator.rowtable import RowTable
 from msprobe_cmp.dump.naming import CELL_PREFIXES, parse_name
 
-_VERDICT_RANK = {"fail": 3, "warning": 2, "pass": 1, "skip": 0}
 _MAX_CELL_DEPTH = 1000
 
 
@@ -20,35 +20,34 @@ class _CellAcc:
         self.rows = self.failing = self.differing = 0
         self.min_cosine: float | None = None
         self.max_abs_err: float | None = None
-        self.worst: Verdict = "skip"
+        self.worst = SKIP_RANK
         self.first: int | None = None
 
-    def add(self, r: ComparisonRow) -> None:
+    def add(self, i: int, rank: int, differs: bool, cos: float | None, mae: float | None) -> None:
         self.rows += 1
-        self.failing += r.verdict == "fail"
-        if _row_differs(r):
+        self.failing += rank == FAIL_RANK
+        if differs:
             self.differing += 1
             if self.first is None:
-                self.first = r.index
-        if _VERDICT_RANK[r.verdict] > _VERDICT_RANK[self.worst]:
-            self.worst = r.verdict
-        cos = r.metric("Cosine")
-        if cos is not None and not math.isnan(cos) and (self.min_cosine is None or cos < self.min_cosine):
+                self.first = i
+        if rank > self.worst:
+            self.worst = rank
+        if cos is not None and (self.min_cosine is None or cos < self.min_cosine):
             self.min_cosine = cos
-        mae = r.metric("MaxAbsErr")
-        if mae is None:
-            mae = r.metric(LOWER_BOUND_NAME)
-        if mae is not None and not math.isnan(mae) and (self.max_abs_err is None or mae > self.max_abs_err):
+        if mae is not None and (self.max_abs_err is None or mae > self.max_abs_err):
             self.max_abs_err = mae
 
 
-def _row_differs(r: ComparisonRow) -> bool:
-    return bool(
-        (r.match_class == "matched" and r.differs)
-        or r.match_class in ("shape_mismatch", "dtype_mismatch")
-        or r.verdict == "fail"
-        or (r.match_class == "not_captured" and r.verdict == "warning")  # null on one side, data on the other
-    )
+#: Verdict codes (:data:`~msprobe_cmp.comparator.rowtable.VERDICTS` order) → severity: fail > warning > pass > skip.
+_RANK_OF_CODE = np.array([3, 2, 1, 0], dtype=np.int8)
+_VERDICT_OF_RANK = ("skip", "pass", "warning", "fail")
+FAIL_RANK, SKIP_RANK = 3, 0
+
+
+def _defined(table: RowTable, name: str) -> np.ndarray:
+    """float64 [n]: metric ``name`` where it is a number other than NaN, else NaN."""
+    values, defined = table.metric_column(name)
+    return np.where(defined, values, np.nan)
 
 
 def parent_chains(
@@ -84,13 +83,13 @@ def parent_chains(
 
 
 def compute_cell_rollups(
-    rows: tuple[ComparisonRow, ...], construct: Mapping[str, str | None],
+    rows: RowTable, construct: Mapping[str, str | None],
     chains: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[tuple[CellRollup, ...], dict[str, tuple[str, ...]], bool]:
     """Roll the rows up into every enclosing cell call (construct.json: entry → parent cell).
 
     Args:
-        rows: the unit's rows in execution order.
+        rows: the unit's rows in execution order (columns).
         construct: entry name → parent cell entry name (A's construct.json, completed from B's).
         chains: the rows' :func:`parent_chains`, when already computed.
 
@@ -100,8 +99,9 @@ def compute_cell_rollups(
         cut at 1,000 levels (:func:`parent_chains`).
     """
     truncated = False
+    entries = rows.names("entry")
     if chains is None:
-        chains, truncated = parent_chains((r.entry_name for r in rows), construct)
+        chains, truncated = parent_chains(entries, construct)
     known = dict(chains)
 
     def chain_of(entry: str) -> tuple[str, ...]:
@@ -114,21 +114,35 @@ def compute_cell_rollups(
             got = known[entry]
         return got
 
+    ranks = _RANK_OF_CODE[rows.verdict].tolist()
+    differs = rows.differs_mask().tolist()
+    cosine = _defined(rows, "Cosine")
+    mae = _defined(rows, "MaxAbsErr")
+    mae = np.where(np.isnan(mae), _defined(rows, LOWER_BOUND_NAME), mae)
+    cos_list = [None if c != c else c for c in cosine.tolist()]
+    mae_list = [None if m != m else m for m in mae.tolist()]
     order: list[str] = []
     acc: dict[str, _CellAcc] = {}
     is_cell: dict[str, bool] = {}
-    for r in rows:
-        cell_row = is_cell.get(r.entry_name)
-        if cell_row is None:  # parse_name gives kind "cell" only to names with a cell prefix
-            cell_row = is_cell[r.entry_name] = (
-                r.entry_name.partition(".")[0] in CELL_PREFIXES and parse_name(r.entry_name).kind == "cell"
-            )
-        own = (r.entry_name,) if cell_row else ()
-        for cell in (*own, *chain_of(r.entry_name)):
-            if cell not in acc:
-                acc[cell] = _CellAcc()
-                order.append(cell)
-            acc[cell].add(r)
+    last: str | None = None
+    targets: list[_CellAcc] = []
+    for i, entry in enumerate(entries):
+        if entry != last:  # consecutive rows of one entry roll up into the same cells
+            last = entry
+            cell_row = is_cell.get(entry)
+            if cell_row is None:  # parse_name gives kind "cell" only to names with a cell prefix
+                cell_row = is_cell[entry] = (
+                    entry.partition(".")[0] in CELL_PREFIXES and parse_name(entry).kind == "cell"
+                )
+            own = (entry,) if cell_row else ()
+            targets = []
+            for cell in (*own, *chain_of(entry)):
+                if cell not in acc:
+                    acc[cell] = _CellAcc()
+                    order.append(cell)
+                targets.append(acc[cell])
+        for target in targets:
+            target.add(i, ranks[i], differs[i], cos_list[i], mae_list[i])
     cells = []
     for cell in order:
         x = acc[cell]
@@ -143,7 +157,7 @@ def compute_cell_rollups(
                 differing=x.differing,
                 min_cosine=x.min_cosine,
                 max_abs_err=x.max_abs_err,
-                worst_verdict=x.worst,
+                worst_verdict=_VERDICT_OF_RANK[x.worst],
                 first_divergent=x.first,
             )
         )

@@ -349,51 +349,6 @@ def compute_statistics_verdict(diffs: tuple[StatDiff, ...], numel: int, threshol
 
 
 _PASS = RuleOutcome("pass")
-_STAT_ORDER = ("Max", "Min", "Mean", "Norm")
-
-
-def compute_finite_statistics_verdict(
-    a: tuple[float, float, float, float],
-    b: tuple[float, float, float, float],
-    diffs: tuple[float, float, float, float],
-    bound: float,
-    thresholds: Thresholds,
-) -> RuleOutcome:
-    """:func:`compute_statistics_verdict` of a row whose eight statistics are finite floats, from the numbers
-    themselves instead of :class:`~msprobe_cmp.comparator.metrics.StatDiff` records (the comparator's fast path).
-
-    Args:
-        a, b: ``(max, min, mean, norm)`` of each side (finite).
-        diffs: ``a - b`` per statistic, as :func:`~msprobe_cmp.comparator.metrics.compute_stat_diff` computes it.
-        bound: :func:`~msprobe_cmp.comparator.metrics.compute_max_abs_err_lower_bound` of those diffs.
-        thresholds: the thresholds in force.
-
-    Returns:
-        The same verdict and reasons, in the same order, computed by the same float operations (with finite
-        statistics no statistic disagrees as non-finite, so only the bound and the warning rules apply).
-    """
-    t = thresholds
-    if bound > t.max_abs_err_fail_above:
-        return RuleOutcome(
-            "fail",
-            (f"MaxAbsErr >= {_g(bound)} (lower bound from the statistics) > {_g(t.max_abs_err_fail_above)}",),
-        )
-    suspect = t.max_abs_err_suspect_above
-    warnings: list[str] | None = None
-    for k in range(4):
-        diff = diffs[k]
-        if abs(diff) <= suspect:
-            continue
-        ratio = abs(diff) / (max(abs(a[k]), abs(b[k])) + STAT_WARNING_EPSILON)
-        if ratio > t.stat_warning_ratio and math.isfinite(ratio):
-            if warnings is None:
-                warnings = []
-            warnings.append(
-                f"{_STAT_ORDER[k]} diff {_g(diff)}: |diff|/max(|A|, |B|) = {_g(ratio)} > {_g(t.stat_warning_ratio)}"
-            )
-    if warnings:
-        return RuleOutcome("warning", tuple(warnings))
-    return _PASS
 
 
 def compute_md5_verdict(md5_a: str, md5_b: str) -> RuleOutcome:

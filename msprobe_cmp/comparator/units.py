@@ -6,68 +6,62 @@ noise, and sum the unit up (counts, first divergent / failing row, cell roll-up)
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import NamedTuple
+
+import numpy as np
 
 from msprobe_cmp.comparator.fused import fused_records, match_with_fused
 from msprobe_cmp.comparator.localise import localise
 from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_unit_views, framework_namespace
 from msprobe_cmp.comparator.matching import RowPair, count_classes, match_entries, match_views
 from msprobe_cmp.comparator.outcomes import (
-    _compare_pair,
-    _finite_statistics_outcome,
-    _Outcome,
-    _relative_floor_of,
+    Outcome,
+    can_compare_as_columns,
+    compare_row,
+    compare_statistics_columns,
     judge_zero_gradient,
+    statistics_outcome_of_failing,
+    thresholds_and_floor,
 )
 from msprobe_cmp.comparator.result import (
     LOWER_BOUND_NAME,
+    METRIC_NAMES,
     VERDICTS,
-    ComparisonRow,
     Mode,
     OverallVerdict,
-    SideSummary,
     UnitComparison,
     UnitRef,
 )
-from msprobe_cmp.comparator.rollup import _row_differs, compute_cell_rollups, parent_chains
-from msprobe_cmp.comparator.rules import RuleOutcome, Rules, Verdict
+from msprobe_cmp.comparator.rollup import compute_cell_rollups, parent_chains
+from msprobe_cmp.comparator.rowtable import (
+    ABSENT_LEAF,
+    FAIL,
+    METRIC_VALUE,
+    PASS,
+    STAT_DIFF_COLUMN,
+    RowTable,
+    RowTableBuilder,
+)
+from msprobe_cmp.comparator.rules import RuleOutcome, Rules
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
-from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, Leaf, TensorLeaf
+from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD
 
-_new = object.__new__
-
-
-def _summary_of(leaf: Leaf) -> SideSummary:
-    """:meth:`SideSummary.of`, built without the frozen ``__init__`` for tensor leaves."""
-    if type(leaf) is not TensorLeaf:
-        return SideSummary.of(leaf)
-    summary = _new(SideSummary)
-    shape = leaf.shape
-    summary.__dict__.update({
-        "kind": "tensor", "dtype": leaf.dtype, "shape": shape if type(shape) is tuple else tuple(shape),
-        "max": leaf.max, "min": leaf.min, "mean": leaf.mean, "norm": leaf.norm, "md5": leaf.md5,
-        "data_name": leaf.data_name, "value": None,
-    })
-    return summary
+#: The metric names :func:`compare_statistics_columns` fills, in its column order.
+_STAT_COLUMN_NAMES = METRIC_NAMES[STAT_DIFF_COLUMN:]
 
 
-def _first(rows: tuple[ComparisonRow, ...], want: str) -> int | None:
-    for r in rows:
-        if want == "divergent" and _row_differs(r):
-            return r.index
-        if want == "failing" and r.verdict == "fail":
-            return r.index
-    return None
+def _first(mask: np.ndarray) -> int | None:
+    """Index of the first True of ``mask``, or None."""
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if len(hits) else None
 
 
-def _count_verdicts(verdicts: Iterable[Verdict]) -> tuple[tuple[Verdict, int], ...]:
-    counts = dict.fromkeys(VERDICTS, 0)
-    for v in verdicts:
-        counts[v] += 1
-    return tuple(counts.items())
+def _count_verdicts(rows: RowTable) -> tuple[tuple[str, int], ...]:
+    counts = np.bincount(rows.verdict, minlength=len(VERDICTS)).tolist()
+    return tuple(zip(VERDICTS, counts, strict=True))
 
 
 class RowNoise(NamedTuple):
@@ -204,8 +198,8 @@ NOT_OBSERVED = "not observed"
 
 
 def _declared_unobserved(
-    pair: RowPair, out: _Outcome, gaps_a: Mapping[str, str], gaps_b: Mapping[str, str]
-) -> _Outcome:
+    pair: RowPair, out: Outcome, gaps_a: Mapping[str, str], gaps_b: Mapping[str, str]
+) -> Outcome:
     """A row null on one side, whose recorder declared that very row not observed (:data:`NOT_OBSERVED`): skipped
     with the declared reason instead of the warning that a gradient did not flow (the recorder did not look)."""
     side, gaps, name = ("A", gaps_a, pair.name) if pair.leaf_a is None else ("B", gaps_b, pair.name_b)
@@ -214,6 +208,30 @@ def _declared_unobserved(
         return out
     return out._replace(rule=RuleOutcome("skip", (f"{side}'s recorder declared it did not observe this: {reason}",)),
                         differs=None)
+
+
+def _judge_failing(pair: RowPair, out: Outcome, undefined: list[tuple[str, str]], noise: NoiseMap | None,
+                   rules: Rules) -> Outcome:
+    """A failing row's outcome after the outputs a framework leaves undefined (:data:`UNDEFINED_OUTPUTS`) and the
+    run-to-run noise: either makes it a warning with the reason; beyond the noise, a note says by how much."""
+    if undefined and out.rule.verdict == "fail":
+        why = next((reason for pattern, reason in undefined if fnmatch.fnmatchcase(pair.name, pattern)), None)
+        if why is not None:
+            out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
+    if noise is not None and out.rule.verdict == "fail" and pair.name in noise:
+        row_noise = RowNoise(*noise[pair.name])
+        why = _within_noise(out.metrics, row_noise, rules.noise_factor)
+        if why is not None:
+            out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
+        else:
+            beyond = _noise_mae_text(row_noise.max_abs_err, row_noise.lower_bound)
+            out = out._replace(notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
+                                                   f"{beyond})"))
+    return out
+
+
+def _record_outcome(rows: RowTableBuilder, i: int, out: Outcome) -> None:
+    rows.set_outcome(i, out.compared_by, out.metrics, out.rule.verdict, out.rule.reasons, out.notes, out.differs)
 
 
 def compare_units(
@@ -227,6 +245,11 @@ def compare_units(
 ) -> UnitComparison:
     """Compare one unit of A (target) with one unit of B (baseline) in the given mode.
 
+    Rows are paired (:mod:`msprobe_cmp.comparator.matching`), their names and sides written into a
+    :class:`~msprobe_cmp.comparator.rowtable.RowTable`; in statistics mode the matched rows of two tensors with finite
+    statistics are compared as columns (:func:`compare_statistics_columns`), every other row by
+    :func:`compare_row`; then the rows whose error jumps are found (:func:`localise`) and the unit summed up.
+
     Args:
         noise: per row name, the run-to-run noise measured between a rerun of B and B; a row that
             fails the rules but stays within ``rules.noise_factor`` times that noise becomes a warning.
@@ -237,90 +260,97 @@ def compare_units(
     pairs = _apply_declared_gaps(
         _match_unit(unit_a, unit_b, mapping), unit_a.meta.not_captured_items, unit_b.meta.not_captured_items
     )
-    rows: list[ComparisonRow] = []
+    n = len(pairs)
+    builder = RowTableBuilder(n)
     undefined = _undefined_output_patterns(unit_a, unit_b)
-    # Statistics rows of two tensors with the default thresholds go straight to the finite-statistics outcome,
-    # as _compare_pair -> _compare_tensors would send them (None: the general path decides).
-    fast_t = rules.default if mode == "statistics" and not rules.overrides else None
+    gaps_a, gaps_b = unit_a.meta.not_captured_items, unit_b.meta.not_captured_items
     construct_a, construct_b = unit_a.construct.get, unit_b.construct.get
     stack_a, stack_b_get = unit_a.stack.get, unit_b.stack.get
-    summary_of = _summary_of
-    append = rows.append
+    code, stack_code = builder.code, builder.stack_code
+    entry_codes: list[int] = []
+    arg_codes: list[int] = []
+    entry_b_codes: list[int] = []
+    arg_b_codes: list[int] = []
+    mapped_codes: list[int] = []
+    parent_codes: list[int] = []
+    stack_codes: list[int] = []
+    stack_b_codes: list[int] = []
+    classes: list[int] = []
+    leaves_a: list[object] = []
+    leaves_b: list[object] = []
+    columnar: list[int] = []  # rows compared by compare_statistics_columns
+    class_code = {c: k for k, c in enumerate(("matched", "only_in_a", "only_in_b", "shape_mismatch",
+                                              "dtype_mismatch", "not_captured"))}
     last_key: tuple[str, str | None, bool, bool] | None = None
-    parent: str | None = None
-    stack: tuple[str, ...] = ()
-    stack_b: tuple[str, ...] = ()
+    parent = stack = stack_b = 0
+    entry = -1
+    entry_b = -1
+    statistics = mode == "statistics"
     for i, pair in enumerate(pairs):
         la, lb = pair.leaf_a, pair.leaf_b
-        out = None
-        if fast_t is not None and pair.match_class == "matched" and type(la) is TensorLeaf and type(lb) is TensorLeaf:
-            floor = fast_t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)
-            out = _finite_statistics_outcome(pair, la, lb, fast_t, floor)
-        if out is None:
-            out = _compare_pair(pair, unit_a, unit_b, mode, rules)
-        if pair.match_class == "matched":
-            if "parameters_grad" in pair.entry_name:
-                out = judge_zero_gradient(pair, out)
-        elif out.rule.verdict == "warning" and pair.match_class == "not_captured" and (la is None) != (lb is None):
-            out = _declared_unobserved(pair, out, unit_a.meta.not_captured_items, unit_b.meta.not_captured_items)
-        if undefined and out.rule.verdict == "fail":
-            why = next((reason for pattern, reason in undefined if fnmatch.fnmatchcase(pair.name, pattern)), None)
-            if why is not None:
-                out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
-        if noise is not None and out.rule.verdict == "fail" and pair.name in noise:
-            row_noise = RowNoise(*noise[pair.name])
-            why = _within_noise(out.metrics, row_noise, rules.noise_factor)
-            if why is not None:
-                out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
-            else:
-                beyond = _noise_mae_text(row_noise.max_abs_err, row_noise.lower_bound)
-                out = out._replace(notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
-                                                       f"{beyond})"))
-        entry_name = pair.entry_name
-        entry_name_b = pair.entry_name_b
+        entry_name, entry_name_b = pair.entry_name, pair.entry_name_b
         in_a, in_b = pair.in_a, pair.in_b
         key = (entry_name, entry_name_b, in_a, in_b)
-        if key != last_key:  # consecutive rows of one entry share its parent cell and stacks
+        if key != last_key:  # consecutive rows of one entry share its names, parent cell and stacks
             last_key = key
+            entry, entry_b = code(entry_name), code(entry_name_b)
             name_b = entry_name_b or entry_name
-            parent = construct_a(entry_name) if in_a else None
-            if parent is None and in_b:
-                parent = construct_b(name_b)
-            stack_b = tuple(stack_b_get(name_b, ())) if in_b else ()
-            stack = stack_a(entry_name, ()) if in_a else ()
-            if not stack:
-                stack = stack_b
-            stack = tuple(stack)
-        row = _new(ComparisonRow)
-        row.__dict__.update({
-            "index": i,
-            "entry_name": entry_name,
-            "arg_path": pair.arg_path,
-            "match_class": pair.match_class,
-            "a": summary_of(la) if in_a else None,
-            "b": summary_of(lb) if in_b else None,
-            "compared_by": out.compared_by,
-            "metrics": out.metrics,
-            "verdict": out.rule.verdict,
-            "reasons": out.rule.reasons,
-            "notes": out.notes,
-            "differs": out.differs,
-            "parent_cell": parent,
-            "stack": stack,
-            "entry_name_b": entry_name_b,
-            "stack_b": stack_b,
-            "arg_path_b": pair.arg_path_b,
-            "mapped_by": pair.mapped_by,
-        })
-        append(row)
+            parent_name = construct_a(entry_name) if in_a else None
+            if parent_name is None and in_b:
+                parent_name = construct_b(name_b)
+            parent = code(parent_name)
+            own_b = tuple(stack_b_get(name_b, ())) if in_b else ()
+            own_a = tuple(stack_a(entry_name, ())) if in_a else ()
+            stack = stack_code(own_a or own_b)
+            stack_b = stack_code(own_b)
+        entry_codes.append(entry)
+        entry_b_codes.append(entry_b)
+        parent_codes.append(parent)
+        stack_codes.append(stack)
+        stack_b_codes.append(stack_b)
+        arg_codes.append(code(pair.arg_path))
+        arg_b_codes.append(code(pair.arg_path_b))
+        mapped_codes.append(code(pair.mapped_by))
+        cls = pair.match_class
+        classes.append(class_code[cls])
+        leaves_a.append(la if in_a else ABSENT_LEAF)
+        leaves_b.append(lb if in_b else ABSENT_LEAF)
+        if (statistics and cls == "matched" and "parameters_grad" not in entry_name
+                and can_compare_as_columns(la, lb)):
+            columnar.append(i)
+            continue
+        out = compare_row(pair, unit_a, unit_b, mode, rules)
+        if cls == "matched":
+            if "parameters_grad" in entry_name:
+                out = judge_zero_gradient(pair, out)
+        elif out.rule.verdict == "warning" and cls == "not_captured" and (la is None) != (lb is None):
+            out = _declared_unobserved(pair, out, gaps_a, gaps_b)
+        if out.rule.verdict == "fail":
+            out = _judge_failing(pair, out, undefined, noise, rules)
+        _record_outcome(builder, i, out)
+    cols = builder.cols
+    cols["entry"][:] = entry_codes
+    cols["arg_path"][:] = arg_codes
+    cols["entry_b"][:] = entry_b_codes
+    cols["arg_path_b"][:] = arg_b_codes
+    cols["mapped_by"][:] = mapped_codes
+    cols["parent_cell"][:] = parent_codes
+    cols["stack"][:] = stack_codes
+    cols["stack_b"][:] = stack_b_codes
+    cols["match_class"][:] = classes
+    builder.set_sides(0, leaves_a)
+    builder.set_sides(1, leaves_b)
+    if columnar:
+        _compare_columnar(builder, pairs, columnar, rules, undefined, noise, unit_a, unit_b, mode)
     construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
-    chains, truncated = parent_chains((r.entry_name for r in rows), construct)
-    found = localise(rows, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation)
-    frozen_rows = found.rows
-    first_failing = _first(frozen_rows, "failing")
-    compared = sum(1 for r in frozen_rows if r.match_class == "matched" and r.verdict != "skip")
-    verdict: OverallVerdict = "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
-    cells, chains, _ = compute_cell_rollups(frozen_rows, construct, chains)
+    entry_names = builder.table.names("entry")
+    chains, truncated = parent_chains(entry_names, construct)
+    jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation)
+    rows = builder.freeze()
+    first_failing = _first(rows.verdict == FAIL)
+    verdict: OverallVerdict = "fail" if first_failing is not None else (
+        "pass" if _compared(rows) else "nothing_compared")
+    cells, chains, _ = compute_cell_rollups(rows, construct, chains)
     if truncated:
         notes = (*notes, "construct.json nests cells more than 1,000 deep: the cell roll-up stops there")
     return UnitComparison(
@@ -328,12 +358,72 @@ def compare_units(
         parent_chains=chains,
         unit_a=UnitRef.of("a", unit_a),
         unit_b=UnitRef.of("b", unit_b),
-        rows=frozen_rows,
+        rows=rows,
         counts=count_classes(pairs),
-        verdict_counts=_count_verdicts(r.verdict for r in frozen_rows),
-        first_divergent=_first(frozen_rows, "divergent"),
+        verdict_counts=_count_verdicts(rows),
+        first_divergent=_first(rows.differs_mask()),
         first_failing=first_failing,
         verdict=verdict,
         notes=notes,
-        jumps=found.jumps,
+        jumps=jumps,
     )
+
+
+def _compared(rows: RowTable) -> int:
+    """Matched rows whose values were compared (verdict other than skip)."""
+    return int((rows.class_mask("matched") & ~rows.verdict_mask("skip")).sum())
+
+
+def _compare_columnar(
+    builder: RowTableBuilder, pairs: tuple[RowPair, ...], index: list[int], rules: Rules,
+    undefined: list[tuple[str, str]], noise: NoiseMap | None, unit_a: RankDump, unit_b: RankDump, mode: Mode,
+) -> None:
+    """Statistics-mode rows of two tensors, compared as columns (:func:`compare_statistics_columns`); the rows whose
+    statistics are not all finite go through :func:`compare_row`, as do the verdicts of rows the columns do not pass
+    outright."""
+    cols = builder.cols
+    idx = np.asarray(index, dtype=np.int64)
+    stats = cols["side_stats"][idx]  # [m, 2, 4]
+    finite = np.isfinite(stats).all(axis=(1, 2))
+    for k in idx[~finite].tolist():
+        _record_outcome(builder, k, _judge_failing(pairs[k], compare_row(pairs[k], unit_a, unit_b, mode, rules),
+                                                   undefined, noise, rules))
+    idx = idx[finite]
+    if not len(idx):
+        return
+    stats = stats[finite]
+    m = len(idx)
+    numel = np.empty(m, np.int64)
+    floor = np.empty(m)
+    fail_above = np.empty(m)
+    suspect = np.empty(m)
+    warning_ratio = np.empty(m)
+    thresholds = []
+    for j, k in enumerate(idx.tolist()):
+        pair = pairs[k]
+        t, f = thresholds_and_floor(pair, pair.leaf_a, pair.leaf_b, rules)
+        thresholds.append((t, f))
+        numel[j] = pair.leaf_a.numel
+        floor[j] = f
+        fail_above[j] = t.max_abs_err_fail_above
+        suspect[j] = t.max_abs_err_suspect_above
+        warning_ratio[j] = t.stat_warning_ratio
+    got = compare_statistics_columns(stats[:, 0], stats[:, 1], numel, floor, fail_above, suspect, warning_ratio)
+    metrics = cols["metrics"]
+    state = cols["metric_state"]
+    metrics[idx, STAT_DIFF_COLUMN:] = got.metrics
+    state[idx, STAT_DIFF_COLUMN:] = METRIC_VALUE
+    cols["compared_by"][idx] = 1  # "statistics"
+    cols["differs"][idx] = got.differs
+    cols["verdict"][idx] = PASS
+    notes = [builder.tuple_code(pairs[k].notes) for k in idx.tolist()]
+    cols["notes"][idx] = notes
+    for j in np.flatnonzero(~got.passing).tolist():
+        k = int(idx[j])
+        pair = pairs[k]
+        t, f = thresholds[j]
+        named = tuple(zip(_STAT_COLUMN_NAMES, got.metrics[j].tolist(), strict=True))
+        out = statistics_outcome_of_failing(pair, pair.leaf_a, pair.leaf_b, named, bool(got.differs[j]), t, f)
+        if out.rule.verdict == "fail":
+            out = _judge_failing(pair, out, undefined, noise, rules)
+        _record_outcome(builder, k, out)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from msprobe_cmp.comparator.compare import Comparison, ComparisonRow, UnitComparison, UnitRef
+from msprobe_cmp.comparator.compare import Comparison, UnitComparison, UnitRef
 from msprobe_cmp.dump.reader import DEBUG_JSON, DUMP_JSON, RANK_DIR_RE, STEP_DIR_RE
 
 
@@ -74,16 +74,10 @@ def _unit_ref(ref: UnitRef, names: Mapping[str, str]) -> UnitRef:
     return replace(ref, directory=_rewrite(ref.directory, names))
 
 
-def _row(row: ComparisonRow, names: Mapping[str, str]) -> ComparisonRow:
-    notes, reasons = _rewrite_all(row.notes, names), _rewrite_all(row.reasons, names)
-    return row if notes == row.notes and reasons == row.reasons else replace(row, notes=notes, reasons=reasons)
-
-
 def _unit(unit: UnitComparison, names: Mapping[str, str]) -> UnitComparison:
-    rows = tuple(_row(r, names) for r in unit.rows)
     return replace(
         unit, unit_a=_unit_ref(unit.unit_a, names), unit_b=_unit_ref(unit.unit_b, names),
-        notes=_rewrite_all(unit.notes, names), rows=rows,
+        notes=_rewrite_all(unit.notes, names), rows=unit.rows.with_texts(lambda text: _rewrite(text, names)),
     )
 
 
@@ -95,8 +89,8 @@ def relative_paths(comparison: Comparison, roots: Iterable[Path]) -> Comparison:
         roots: the dump paths as given on the command line (target, baseline, noise rerun).
 
     Returns:
-        A new Comparison (the input is frozen and left as it is); rows without a path in their notes
-        are shared, not copied.
+        A new Comparison (the input is frozen and left as it is); the row columns are shared, only the
+        reason and note texts are rewritten.
     """
     names = display_names(roots)
     if not names:

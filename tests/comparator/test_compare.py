@@ -788,9 +788,10 @@ def test_two_leaves_with_the_same_path_pair_in_order(tmp_path):
 
 def test_cell_chains_deeper_than_the_cap_are_said(tmp_path):
     from msprobe_cmp.comparator.compare import compute_cell_rollups
+    from msprobe_cmp.comparator.rowtable import RowTableBuilder
 
     construct = {f"Cell.l{i}.C.forward.0": f"Cell.l{i + 1}.C.forward.0" for i in range(1200)}
-    cells, chains, truncated = compute_cell_rollups((), construct)
+    cells, chains, truncated = compute_cell_rollups(RowTableBuilder(0).freeze(), construct)
     assert cells == () and not truncated
     write_unit(tmp_path / "a" / "rank", {"x": X})
     unit = load_dump(tmp_path / "a").units[0]

@@ -1,22 +1,27 @@
-"""The comparator's fast paths give what its general paths give: the finite-statistics outcome against the
-per-statistic records (``compute_stat_diffs`` + ``compute_statistics_verdict``), the same-paths row pairing
-against the keyed pairing, each on values drawn widely (hypothesis) and on hand-picked edge cases."""
+"""The comparator's column-wise statistics give what its per-row path gives: :func:`compare_statistics_columns`
+(with :func:`statistics_outcome_of_failing` for the rows it does not pass outright) against the per-statistic records
+(``compute_stat_diffs`` + ``compute_statistics_verdict``); and the same-paths row pairing against the keyed pairing,
+each on values drawn widely (hypothesis) and on hand-picked edge cases."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msprobe_cmp.comparator.compare import _compare_statistics, _finite_statistics_outcome, _relative_floor_of
+from msprobe_cmp.comparator.compare import _compare_statistics, _relative_floor_of
 from msprobe_cmp.comparator.matching import RowPair, classify_pair, match_entries
-from msprobe_cmp.comparator.metrics import compute_max_abs_err_lower_bound, compute_stat_diffs
-from msprobe_cmp.comparator.rules import (
-    Thresholds,
-    compute_finite_statistics_verdict,
-    compute_statistics_verdict,
+from msprobe_cmp.comparator.metrics import compute_stat_diffs
+from msprobe_cmp.comparator.outcomes import (
+    can_compare_as_columns,
+    compare_statistics_columns,
+    statistics_outcome_of_failing,
 )
+from msprobe_cmp.comparator.result import METRIC_NAMES
+from msprobe_cmp.comparator.rowtable import STAT_DIFF_COLUMN
+from msprobe_cmp.comparator.rules import Thresholds
 from msprobe_cmp.dump.schema import Entry, Map, Seq, TensorLeaf, ValueLeaf
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -44,60 +49,59 @@ def _same(x: object, y: object) -> bool:
     return x == y
 
 
+def _columns(la: TensorLeaf, lb: TensorLeaf, t: Thresholds):  # type: ignore[no-untyped-def]
+    """The outcome of one row through the columns (None when its statistics are not all finite)."""
+    stats = np.array([la.stats, lb.stats], dtype=np.float64)
+    if not np.isfinite(stats).all():
+        return None
+    floor = t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)
+    got = compare_statistics_columns(stats[None, 0], stats[None, 1], np.array([la.numel]), np.array([floor]),
+                                     np.array([t.max_abs_err_fail_above]), np.array([t.max_abs_err_suspect_above]),
+                                     np.array([t.stat_warning_ratio]))
+    named = tuple(zip(METRIC_NAMES[STAT_DIFF_COLUMN:], got.metrics[0].tolist(), strict=True))
+    out = statistics_outcome_of_failing(_pair(la, lb), la, lb, named, bool(got.differs[0]), t, floor)
+    return out, bool(got.passing[0])
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(near, min_size=8, max_size=8), st.sampled_from([(4, 8), (1,), (), (3, 0)]),
        st.sampled_from(["Float32", "Float16", "BFloat16"]), st.booleans(),
        st.sampled_from([Thresholds(), Thresholds(max_abs_err_fail_above=0.0, relative_floor=1e-3),
                         Thresholds(max_abs_err_suspect_above=0.0, stat_warning_ratio=0.0)]))
-def test_finite_statistics_outcome_equals_the_general_path(values, shape, dtype, counts, t):
+def test_statistics_columns_equal_the_per_row_path(values, shape, dtype, counts, t):
     extra = COUNTS if counts else ()
     la = TensorLeaf("mindspore.Tensor", dtype, shape, *values[:4], extra=extra)
     lb = TensorLeaf("mindspore.Tensor", "Float32", shape, *values[4:], extra=extra)
-    floor = t.relative_floor or _relative_floor_of(la.dtype, lb.dtype)
-    fast = _finite_statistics_outcome(_pair(la, lb), la, lb, t, floor)
-    if fast is None:
-        # declined only for an empty tensor, or when the sum of the eight statistics (its non-finite test)
-        # overflows; never for statistics below 1e300 in magnitude
-        assert la.numel == 0 or (not math.isfinite(sum(values)) and max(abs(v) for v in values) >= 1e300)
+    if not can_compare_as_columns(la, lb):
+        assert la.numel == 0  # every other row of these is a columns row
         return
+    columns = _columns(la, lb, t)
+    if columns is None:  # a statistic overflowed to ±Inf in hypothesis's draw: the per-row path takes it
+        return
+    got, passing = columns
     slow = _general(la, lb, t)
-    assert (fast.compared_by, fast.rule, fast.notes, fast.differs) == (
-        slow.compared_by, slow.rule, slow.notes, slow.differs)
-    assert [k for k, _ in fast.metrics] == [k for k, _ in slow.metrics]
-    assert _same(tuple(v for _, v in fast.metrics), tuple(v for _, v in slow.metrics))
+    assert (got.compared_by, got.notes, got.differs) == (slow.compared_by, slow.notes, slow.differs)
+    assert got.rule == slow.rule
+    assert passing == (slow.rule.verdict == "pass")
+    assert [k for k, _ in got.metrics] == [k for k, _ in slow.metrics]
+    assert _same(tuple(v for _, v in got.metrics), tuple(v for _, v in slow.metrics))
 
 
-def test_finite_statistics_outcome_declines_what_it_does_not_handle():
+def test_statistics_columns_hand_picked_values():
+    """Three rows by hand: identical (pass, not differing); a Max of 1.2 against 0.5 in a 4-element tensor (bound 0.7,
+    not above 1: no fail; but |diff| 0.7 > 1e-3 and 0.7 / (1.2 + 1e-10) = 0.58 > the warning ratio 0.5: a warning, so
+    not passing); and a Norm of 6 against 2 over 4 elements (bound 4 / sqrt(4) = 2 > 1: a fail)."""
+    a = np.array([[1.0, 0.0, 0.5, 1.0], [1.2, 0.0, 0.5, 1.0], [1.0, 0.0, 0.5, 6.0]])
+    b = np.array([[1.0, 0.0, 0.5, 1.0], [0.5, 0.0, 0.5, 1.0], [1.0, 0.0, 0.5, 2.0]])
     t = Thresholds()
-    base = TensorLeaf("mindspore.Tensor", "Float32", (2,), 1.0, 0.0, 0.5, 1.2, extra=COUNTS)
-    others = [
-        TensorLeaf("mindspore.Tensor", "Float32", (2,), float("nan"), 0.0, 0.5, 1.2, extra=COUNTS),
-        TensorLeaf("mindspore.Tensor", "Float32", (2,), 1.0, float("-inf"), 0.5, 1.2, extra=COUNTS),
-        TensorLeaf("mindspore.Tensor", "Float32", (2,), 1.0, 0.0, None, 1.2, extra=COUNTS),
-        TensorLeaf("mindspore.Tensor", "Float32", (2,), 1, 0.0, 0.5, 1.2, extra=COUNTS),  # an int statistic
-        TensorLeaf("mindspore.Tensor", "Float32", (2,), 1.0, 0.0, 0.5, 1.2,
-                   extra=(("nan_count", 1), ("pos_inf_count", 0), ("neg_inf_count", 0))),
-        TensorLeaf("mindspore.Tensor", "Float32", (2,), 1.0, 0.0, 0.5, 1.2,
-                   extra=(("nan_count", -1), ("pos_inf_count", 0), ("neg_inf_count", 0))),
-        TensorLeaf("mindspore.Tensor", "Float32", (2,), 1e308, 1e308, 1e308, 1.2, extra=COUNTS),  # the sum overflows
-    ]
-    for other in others:
-        assert _finite_statistics_outcome(_pair(base, other), base, other, t, 1e-7) is None
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(near, min_size=8, max_size=8), st.integers(1, 10**6))
-def test_finite_statistics_verdict_equals_compute_statistics_verdict(values, numel):
-    a, b = tuple(values[:4]), tuple(values[4:])
-    diffs = compute_stat_diffs(a, b)
-    if any(d.diff is None for d in diffs):  # a difference overflowed: not the fast path's case
-        return
-    bound = compute_max_abs_err_lower_bound(diffs, numel)
-    assert bound is not None
-    for t in (Thresholds(), Thresholds(max_abs_err_suspect_above=0.0, stat_warning_ratio=0.0)):
-        expect = compute_statistics_verdict(diffs, numel, t)
-        got = compute_finite_statistics_verdict(a, b, tuple(d.diff for d in diffs), bound, t)  # type: ignore[arg-type]
-        assert got == expect
+    got = compare_statistics_columns(a, b, np.array([4, 4, 4]), np.full(3, 1e-7), np.full(3, t.max_abs_err_fail_above),
+                                     np.full(3, t.max_abs_err_suspect_above), np.full(3, t.stat_warning_ratio))
+    assert got.metrics[:, 0].tolist() == [0.0, 1.2 - 0.5, 0.0]    # Max diff, A - B
+    assert got.metrics[:, 3].tolist() == [0.0, 0.0, 4.0]          # L2norm diff
+    assert got.metrics[:, 7].tolist() == [0.0, 0.0, 2.0]          # L2norm relative diff |4| / 2
+    assert got.metrics[:, 8].tolist() == [0.0, 1.2 - 0.5, 2.0]    # bound: max(|dMax|, |dNorm| / sqrt(4))
+    assert got.passing.tolist() == [True, False, False]
+    assert got.differs.tolist() == [False, True, True]
 
 
 def _leaf(v: float, dtype: str = "Float32", shape: tuple[int, ...] = (2, 2)) -> TensorLeaf:

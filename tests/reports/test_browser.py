@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from msprobe_cmp.comparator import compare
+from msprobe_cmp.comparator.rowtable import RowTable
 from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf, load_dump
 from msprobe_cmp.reports import render_html
 
@@ -347,8 +348,9 @@ def test_largest_disagreements_fit_the_window_or_scroll_in_their_own_box(driver,
     # the widest numbers (12 characters in each of the ten columns) and a long unit label: the table no longer
     # fits, and scrolls inside its box instead of widening the page
     unit = c.units[0]
-    rows = tuple(replace(r, metrics=tuple((k, -1.23456789e-05 if v is not None else None) for k, v in r.metrics))
-                 for r in unit.rows)
+    rows = RowTable.from_rows([
+        r.replaced(metrics=tuple((k, -1.23456789e-05 if v is not None else None) for k, v in r.metrics))
+        for r in unit.rows])
     wide = replace(c, units=(replace(unit, rows=rows, unit_a=replace(unit.unit_a, label="step1234/rank15")),))
     page = tmp_path / "largest-wide.html"
     page.write_text(render_html(wide), encoding="utf-8")

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from msprobe_cmp.comparator import Comparison, compare
+from msprobe_cmp.comparator.rowtable import RowTable
 from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, RankDump, Seq, TensorLeaf, load_dump
 from msprobe_cmp.reports import common, render_html, render_markdown
 from msprobe_cmp.reports.html import NOTHING_COMPARED_CLASS, STATISTICS_ONLY_CLASS
@@ -220,8 +221,8 @@ def test_a_warning_with_a_nan_stays_below_every_failure():
     a = [fwd("Functional.fail.0.forward", t(mx=3.0)), fwd("Functional.warn.0.forward", t(mx=math.nan))]
     b = [fwd("Functional.fail.0.forward", t()), fwd("Functional.warn.0.forward", t())]
     c = compare(unit(a), unit(b))
-    warned = replace(c.units[0].rows[1], verdict="warning")
-    c = replace(c, units=(replace(c.units[0], rows=(c.units[0].rows[0], warned)),))
+    warned = c.units[0].rows[1].replaced(verdict="warning")
+    c = replace(c, units=(replace(c.units[0], rows=RowTable.from_rows((c.units[0].rows[0], warned))),))
     assert common.nonfinite_disagreement(warned)
     assert [d.row.entry_name for d in common.rank_disagreements(c)] == ["Functional.fail.0.forward",
                                                                        "Functional.warn.0.forward"]
@@ -370,9 +371,10 @@ def test_each_listed_row_shows_its_reasons_and_short_notes_escaped(tmp_path):
     assert (rows[evil].compared_by, rows[evil].verdict, rows[evil].differs) == ("statistics", "warning", True)
     # notes: a short one on "noted", long ones on "scale" (set here: the renderer shows what the row holds)
     long_note = "n" * 250
-    new_rows = tuple(replace(r, notes=("a short note <i>", )) if r.entry_name == "Functional.noted.0.forward"
-                     else replace(r, notes=(long_note, "another")) if r.entry_name == "Functional.scale.0.forward"
-                     else r for r in c.units[0].rows)
+    new_rows = RowTable.from_rows([
+        r.replaced(notes=("a short note <i>", )) if r.entry_name == "Functional.noted.0.forward"
+        else r.replaced(notes=(long_note, "another")) if r.entry_name == "Functional.scale.0.forward"
+        else r for r in c.units[0].rows])
     c = replace(c, units=(replace(c.units[0], rows=new_rows),))
     html = render_html(c)
     assert "<b title=x>" not in html and "<i>" not in html  # every text from the dump is escaped

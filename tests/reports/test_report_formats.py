@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msprobe_cmp.comparator import Comparison, compare
+from msprobe_cmp.comparator.rowtable import RowTable
 from msprobe_cmp.dump import DumpMeta, Entry, Map, RankDump, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.reports import common, plots, render_csv, render_json, render_junit, render_markdown
 from msprobe_cmp.reports.html import build_page_data, page_numbers
@@ -257,7 +258,8 @@ def test_json_equals_the_plain_document(nasty):
 
 def test_json_with_a_lone_surrogate_falls_back_to_the_standard_library(nasty):
     u = nasty.units[0]
-    rows = (replace(u.rows[0], entry_name="Functional.s\ud800.0.forward", notes=("n\udfff",)), *u.rows[1:])
+    rows = RowTable.from_rows(
+        (u.rows[0].replaced(entry_name="Functional.s\ud800.0.forward", notes=("n\udfff",)), *u.rows[1:]))
     c = replace(nasty, units=(replace(u, rows=rows),))
     text = render_json(c)
     assert json.loads(text)["units"][0]["rows"][0]["entry"] == "Functional.s\ud800.0.forward"

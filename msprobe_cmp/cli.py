@@ -1,9 +1,16 @@
-"""The ``msprobe-cmp`` command: compare two dumps into reports, or run the demo.
+"""The ``msprobe-cmp`` command: compare two dumps into reports, render a saved comparison again, or run the demo.
 
 Usage::
 
-    msprobe-cmp TARGET BASELINE [-o OUT] [--force]
+    msprobe-cmp TARGET BASELINE [-o OUT] [--force]        (also: msprobe-cmp compare TARGET BASELINE ...)
+    msprobe-cmp render RESULT -o OUT [--force]
     msprobe-cmp demo [-o OUT] [--steps N] [--force]
+
+A compare writes the five reports and the saved comparison (:data:`~msprobe_cmp.comparator.saved.SAVED_FILE`,
+``comparison-data.npz``) into OUT; ``render`` loads that file (RESULT: the file or the directory holding it) and
+writes every report again with the same writer (:func:`write_reports`), byte for byte, without the dumps.  The
+first word ``render`` (like ``demo``) is always the sub-command: a dump directory of that name is given as
+``./render`` or after ``compare``.
 
 ``main(argv) -> int`` is the whole command (docs/design.md §4): user errors
 (:class:`~msprobe_cmp.errors.MsprobeCmpError`, bad options) are one line on stderr and exit 2;
@@ -40,6 +47,7 @@ from msprobe_cmp.comparator.mapping import (
 )
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
+from msprobe_cmp.comparator.saved import SAVED_FILE, load_comparison, save_comparison, saved_file
 from msprobe_cmp.dump.reader import (
     Dump,
     load_dump,
@@ -61,6 +69,8 @@ EXIT_NOTHING_COMPARED = 3
 EXIT_INTERNAL_ERROR = 4
 
 REPORT_FILES = ("report.html", "comparison.json", "comparison.csv", "junit.xml", "summary.md")
+#: Every file a compare writes into its output directory: the reports and the saved comparison (``render`` reads it).
+OUTPUT_FILES = (*REPORT_FILES, SAVED_FILE)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,9 +87,11 @@ def _compare_parser() -> _Parser:
         "[--min-matched-share X]\n"
         "       [--noise RERUN] [--cell-mapping FILE] [--api-mapping FILE] [--write-mapping FILE] [--jobs N]\n"
         "       [--scheduler ADDRESS] [--absolute-paths]\n"
+        "       msprobe-cmp render [-h] RESULT -o OUT [--force]\n"
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
-        "Run 'msprobe-cmp demo' for a worked example on real MindSpore training.",
+        "Run 'msprobe-cmp demo' for a worked example on real MindSpore training; 'msprobe-cmp render RESULT -o OUT' "
+        "writes the reports of a saved comparison (comparison-data.npz) again without the dumps.",
         epilog="A debug-level recording (debug.json, written by save()) is read wherever a dump.json would be "
         "(the file itself, or a rank directory holding no dump.json); its variables are compared as "
         "<name>.<n>.tensor rows. "
@@ -91,8 +103,8 @@ def _compare_parser() -> _Parser:
     p.add_argument("baseline", metavar="BASELINE", type=Path,
                    help="the reference dump (msprobe's 'bench'); same forms as TARGET")
     p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-report"), metavar="OUT",
-                   help="directory for report.html, comparison.json, comparison.csv, junit.xml and summary.md "
-                   "(default: %(default)s)")
+                   help="directory for report.html, comparison.json, comparison.csv, junit.xml, summary.md and "
+                   f"{SAVED_FILE} (the saved comparison 'msprobe-cmp render' reads) (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite existing report files in the output directory")
     p.add_argument("--rules", type=Path, metavar="FILE",
                    help="verdict thresholds, per-pattern/per-dtype overrides and the matched-share floor "
@@ -140,7 +152,24 @@ def _demo_parser() -> _Parser:
     return p
 
 
-def _check_outputs(out: Path, force: bool, names: Sequence[str] = REPORT_FILES, dirs: Sequence[str] = ()) -> None:
+def _render_parser() -> _Parser:
+    p = _Parser(
+        prog="msprobe-cmp render",
+        description=f"Write the reports of a saved comparison again, without the dumps: RESULT is the {SAVED_FILE} "
+        "a compare wrote into its output directory, or that directory. The reports are the compare's, byte for "
+        "byte.",
+        epilog="Exit codes: the compare's verdict (0 no regression, 1 regression found, 3 nothing comparable); "
+        "2 unusable RESULT or usage error.",
+    )
+    p.add_argument("result", metavar="RESULT", type=Path,
+                   help=f"the saved comparison ({SAVED_FILE}) or the output directory of a compare holding it")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT",
+                   help=f"directory for the reports and a copy of {SAVED_FILE}; not RESULT's own directory")
+    p.add_argument("--force", action="store_true", help="overwrite existing report files in the output directory")
+    return p
+
+
+def _check_outputs(out: Path, force: bool, names: Sequence[str] = OUTPUT_FILES, dirs: Sequence[str] = ()) -> None:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {out}: exists and is not a directory")
     for name in names:
@@ -188,11 +217,16 @@ def _printable(text: str) -> str:
 
 
 def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
-    """Render ``comparison`` as HTML, JSON, CSV, JUnit XML and a Markdown summary into ``out`` (each file
-    written atomically; the names are :data:`REPORT_FILES`).
+    """Render ``comparison`` as HTML, JSON, CSV, JUnit XML and a Markdown summary into ``out`` and save it there
+    (:func:`~msprobe_cmp.comparator.saved.save_comparison`, for ``msprobe-cmp render``); each file written
+    atomically; the names are :data:`OUTPUT_FILES`.  The compare, the demo and ``render`` all write through here,
+    so a rendered comparison gives the same bytes.
 
     Returns:
-        ``{"html": path, "json": path, "csv": path, "junit": path, "markdown": path}``.
+        ``{"html": path, "json": path, "csv": path, "junit": path, "markdown": path, "saved": path}``.
+
+    Raises:
+        OSError: a file cannot be written.
     """
     out.mkdir(parents=True, exist_ok=True)
     with paused_gc():
@@ -212,7 +246,9 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     }
     for path, data in files.values():
         write_bytes_atomic(path, data)
-    return {k: v[0] for k, v in files.items()}
+    written = {k: v[0] for k, v in files.items()}
+    written["saved"] = save_comparison(comparison, out)  # last: its presence says the reports were written too
+    return written
 
 
 def exit_code_for(comparison: Comparison) -> int:
@@ -452,7 +488,7 @@ def _check_mapping_output(path: Path, force: bool, out: Path, inputs: Sequence[P
         root = root if root.is_dir() else root.parent
         if target.is_relative_to(root):
             raise ConfigError(f"--write-mapping: {path}: inside the input dump {given}; write it elsewhere")
-    if target.parent == out.resolve() and target.name in REPORT_FILES:
+    if target.parent == out.resolve() and target.name in OUTPUT_FILES:
         raise ConfigError(f"--write-mapping: {path}: a report file of --output {out}; choose another name")
 
 
@@ -482,7 +518,7 @@ def _run_demo(argv: Sequence[str]) -> int:
     if args.steps < 1:
         raise ConfigError(f"--steps: must be at least 1, got {args.steps}")
     out: Path = args.output
-    _check_outputs(out, args.force, (*REPORT_FILES, "dumps"), dirs=("dumps",))
+    _check_outputs(out, args.force, (*OUTPUT_FILES, "dumps"), dirs=("dumps",))
     from msprobe_cmp.recorder.demo import run_demo_recordings
 
     _say(f"training and recording 2 runs of {args.steps} steps into {out / 'dumps'} ...")
@@ -496,12 +532,52 @@ def _run_demo(argv: Sequence[str]) -> int:
     return EXIT_OK if comparison.verdict in ("pass", "fail") else EXIT_NOTHING_COMPARED
 
 
+@contextmanager
+def _render_hint() -> Iterator[None]:
+    """When ``render``'s arguments or RESULT are unusable and a ``./render`` exists, the user may have meant to compare
+    a dump directory named render: the error says how to."""
+    try:
+        yield
+    except (ConfigError, DumpFormatError) as exc:
+        if not os.path.lexists("render"):
+            raise
+        raise ConfigError(f"{exc} ('render' is the render command: to compare a dump named render, write ./render or "
+                          "'msprobe-cmp compare render BASELINE')") from None
+
+
+def _run_render(argv: Sequence[str]) -> int:
+    """``msprobe-cmp render RESULT -o OUT [--force]``: load the saved comparison RESULT and write every report of it
+    into OUT with :func:`write_reports` (the compare's own writer), then print the compare's summary.  OUT must not
+    be RESULT's directory (the reports there are the ones being reproduced); existing report files in OUT are kept
+    unless ``--force``.  Returns the verdict's exit code (:func:`exit_code_for`).
+
+    Raises:
+        ConfigError: a usage error, OUT is RESULT's directory or holds report files (without ``--force``).
+        DumpFormatError: RESULT is missing, unreadable or not a saved comparison of this version.
+    """
+    with _render_hint():
+        args = _render_parser().parse_args(list(argv))
+    source = saved_file(args.result)
+    out: Path = args.output
+    if out.exists() and out.is_dir() and source.parent.is_dir() and os.path.samefile(out, source.parent):
+        raise ConfigError(f"render: -o {out}: is the directory {args.result} was saved in; its reports are the ones "
+                          "being reproduced: choose another directory")
+    _check_outputs(out, args.force)
+    with _render_hint():
+        comparison = load_comparison(source)
+    files = write_reports(comparison, out)
+    _say(render_summary(comparison, files))
+    return exit_code_for(comparison)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] == "demo":
             return _run_demo(args[1:])
+        if args and args[0] == "render":
+            return _run_render(args[1:])
         if args and args[0] == "compare":
             args = args[1:]
         return _run_compare(args)

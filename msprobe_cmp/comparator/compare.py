@@ -45,7 +45,7 @@ from msprobe_cmp.comparator.mapping import (
     label_contradiction,
     unused_mapping_keys,
 )
-from msprobe_cmp.comparator.matching import MATCH_CLASSES
+from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass
 from msprobe_cmp.comparator.metrics import STAT_NAMES
 from msprobe_cmp.comparator.outcomes import (
     _compare_statistics,
@@ -375,7 +375,8 @@ def _mapping_file_notes(
                          f"dump (misspelt?): {shown}")
     one_sided: dict[str, set[str]] = {"A": set(), "B": set()}
     for u in units:
-        for side, cls in (("A", "only_in_a"), ("B", "only_in_b")):
+        sides: tuple[tuple[str, MatchClass], ...] = (("A", "only_in_a"), ("B", "only_in_b"))
+        for side, cls in sides:
             for own_a, own_b in u.rows.entry_pairs(cls):
                 name_b = own_b or own_a
                 if parse_name(name_b).kind == "cell":
@@ -482,7 +483,8 @@ def _unmapped_notes(units: tuple[UnitComparison, ...], input_notes: list[str]) -
     if any(cls == "matched" and n for u in units for cls, n in u.counts):
         return []
     out = []
-    for side, cls in (("A", "only_in_a"), ("B", "only_in_b")):
+    sides: tuple[tuple[str, MatchClass], ...] = (("A", "only_in_a"), ("B", "only_in_b"))
+    for side, cls in sides:
         names = list(dict.fromkeys(own_a for u in units for own_a, _ in u.rows.entry_pairs(cls)))
         if names:
             more = " (all in the report)" if len(names) > 10 else ""

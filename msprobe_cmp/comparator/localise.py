@@ -303,9 +303,9 @@ def localise(
         judge(entry_name, measured)
     if s.warn:
         verdicts = rows.cols["verdict"]
-        for j in jumps:
-            if verdicts[j.row] == PASS:
-                rows.set_verdict(j.row, "warning", (describe_jump(j),), table.tuples[int(table.notes[j.row])])
+        for jump in jumps:
+            if verdicts[jump.row] == PASS:
+                rows.set_verdict(jump.row, "warning", (describe_jump(jump),), table.tuples[int(table.notes[jump.row])])
     return tuple(jumps)
 
 

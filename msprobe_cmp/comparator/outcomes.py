@@ -28,13 +28,13 @@ from msprobe_cmp.comparator.metrics import (
 )
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, TENSOR_METRIC_NAMES, ComparedBy, Mode
 from msprobe_cmp.comparator.rules import (
+    STAT_WARNING_EPSILON,
     RuleOutcome,
     Rules,
     Thresholds,
     _is_number,
     compare_values,
     compute_argument_verdict,
-    STAT_WARNING_EPSILON,
     compute_md5_verdict,
     compute_statistics_verdict,
     compute_tensor_verdict,

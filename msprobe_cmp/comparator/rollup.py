@@ -8,6 +8,7 @@ import numpy as np
 
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, CellRollup
 from msprobe_cmp.comparator.rowtable import RowTable
+from msprobe_cmp.comparator.rules import Verdict
 from msprobe_cmp.dump.naming import CELL_PREFIXES, parse_name
 
 _MAX_CELL_DEPTH = 1000
@@ -40,7 +41,7 @@ class _CellAcc:
 
 #: Verdict codes (:data:`~msprobe_cmp.comparator.rowtable.VERDICTS` order) → severity: fail > warning > pass > skip.
 _RANK_OF_CODE = np.array([3, 2, 1, 0], dtype=np.int8)
-_VERDICT_OF_RANK = ("skip", "pass", "warning", "fail")
+_VERDICT_OF_RANK: tuple[Verdict, ...] = ("skip", "pass", "warning", "fail")
 FAIL_RANK, SKIP_RANK = 3, 0
 
 
@@ -99,7 +100,7 @@ def compute_cell_rollups(
         cut at 1,000 levels (:func:`parent_chains`).
     """
     truncated = False
-    entries = rows.names("entry")
+    entries = rows.entry_names()
     if chains is None:
         chains, truncated = parent_chains(entries, construct)
     known = dict(chains)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, overload
+from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
 
@@ -132,6 +132,28 @@ class SideSummary:
             return cls("value", dtype=leaf.type, value=repr(leaf.value))
         return cls("tensor", leaf.dtype, tuple(leaf.shape), leaf.max, leaf.min, leaf.mean, leaf.norm, leaf.md5,
                    leaf.data_name)
+
+
+class SideColumns(NamedTuple):
+    """One side's columns of a :class:`RowTable`, as its rows' :class:`SideSummary` records read them
+    (:meth:`RowTable.side_columns`).
+
+    Attributes:
+        kind: uint8 [n], :data:`SIDE_KINDS` codes.
+        dtype, shape, md5, data_name, value: int32 [n] codes (into ``strings``, ``shapes`` for ``shape``); -1 where
+            the side's field is None.
+        stats: float64 [n, 4], max, min, mean, norm.
+        stats_defined: bool [n, 4]: the statistic is a number of the side (False where the field is None).
+    """
+
+    kind: np.ndarray
+    dtype: np.ndarray
+    shape: np.ndarray
+    md5: np.ndarray
+    data_name: np.ndarray
+    value: np.ndarray
+    stats: np.ndarray
+    stats_defined: np.ndarray
 
 
 _TEXT_COLUMNS = ("reasons", "notes", "stack", "stack_b")
@@ -251,6 +273,11 @@ class RowTable(Sequence["ComparisonRow"]):
         """The string of ``code`` (None for -1)."""
         return None if code < 0 else self.strings[code]
 
+    def entry_names(self) -> list[str]:
+        """The ``entry`` column decoded: every row's (A) entry name."""
+        s = self.strings
+        return [s[c] for c in self.entry.tolist()]
+
     def names(self, column: str) -> list[str | None]:
         """A name column decoded (``"entry"``, ``"parent_cell"``, ...): one str or None per row."""
         s = self.strings
@@ -260,6 +287,24 @@ class RowTable(Sequence["ComparisonRow"]):
         """A tuple column decoded (``"reasons"``, ``"notes"``, ``"stack"``, ``"stack_b"``)."""
         t = self.stacks if column.startswith("stack") else self.tuples
         return [t[c] for c in getattr(self, column).tolist()]
+
+    def side_columns(self, s: int) -> SideColumns:
+        """Side ``s``'s columns (0 = A, 1 = B) as :attr:`ComparisonRow.a` / :attr:`ComparisonRow.b` read them: codes
+        -1 and statistics undefined wherever the row's :class:`SideSummary` holds None for that field (a value's
+        shape, md5 and file name, a tensor's value, everything of a null or absent side but its kind)."""
+        kind = self.side_kind[:, s]
+        tensor = kind == TENSOR
+        value = kind == VALUE
+        return SideColumns(
+            kind=kind,
+            dtype=np.where(tensor | value, self.side_dtype[:, s], -1),
+            shape=np.where(tensor, self.side_shape[:, s], -1),
+            md5=np.where(tensor, self.side_md5[:, s], -1),
+            data_name=np.where(tensor, self.side_data_name[:, s], -1),
+            value=np.where(value, self.side_value[:, s], -1),
+            stats=self.side_stats[:, s],
+            stats_defined=self.side_stats_defined[:, s] & tensor[:, None],
+        )
 
     def verdict_mask(self, verdict: Verdict) -> np.ndarray:
         """bool [n]: the rows whose verdict is ``verdict``."""
@@ -354,42 +399,52 @@ class ComparisonRow:
 
     @property
     def entry_name(self) -> str:
+        """The entry (``"Cell.blocks.0.Dense.forward.0"``)."""
         return self._name("entry")  # type: ignore[return-value]
 
     @property
     def arg_path(self) -> str:
+        """The argument path (``"parameters.weight"``, ``"input.0"``, ``"output.0"``)."""
         return self._name("arg_path")  # type: ignore[return-value]
 
     @property
     def entry_name_b(self) -> str | None:
+        """B's entry name where the pairing gave it another name, else None."""
         return self._name("entry_b")
 
     @property
     def arg_path_b(self) -> str | None:
+        """B's argument path where a mapping moved the argument, else None."""
         return self._name("arg_path_b")
 
     @property
     def mapped_by(self) -> str | None:
+        """Which mapping paired the two names across frameworks, else None."""
         return self._name("mapped_by")
 
     @property
     def parent_cell(self) -> str | None:
+        """The parent cell from construct.json (A's, else B's), or None."""
         return self._name("parent_cell")
 
     @property
     def match_class(self) -> MatchClass:
+        """The matching class (:data:`~msprobe_cmp.comparator.matching.MATCH_CLASSES`)."""
         return MATCH_CLASSES[int(self.table.match_class[self.index])]
 
     @property
     def compared_by(self) -> ComparedBy:
+        """How the values were compared (:data:`COMPARED_BY`)."""
         return COMPARED_BY[int(self.table.compared_by[self.index])]
 
     @property
     def verdict(self) -> Verdict:
+        """``"pass"``, ``"warning"``, ``"fail"`` or ``"skip"``."""
         return VERDICTS[int(self.table.verdict[self.index])]
 
     @property
     def differs(self) -> bool | None:
+        """True when the sides are known to differ, False when known identical, None when not compared."""
         d = int(self.table.differs[self.index])
         return None if d < 0 else bool(d)
 
@@ -399,18 +454,22 @@ class ComparisonRow:
 
     @property
     def reasons(self) -> tuple[str, ...]:
+        """Why the verdict is not a plain pass (one sentence each)."""
         return self._tuple("reasons")
 
     @property
     def notes(self) -> tuple[str, ...]:
+        """Informative remarks (dtype upcast, non-finite values left out, fallbacks)."""
         return self._tuple("notes")
 
     @property
     def stack(self) -> tuple[str, ...]:
+        """The entry's call stack from stack.json (A's, else B's); () when unknown."""
         return self._tuple("stack")
 
     @property
     def stack_b(self) -> tuple[str, ...]:
+        """B's own call stack of the entry; () when unknown."""
         return self._tuple("stack_b")
 
     def _side(self, s: int) -> SideSummary | None:
@@ -424,21 +483,24 @@ class ComparisonRow:
         if kind == VALUE:
             return SideSummary("value", dtype=dtype, value=t.text(int(t.side_value[i, s])))
         shape_code = int(t.side_shape[i, s])
-        stats = [float(v) if ok else None
-                 for v, ok in zip(t.side_stats[i, s].tolist(), t.side_stats_defined[i, s].tolist(), strict=True)]
-        return SideSummary("tensor", dtype, None if shape_code < 0 else t.shapes[shape_code], *stats,
+        mx, mn, mean, norm = (float(v) if ok else None for v, ok in
+                              zip(t.side_stats[i, s].tolist(), t.side_stats_defined[i, s].tolist(), strict=True))
+        return SideSummary("tensor", dtype, None if shape_code < 0 else t.shapes[shape_code], mx, mn, mean, norm,
                            md5=t.text(int(t.side_md5[i, s])), data_name=t.text(int(t.side_data_name[i, s])))
 
     @property
     def a(self) -> SideSummary | None:
+        """What A recorded (:class:`SideSummary`), or None when the row is not in A."""
         return self._side(0)
 
     @property
     def b(self) -> SideSummary | None:
+        """What B recorded (:class:`SideSummary`), or None when the row is not in B."""
         return self._side(1)
 
     @property
     def metrics(self) -> tuple[tuple[str, float | None], ...]:
+        """``(name, value)`` of the metrics the row has, in :data:`METRIC_NAMES` order (None: undefined)."""
         t, i = self.table, self.index
         states = t.metric_state[i].tolist()
         values = t.metrics[i].tolist()

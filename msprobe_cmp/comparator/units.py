@@ -44,10 +44,10 @@ from msprobe_cmp.comparator.rowtable import (
     RowTable,
     RowTableBuilder,
 )
-from msprobe_cmp.comparator.rules import RuleOutcome, Rules
+from msprobe_cmp.comparator.rules import RuleOutcome, Rules, Verdict
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
-from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD
+from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, TensorLeaf
 
 #: The metric names :func:`compare_statistics_columns` fills, in its column order.
 _STAT_COLUMN_NAMES = METRIC_NAMES[STAT_DIFF_COLUMN:]
@@ -59,7 +59,7 @@ def _first(mask: np.ndarray) -> int | None:
     return int(hits[0]) if len(hits) else None
 
 
-def _count_verdicts(rows: RowTable) -> tuple[tuple[str, int], ...]:
+def _count_verdicts(rows: RowTable) -> tuple[tuple[Verdict, int], ...]:
     counts = np.bincount(rows.verdict, minlength=len(VERDICTS)).tolist()
     return tuple(zip(VERDICTS, counts, strict=True))
 
@@ -343,7 +343,7 @@ def compare_units(
     if columnar:
         _compare_columnar(builder, pairs, columnar, rules, undefined, noise, unit_a, unit_b, mode)
     construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
-    entry_names = builder.table.names("entry")
+    entry_names = builder.table.entry_names()
     chains, truncated = parent_chains(entry_names, construct)
     jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation)
     rows = builder.freeze()
@@ -423,7 +423,9 @@ def _compare_columnar(
         pair = pairs[k]
         t, f = thresholds[j]
         named = tuple(zip(_STAT_COLUMN_NAMES, got.metrics[j].tolist(), strict=True))
-        out = statistics_outcome_of_failing(pair, pair.leaf_a, pair.leaf_b, named, bool(got.differs[j]), t, f)
+        la, lb = pair.leaf_a, pair.leaf_b
+        assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # can_compare_as_columns
+        out = statistics_outcome_of_failing(pair, la, lb, named, bool(got.differs[j]), t, f)
         if out.rule.verdict == "fail":
             out = _judge_failing(pair, out, undefined, noise, rules)
         _record_outcome(builder, k, out)

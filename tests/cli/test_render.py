@@ -1,0 +1,170 @@
+"""``msprobe-cmp render RESULT -o OUT``: every file a compare writes comes back byte for byte from the saved
+comparison alone; bad input is one line on stderr and exit 2, with nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msprobe_cmp.cli import OUTPUT_FILES, REPORT_FILES, main
+from msprobe_cmp.comparator.saved import SAVED_FILE, VERSION
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
+
+
+def _run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def _without_report_line(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if not line.startswith("report: ")]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory) -> Path:
+    """The output directory of a tensor-mode compare with a regression's likely origin (exit 1 or 0 alike)."""
+    out = tmp_path_factory.mktemp("compared") / "out"
+    assert main([str(FIXTURES / "tensor_b"), str(FIXTURES / "tensor_a"), "-o", str(out)]) in (0, 1)
+    return out
+
+
+@pytest.mark.parametrize("argv", [
+    ["tensor_b", "tensor_a"],                                 # tensor mode, a likely origin
+    ["statistics_b", "statistics_a"],                         # statistics mode, two steps
+    ["statistics_a", "torch_statistics_a"],                   # MindSpore against PyTorch
+    ["torch_statistics_a", "statistics_a", "--min-matched-share", "1"],  # too few matched: exit 3
+    ["tensor_b", "tensor_a", "--noise", "tensor_a", "--absolute-paths"],
+])
+def test_render_reproduces_every_file_of_the_compare(tmp_path, capsys, argv):
+    argv = [FIXTURES / a if (FIXTURES / a).exists() else a for a in argv]
+    code, stdout, err = _run([*argv, "-o", tmp_path / "out"], capsys)
+    assert code in (0, 1, 3), err
+    written = _files(tmp_path / "out")
+    assert set(written) == set(OUTPUT_FILES) and SAVED_FILE in written
+    r_code, r_stdout, r_err = _run(["render", tmp_path / "out", "-o", tmp_path / "rendered"], capsys)
+    assert (r_code, r_err) == (code, "")
+    assert _files(tmp_path / "rendered") == written  # byte for byte, the saved comparison included
+    assert _without_report_line(r_stdout) == _without_report_line(stdout)
+    assert f"report: {tmp_path / 'rendered' / 'report.html'}" in r_stdout.splitlines()
+
+
+def test_render_takes_the_file_too_and_renders_a_rendering(compared, tmp_path, capsys):
+    code, _, err = _run(["render", compared / SAVED_FILE, "-o", tmp_path / "one"], capsys)
+    assert code in (0, 1) and err == ""
+    code2, _, _ = _run(["render", tmp_path / "one", "-o", tmp_path / "two"], capsys)
+    assert code2 == code
+    assert _files(tmp_path / "one") == _files(tmp_path / "two") == _files(compared)
+
+
+def test_render_does_not_need_the_dumps(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(FIXTURES / "tensor_b", a)
+    shutil.copytree(FIXTURES / "tensor_a", b)
+    code, _, _ = _run([a, b, "-o", tmp_path / "out"], capsys)
+    shutil.rmtree(a)
+    shutil.rmtree(b)
+    r_code, _, r_err = _run(["render", tmp_path / "out", "-o", tmp_path / "again"], capsys)
+    assert (r_code, r_err) == (code, "")
+    assert _files(tmp_path / "again") == _files(tmp_path / "out")
+
+
+def test_render_refuses_its_own_directory(compared, tmp_path, capsys):
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in compared.iterdir()}
+    for out in (compared, compared / ".." / compared.name):
+        code, stdout, err = _run(["render", compared, "-o", out], capsys)
+        assert code == 2 and stdout == ""
+        assert err.count("\n") == 1 and "choose another directory" in err
+    link = tmp_path / "link"
+    link.symlink_to(compared, target_is_directory=True)
+    assert _run(["render", compared / SAVED_FILE, "-o", link], capsys)[0] == 2
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in compared.iterdir()} == before
+
+
+def test_render_keeps_existing_reports_unless_forced(compared, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.md").write_text("keep me")
+    code, _, err = _run(["render", compared, "-o", out], capsys)
+    assert code == 2 and "summary.md already exists; pass --force" in err
+    assert (out / "summary.md").read_text() == "keep me" and not (out / "report.html").exists()
+    code, _, err = _run(["render", compared, "-o", out, "--force"], capsys)
+    assert code in (0, 1) and err == ""
+    assert _files(out) == _files(compared)
+
+
+def test_compare_keeps_an_existing_saved_comparison_unless_forced(compared, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / SAVED_FILE).write_bytes(b"mine")
+    code, _, err = _run([FIXTURES / "tensor_b", FIXTURES / "tensor_a", "-o", out], capsys)
+    assert code == 2 and f"{SAVED_FILE} already exists" in err
+    assert (out / SAVED_FILE).read_bytes() == b"mine" and not (out / "report.html").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- bad input
+def _broken_version(path: Path) -> None:
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    header = json.loads(arrays["header"].tobytes())
+    header["version"] = VERSION + 1
+    arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    np.savez(path, **arrays)
+
+
+def _missing_key(path: Path) -> None:
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    header = json.loads(arrays["header"].tobytes())
+    del header["units"][0]["verdict_counts"]
+    arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("breaking, expected", [
+    (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), "truncated or not an npz archive"),
+    (lambda p: p.write_bytes(b""), "not a readable saved comparison"),
+    (_broken_version, f"version: version {VERSION + 1} is not supported"),
+    (_missing_key, "units[0].verdict_counts: missing"),
+    (lambda p: p.unlink(), "does not exist"),
+])
+def test_a_bad_saved_comparison_is_one_line_and_exit_2(compared, tmp_path, capsys, breaking, expected):
+    result = tmp_path / "result"
+    shutil.copytree(compared, result)
+    breaking(result / SAVED_FILE)
+    code, stdout, err = _run(["render", result, "-o", tmp_path / "out"], capsys)
+    assert code == 2 and stdout == ""
+    assert err.count("\n") == 1 and err.startswith(f"msprobe-cmp: error: {result / SAVED_FILE}") and expected in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_usage_errors(compared, tmp_path, capsys):
+    code, _, err = _run(["render", compared], capsys)  # -o is required
+    assert code == 2 and "-o/--output" in err and err.count("\n") == 1
+    code, _, err = _run(["render", tmp_path / "nothing-here", "-o", tmp_path / "out"], capsys)
+    assert code == 2 and f"{tmp_path / 'nothing-here'}: does not exist" in err
+    assert _run(["render", "--help"], capsys)[0] == 0
+
+
+def test_a_dump_directory_named_render(tmp_path, capsys, monkeypatch):
+    """'render' as the first word is the sub-command (as 'demo' is); a dump named render is ./render or comes after
+    'compare', and the usage error of 'render TARGET BASELINE' says so when ./render exists."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(FIXTURES / "statistics_b", tmp_path / "render")
+    baseline = FIXTURES / "statistics_a"
+    code, _, err = _run(["render", baseline, "-o", "out"], capsys)
+    assert code == 2 and "write ./render or 'msprobe-cmp compare render BASELINE'" in err and err.count("\n") == 1
+    assert _run(["./render", baseline, "-o", "out1"], capsys)[0] == 0
+    assert _run(["compare", "render", baseline, "-o", "out2"], capsys)[0] == 0
+    assert _files(tmp_path / "out1") == _files(tmp_path / "out2")
+    assert set(os.listdir(tmp_path / "out1")) == set(REPORT_FILES) | {SAVED_FILE}

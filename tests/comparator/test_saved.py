@@ -1,0 +1,319 @@
+"""A comparison saved to comparison-data.npz loads back equal field by field (comparator/saved.py), and a missing,
+corrupt or foreign file is a one-line DumpFormatError naming the file and the field."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from msprobe_cmp.comparator import CompareOptions, compare
+from msprobe_cmp.comparator.result import CellRollup, Comparison, Jump, LikelyOrigin, RowRef
+from msprobe_cmp.comparator.rowtable import RowTable
+from msprobe_cmp.comparator.rules import OriginRules, Rules, ThresholdOverride, Thresholds
+from msprobe_cmp.comparator.saved import FORMAT, SAVED_FILE, VERSION, load_comparison, save_comparison
+from msprobe_cmp.dump import DumpMeta, Entry, Map, RankDump, Seq, TensorLeaf, ValueLeaf, load_dump
+from msprobe_cmp.dump.reader import Dump
+from msprobe_cmp.errors import DumpFormatError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
+PYTORCH_DUMP = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-pytorch" / "dump.json"
+
+
+def assert_same(x: Any, y: Any, where: str = "comparison") -> None:
+    """``x`` and ``y`` equal field by field, of the same types (a tuple stays a tuple), floats exactly (a NaN equal
+    to a NaN, -0.0 not equal to 0.0), mappings in the same order."""
+    assert type(x) is type(y), f"{where}: {type(x).__name__} != {type(y).__name__}"
+    if isinstance(x, RowTable):
+        assert x == y, where
+        assert x.strings == y.strings and x.tuples == y.tuples and x.stacks == y.stacks and x.shapes == y.shapes
+        for name in RowTable.COLUMNS:
+            a, b = getattr(x, name), getattr(y, name)
+            assert a.dtype == b.dtype and a.shape == b.shape, f"{where}.{name}"
+            assert a.tobytes() == b.tobytes(), f"{where}.{name}"  # bit for bit: NaN payloads and -0.0 too
+            assert not b.flags.writeable, f"{where}.{name} is writeable"
+    elif dataclasses.is_dataclass(x):
+        for f in dataclasses.fields(x):
+            assert_same(getattr(x, f.name), getattr(y, f.name), f"{where}.{f.name}")
+    elif isinstance(x, float):
+        assert (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y)), \
+            f"{where}: {x!r} != {y!r}"
+    elif isinstance(x, (tuple, list)):
+        assert len(x) == len(y), where
+        for i, (a, b) in enumerate(zip(x, y, strict=True)):
+            assert_same(a, b, f"{where}[{i}]")
+    elif isinstance(x, dict):
+        assert list(x) == list(y), f"{where}: keys"
+        for k in x:
+            assert_same(x[k], y[k], f"{where}[{k!r}]")
+    else:
+        assert x == y, f"{where}: {x!r} != {y!r}"
+
+
+def round_trip(comparison: Comparison, tmp_path: Path) -> Comparison:
+    path = save_comparison(comparison, tmp_path / "saved")
+    assert path == tmp_path / "saved" / SAVED_FILE
+    loaded = load_comparison(path)
+    assert_same(comparison, loaded)
+    assert loaded == comparison or _has_nan_outside_rows(comparison)  # dataclass equality too
+    # saving what was loaded gives the same bytes (fixed time stamps, deterministic header)
+    again = save_comparison(loaded, tmp_path / "again")
+    assert again.read_bytes() == path.read_bytes()
+    return loaded
+
+
+def _has_nan_outside_rows(c: Comparison) -> bool:
+    """NaN in a Jump / CellRollup / the origin: dataclass equality compares it by identity, which a load changes."""
+    floats = [j.error_in for u in c.units for j in u.jumps] + [j.error_out for u in c.units for j in u.jumps]
+    floats += [x for u in c.units for cell in u.cells for x in (cell.min_cosine, cell.max_abs_err) if x is not None]
+    if c.likely_origin is not None:
+        floats += [c.likely_origin.error_in, c.likely_origin.error_out, c.likely_origin.floor]
+    return any(isinstance(x, float) and math.isnan(x) for x in floats)
+
+
+# ------------------------------------------------------------------------------------------- real comparisons
+@pytest.mark.parametrize("target, baseline", [
+    ("tensor_b", "tensor_a"),              # tensor mode, a likely origin
+    ("statistics_b", "statistics_a"),      # statistics mode, two steps
+    ("statistics_a", "torch_statistics_a"),  # MindSpore against PyTorch
+    ("torch_statistics_a", "statistics_a"),  # PyTorch against MindSpore
+])
+def test_msprobe_fixture_comparisons_round_trip(tmp_path, target, baseline):
+    c = compare(load_dump(FIXTURES / target), load_dump(FIXTURES / baseline))
+    assert c.units and all(len(u.rows) for u in c.units)
+    loaded = round_trip(c, tmp_path)
+    if target == "tensor_b":
+        assert c.mode == "tensor" and loaded.likely_origin is not None and loaded.likely_origin == c.likely_origin
+    if "torch" in target + baseline:
+        assert any(r.mapped_by for u in loaded.units for r in u.rows)  # cross-framework rows kept their mapping
+
+
+def test_noise_mode_and_a_pytorch_dump_round_trip(tmp_path):
+    c = compare(load_dump(FIXTURES / "tensor_b"), load_dump(FIXTURES / "tensor_a"),
+                CompareOptions(noise=load_dump(FIXTURES / "tensor_a")))
+    assert c.input_noise is not None
+    round_trip(c, tmp_path / "noise")
+    pt = load_dump(PYTORCH_DUMP)
+    round_trip(compare(pt, pt), tmp_path / "pytorch")
+
+
+# ----------------------------------------------------------------------------------- hand-made comparisons
+def _t(mx=1.0, mn=-1.0, mean=0.0, norm=2.0, shape=(4,), dtype="Float32", **kw):
+    return TensorLeaf("mindspore.Tensor", dtype, shape, max=mx, min=mn, mean=mean, norm=norm, **kw)
+
+
+def _fwd(name, *inputs, out=()):
+    return Entry.forward(name, Seq(tuple(inputs)), Map(), Seq(tuple(out)))
+
+
+def _unit(entries, name, step=0, rank=0):
+    return RankDump(Path(name), step, rank, DumpMeta("statistics", "L1", "mindspore"), tuple(entries))
+
+
+@pytest.fixture(scope="module")
+def mixed() -> Comparison:
+    """NaN / ±Inf / missing statistics, values, nulls, shape and dtype mismatches, one-sided rows, non-ASCII and
+    lone-surrogate names, an unpaired unit and rules with every kind of field."""
+    odd = "Functional.naïve_\ud800\x01.0.forward"
+    a = [
+        _fwd("Functional.ok.0.forward", _t()),
+        _fwd("Functional.nan.0.forward", _t(mx=math.nan, mean=math.inf), out=(_t(mn=-math.inf),)),
+        _fwd("Functional.bad.0.forward", _t(mx=5.0, mean=3.0)),
+        _fwd("Functional.none.0.forward", _t(mx=None, norm=None)),
+        _fwd("Functional.shape.0.forward", _t(shape=(2, 2))),
+        _fwd("Functional.dtype.0.forward", _t(dtype="Float16")),
+        _fwd("Functional.value.0.forward", ValueLeaf("float", 1e-5), None),
+        _fwd(odd, _t(mx=-0.0, mn=-0.0, mean=-0.0, norm=0.0)),
+        _fwd("Functional.a_only.0.forward", _t()),
+    ]
+    b = [
+        _fwd("Functional.ok.0.forward", _t()),
+        _fwd("Functional.nan.0.forward", _t(mx=math.nan, mean=1.0), out=(_t(),)),
+        _fwd("Functional.bad.0.forward", _t()),
+        _fwd("Functional.none.0.forward", _t(mx=None)),
+        _fwd("Functional.shape.0.forward", _t(shape=(4,))),
+        _fwd("Functional.dtype.0.forward", _t()),
+        _fwd("Functional.value.0.forward", ValueLeaf("float", 1e-12), _t()),
+        _fwd(odd, _t(mx=0.0, mn=0.0, mean=0.0, norm=0.0)),
+        _fwd("Functional.b_only.0.forward", _t()),
+    ]
+    rules = Rules(
+        default=Thresholds(max_abs_err_fail_above=math.inf, relative_floor=1e-7),
+        overrides=(ThresholdOverride(Thresholds(cosine_fail_below=-math.inf, cosine_suspect_below=0.5), "*.bad.*"),
+                   ThresholdOverride(Thresholds(max_abs_err_fail_above=2), None, "Float16")),
+        min_matched_share=0.25, noise_factor=3, argument_differs="fail",
+        localisation=OriginRules(jump_ratio=20, warn=False),
+    )
+    da = Dump(Path("run_a"), (_unit(a, "run_a/step0/rank0"), _unit(a[:2], "run_a/step1/rank0", step=1)))
+    db = Dump(Path("run_b"), (_unit(b, "run_b/step0/rank0"),))
+    c = compare(da, db, CompareOptions(rules=rules))
+    assert c.unpaired and c.rules == rules and c.verdict == "fail"
+    return c
+
+
+def test_edge_values_round_trip(mixed, tmp_path):
+    loaded = round_trip(mixed, tmp_path)
+    assert loaded.rules == mixed.rules
+    assert isinstance(loaded.rules.noise_factor, int) and isinstance(loaded.rules.localisation.jump_ratio, int)
+    rows = {r.name: r for r in loaded.units[0].rows}
+    nan_row = rows["Functional.nan.0.forward.input.0"]
+    assert nan_row.a is not None and math.isnan(nan_row.a.max) and nan_row.a.mean == math.inf
+    assert rows["Functional.none.0.forward.input.0"].a.max is None  # None stays None, NaN stays NaN
+    assert any("\ud800" in name for name in rows)
+
+
+def test_non_finite_and_signed_zero_outside_the_rows_round_trip(mixed, tmp_path):
+    unit = mixed.units[0]
+    ref = RowRef(0, 1, unit.rows[1].name, unit.unit_a.label, "Cell.x", ("Cell.x", "Cell"))
+    cells = (CellRollup("Cell.x", None, 0, 3, 1, 2, math.nan, math.inf, "fail", 1),
+             CellRollup("Cell.y", "Cell.x", 1, 0, 0, 0, None, -0.0, "skip", None))
+    jumps = (Jump(1, "computed", 0.0, math.inf, 1e-300), Jump(2, "entered", math.nan, 5e-324, 2.5))
+    c = dataclasses.replace(
+        mixed, units=(dataclasses.replace(unit, cells=cells, jumps=jumps, parent_chains={"b": ("x",), "a": ()}),
+                      *mixed.units[1:]),
+        matched_share=-0.0, likely_origin=LikelyOrigin(ref, jumps[1], "Cell.x", ("arg: A 1, B 2",), ("u (A only)",)),
+        first_divergent=ref, notes=("ü", "\ud83d"),
+    )
+    round_trip(c, tmp_path)
+
+
+def test_every_field_of_every_record_is_in_the_header(mixed, tmp_path):
+    header = _header(save_comparison(mixed, tmp_path))
+    assert header["format"] == FORMAT and header["version"] == VERSION
+    covered = {f.name for f in dataclasses.fields(Comparison)} - {"rules", "units"}
+    assert covered <= set(header)
+    unit_fields = {f.name for f in dataclasses.fields(mixed.units[0])} - {"parent_chains"}  # chains: in the arrays
+    assert unit_fields <= set(header["units"][0])
+    assert {f.name for f in dataclasses.fields(Rules)} == set(header["rules"])
+    assert {f.name for f in dataclasses.fields(Thresholds)} == set(header["rules"]["default"])
+    assert {f.name for f in dataclasses.fields(OriginRules)} == set(header["rules"]["localisation"])
+    assert {f.name for f in dataclasses.fields(ThresholdOverride)} == set(header["rules"]["overrides"][0])
+
+
+def test_the_file_is_a_plain_npz_without_pickles(mixed, tmp_path):
+    path = save_comparison(mixed, tmp_path)
+    with np.load(path, allow_pickle=False) as npz:
+        names = set(npz.files)
+        assert "header" in names and "u0.metrics" in names and "u0.strings.utf8" in names
+        assert all(npz[n].dtype != object for n in names)
+    # a directory is accepted for the file it holds
+    assert_same(load_comparison(tmp_path), mixed)
+
+
+def test_the_module_imports_no_framework():
+    code = ("import sys, msprobe_cmp.comparator.saved, msprobe_cmp.cli\n"
+            "bad = [m for m in ('torch', 'mindspore') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------------------------------------ bad files
+def _header(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as npz:
+        return json.loads(npz["header"].tobytes())
+
+
+def _rewrite(path: Path, change) -> None:
+    """Apply ``change(arrays, header)`` to the saved file's members, then write it back as a plain npz."""
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    header = json.loads(arrays["header"].tobytes())
+    change(arrays, header)
+    if "header" in arrays:
+        arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    np.savez(path, **arrays)
+
+
+@pytest.fixture()
+def saved(mixed, tmp_path) -> Path:
+    return save_comparison(mixed, tmp_path / "out")
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(DumpFormatError) as info:
+        load_comparison(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(path))
+    return message
+
+
+def test_missing_file_and_directory_without_it(tmp_path):
+    assert "does not exist" in _error(tmp_path / "nowhere.npz")
+    message = _error(tmp_path)  # a directory holding no saved comparison: names the file it looked for
+    assert message.startswith(str(tmp_path / SAVED_FILE))
+
+
+def test_truncated_and_foreign_files(saved, tmp_path):
+    data = saved.read_bytes()
+    for cut in (10, len(data) // 2, len(data) - 30):
+        saved.write_bytes(data[:cut])
+        assert "truncated or not an npz archive" in _error(saved) or "unreadable" in _error(saved)
+    saved.write_text("report,csv\n1,2\n")
+    assert "not a readable saved comparison" in _error(saved)
+    np.savez(saved, x=np.zeros(3))
+    assert "header: missing from the archive" in _error(saved)
+
+
+def test_a_corrupted_member_fails_its_checksum(saved):
+    data = bytearray(saved.read_bytes())
+    at = data.index(b"Functional.ok.0.forward")
+    data[at] ^= 0x20
+    saved.write_bytes(bytes(data))
+    assert "unreadable" in _error(saved)
+
+
+@pytest.mark.parametrize("change, field, problem", [
+    (lambda a, h: h.update(version=VERSION + 1), "version", "is not supported"),
+    (lambda a, h: h.update(format="something.else"), "format", "not a saved comparison"),
+    (lambda a, h: h.pop("verdict"), "verdict", "missing"),
+    (lambda a, h: h["units"][0].pop("cells"), "units[0].cells", "missing"),
+    (lambda a, h: h["rules"]["default"].update(cosine_fail_below="high"), "rules.default.cosine_fail_below",
+     "expected a number"),
+    (lambda a, h: h["rules"].update(min_matched_share=2.0), "rules", "min_matched_share"),
+    (lambda a, h: h["rules"]["localisation"].update(extra=1), "rules.localisation.extra", "not a field"),
+    (lambda a, h: h.update(first_failing={**h["first_failing"], "row": 10**6}), "first_failing.row",
+     "out of range"),
+    (lambda a, h: h["units"][0].update(rows=3), "u0.verdict", "the header says 3"),
+    (lambda a, h: a.pop("u0.metrics"), "u0.metrics", "missing from the archive"),
+    (lambda a, h: a.update({"u0.verdict": a["u0.verdict"].astype(np.int64)}), "u0", "column verdict"),
+    (lambda a, h: a.update({"u0.entry": a["u0.entry"] + 10**6}), "u0.entry", "outside the strings table"),
+    (lambda a, h: a.update({"u0.strings.ends": a["u0.strings.ends"][:-1]}), "u0.strings.ends", "offsets"),
+    (lambda a, h: a.update({"header": np.frombuffer(b"{not json", np.uint8)}), "header", "not JSON"),
+])
+def test_a_bad_field_is_named(saved, change, field, problem):
+    if field == "header":  # the header itself replaced: write the arrays as they are
+        with np.load(saved, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        change(arrays, {})
+        np.savez(saved, **arrays)
+    else:
+        _rewrite(saved, change)
+    message = _error(saved)
+    assert f"{saved}: {field}" in message and problem in message, message
+
+
+def test_the_archive_stores_its_members_uncompressed_with_fixed_time_stamps(saved):
+    with zipfile.ZipFile(saved) as zf:
+        infos = zf.infolist()
+    assert infos[0].filename == "header.npy"
+    assert {i.compress_type for i in infos} == {zipfile.ZIP_STORED}
+    assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
+
+
+def test_the_reports_of_a_loaded_comparison_are_the_same_bytes(mixed, tmp_path):
+    """NaN/±Inf statistics, values, nulls, mismatches, a lone surrogate and control characters in a name, an unpaired
+    unit and every kind of rule: the five reports and the saved file from the loaded comparison are the original's."""
+    from msprobe_cmp.cli import OUTPUT_FILES, write_reports
+
+    write_reports(mixed, tmp_path / "original")
+    write_reports(load_comparison(tmp_path / "original"), tmp_path / "rendered")
+    for name in OUTPUT_FILES:
+        assert (tmp_path / "rendered" / name).read_bytes() == (tmp_path / "original" / name).read_bytes(), name

@@ -32,15 +32,17 @@ columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NamedTuple, overload
+from typing import Any, Generic, Literal, NamedTuple, TypeVar, overload
 
 import numpy as np
 
 from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass
 from msprobe_cmp.comparator.rules import Verdict
 from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf
+
+K = TypeVar("K", bound=Hashable)
 
 ComparedBy = Literal["tensor", "statistics", "md5", "value", "none"]
 
@@ -173,10 +175,10 @@ class RowTable(Sequence["ComparisonRow"]):
         (the columns: module docstring)
     """
 
-    strings: tuple[str, ...]
-    tuples: tuple[tuple[str, ...], ...]
-    stacks: tuple[tuple[str, ...], ...]
-    shapes: tuple[tuple[int, ...], ...]
+    strings: Sequence[str]
+    tuples: Sequence[tuple[str, ...]]
+    stacks: Sequence[tuple[str, ...]]
+    shapes: Sequence[tuple[int, ...]]
     entry: np.ndarray
     arg_path: np.ndarray
     entry_b: np.ndarray
@@ -593,6 +595,22 @@ class _RowValues:
         return RowTable.from_rows([self])[0]  # type: ignore[list-item]
 
 
+class _Interned(Generic[K]):
+    """A table of distinct hashable items, each given a code: its position (``items``, in code order)."""
+
+    def __init__(self, *first: K) -> None:
+        self.items: list[K] = list(first)
+        self._codes: dict[K, int] = {item: k for k, item in enumerate(first)}
+
+    def code(self, item: K) -> int:
+        """The code of ``item``, added at the end when new."""
+        c = self._codes.get(item)
+        if c is None:
+            c = self._codes[item] = len(self.items)
+            self.items.append(item)
+        return c
+
+
 class RowTableBuilder:
     """Fills the columns of a :class:`RowTable` of ``n`` rows, row by row or column-wise, then :meth:`freeze`\\ s it.
 
@@ -601,15 +619,10 @@ class RowTableBuilder:
     """
 
     def __init__(self, n: int) -> None:
-        self._strings: dict[str, int] = {}
-        self._tuples: dict[tuple[str, ...], int] = {(): 0}
-        self._shapes: dict[tuple[int, ...], int] = {}
-        # the same tables in code order (what a row's codes index; shared with :attr:`table`)
-        self._string_list: list[str] = []
-        self._tuple_list: list[tuple[str, ...]] = [()]
-        self._stacks: dict[tuple[str, ...], int] = {(): 0}
-        self._stack_list: list[tuple[str, ...]] = [()]
-        self._shape_list: list[tuple[int, ...]] = []
+        self._strings: _Interned[str] = _Interned()
+        self._tuples: _Interned[tuple[str, ...]] = _Interned(())
+        self._stacks: _Interned[tuple[str, ...]] = _Interned(())
+        self._shapes: _Interned[tuple[int, ...]] = _Interned()
         self.n = n
         i32 = np.int32
         self.cols: dict[str, np.ndarray] = {
@@ -631,46 +644,19 @@ class RowTableBuilder:
     # -- interning ------------------------------------------------------------------------------------------------
     def code(self, text: str | None) -> int:
         """The string table code of ``text`` (-1 for None)."""
-        if text is None:
-            return -1
-        table = self._strings
-        c = table.get(text)
-        if c is None:
-            c = table[text] = len(table)
-            self._string_list.append(text)
-        return c
+        return -1 if text is None else self._strings.code(text)
 
     def tuple_code(self, texts: tuple[str, ...] | list[str]) -> int:
         """The tuple table code of ``texts`` (0 for ``()``)."""
-        key = tuple(texts)
-        table = self._tuples
-        c = table.get(key)
-        if c is None:
-            c = table[key] = len(table)
-            self._tuple_list.append(key)
-        return c
+        return self._tuples.code(tuple(texts))
 
     def stack_code(self, stack: tuple[str, ...] | list[str]) -> int:
         """The stack table code of ``stack`` (0 for ``()``)."""
-        key = tuple(stack)
-        table = self._stacks
-        c = table.get(key)
-        if c is None:
-            c = table[key] = len(table)
-            self._stack_list.append(key)
-        return c
+        return self._stacks.code(tuple(stack))
 
     def shape_code(self, shape: Sequence[int] | None) -> int:
         """The shape table code of ``shape`` (-1 for None)."""
-        if shape is None:
-            return -1
-        key = tuple(shape)
-        table = self._shapes
-        c = table.get(key)
-        if c is None:
-            c = table[key] = len(table)
-            self._shape_list.append(key)
-        return c
+        return -1 if shape is None else self._shapes.code(tuple(shape))
 
     # -- row setters ------------------------------------------------------------------------------------------------
     def set_sides(self, s: int, leaves: Sequence[object]) -> None:
@@ -790,15 +776,14 @@ class RowTableBuilder:
     @property
     def table(self) -> RowTable:
         """The rows as filled so far: columns and tables shared with the builder, so later writes show."""
-        return RowTable(self._string_list, self._tuple_list, self._stack_list, self._shape_list,  # type: ignore[arg-type]
-                        **self.cols)
+        return RowTable(self._strings.items, self._tuples.items, self._stacks.items, self._shapes.items, **self.cols)
 
     def freeze(self) -> RowTable:
         """The finished table; its columns are made read-only (the builder must not be used afterwards)."""
         for arr in self.cols.values():
             arr.flags.writeable = False
-        return RowTable(tuple(self._string_list), tuple(self._tuple_list), tuple(self._stack_list),
-                        tuple(self._shape_list), **self.cols)
+        return RowTable(tuple(self._strings.items), tuple(self._tuples.items), tuple(self._stacks.items),
+                        tuple(self._shapes.items), **self.cols)
 
 
 def table_from_columns(

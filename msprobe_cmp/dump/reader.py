@@ -22,17 +22,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import msgspec
 import numpy as np
-import orjson
 
 from msprobe_cmp.dump.schema import DumpMeta, Entry, TensorLeaf
-from msprobe_cmp.dump.serde import (
-    debug_entry_from_json,
-    entries_from_json_fast,
-    entry_from_json,
-    meta_from_json,
-    meta_from_json_fast,
-)
+from msprobe_cmp.dump.serde import entries_from_json, meta_from_json
 from msprobe_cmp.errors import DumpFormatError
 
 DUMP_JSON = "dump.json"
@@ -53,11 +47,12 @@ def paused_gc() -> Iterator[None]:
 
     Loading, comparing and rendering build millions of small acyclic objects.  With the collector running,
     each allocation burst re-scans every object still alive (30-40 % of a large compare's time).  Reference
-    counting still frees every record (they hold no cycles).  The young generations are collected on entry
-    (cheap), so garbage from before the block does not wait for the block.  Nested use is fine, and a block
-    entered while the collector is already off (the ``msprobe-cmp`` command runs with it off, see
-    :func:`msprobe_cmp.cli.console_main`) leaves it off.  Unlike a :func:`gc.freeze`, this changes nothing
-    in the calling process beyond the block.
+    counting still frees every record (they hold no cycles).  Loading the two sides of a 100k-entry statistics
+    pair (600k tensor leaves) takes 2.3x the CPU time with the collector running (measured for issue 16).  The
+    young generations are collected on entry (cheap), so garbage from before the block does not wait for it.
+    Nested use is fine, and a block entered while the collector is already off (the ``msprobe-cmp`` command runs
+    with it off, see :func:`msprobe_cmp.cli.console_main`) leaves it off.  Unlike a :func:`gc.freeze`, this
+    changes nothing in the calling process beyond the block.
     """
     was_enabled = gc.isenabled()
     if was_enabled:
@@ -115,11 +110,15 @@ def _reject_duplicates(file: Path):  # type: ignore[no-untyped-def]
 
 
 def read_json(file: Path) -> Any:
-    """Parse a JSON file; accepts msprobe's ``NaN``/``Infinity`` tokens, rejects duplicate keys.
+    """Parse a JSON file; accepts msprobe's ``NaN``/``Infinity``/``-Infinity`` tokens (as floats), keeps integers of
+    any size exactly, rejects duplicate keys.
+
+    Returns:
+        The parsed value: dicts, lists, str, int, float, bool and None.
 
     Raises:
-        DumpFormatError: when the file cannot be read, is not UTF-8, or is not valid JSON
-            (the message gives line and column).
+        DumpFormatError: when the file cannot be read, is not UTF-8, is not valid JSON (the message gives line and
+            column) or nests too deeply for the parser, or when a key repeats within an object (naming the key).
     """
     return _parse_json(file, _read_bytes(file))
 
@@ -131,8 +130,44 @@ def _read_bytes(file: Path) -> bytes:
         raise DumpFormatError(file, None, f"cannot read: {exc.strerror or exc}") from None
 
 
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+
 def _parse_json(file: Path, raw: bytes) -> Any:
-    """:func:`read_json` of the bytes ``raw`` of ``file``."""
+    """:func:`read_json` of the bytes ``raw`` of ``file``.
+
+    msgspec's decoder reads the bytes (about 2.5x faster than :mod:`json` with a duplicate-key hook).  It keeps
+    integers of any size exactly and reads every float as :mod:`json` does (correctly rounded), and it accepts
+    a strict subset of what :mod:`json` accepts, so what it returns is what :mod:`json` would.  Where it differs:
+
+    * it refuses ``NaN``/``Infinity`` tokens (a file whose bytes hold ``NaN`` or ``Infinity`` anywhere, even in a
+      string, goes straight to :mod:`json`), numbers beyond float range, lone surrogates, integers longer than
+      Python's int-string limit and very deep nesting; :mod:`json` then reads the file (the tokens become floats,
+      as msprobe means them) or gives the error with its line and column;
+    * a repeated key keeps its last value where :mod:`json` with :func:`_reject_duplicates` refuses the file.  Every
+      object member is written with exactly one ``:`` outside strings, and msgspec's encoder writes no other ``:``
+      but the ones inside strings, unescaped.  So the file holds as many colons (counting a ``\\u003a`` escape as
+      one) as the encoding of the decoded value when no member was dropped; when the counts differ, :mod:`json`
+      reads the file and names the repeated key.  (A ``\\u003a`` that is not an escape, after an escaped
+      backslash, only makes the counts differ: then too :mod:`json` decides.)
+    """
+    if b"NaN" in raw or b"Infinity" in raw:  # msgspec would refuse the tokens, perhaps after decoding most of the file
+        return _parse_json_stdlib(file, raw)
+    try:
+        obj = _decode(raw)
+    except (msgspec.DecodeError, RecursionError):  # msgspec.ValidationError is a DecodeError
+        return _parse_json_stdlib(file, raw)
+    colons = raw.count(b":")
+    if b"\\u003" in raw:
+        colons += raw.count(b"\\u003a") + raw.count(b"\\u003A")
+    if colons != _encode(obj).count(b":"):
+        return _parse_json_stdlib(file, raw)
+    return obj
+
+
+def _parse_json_stdlib(file: Path, raw: bytes) -> Any:
+    """:func:`_parse_json` by the standard library's decoder, for what msgspec's refuses or drops."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -147,66 +182,10 @@ def _parse_json(file: Path, raw: bytes) -> Any:
         raise DumpFormatError(file, None, "JSON nested too deeply") from None
 
 
-def parse_json_fast(raw: bytes) -> Any | None:
-    """Parse JSON bytes with orjson (~3x faster than :mod:`json` with the duplicate-key hook) when that provably
-    gives the value :func:`read_json` gives, else None (the caller then uses :func:`read_json`'s parser, which
-    gives the same value or the error).
-
-    orjson refuses what :func:`read_json` refuses and more (``NaN``/``Infinity``, numbers beyond float range,
-    lone surrogates, nesting deeper than 1,024: all None here), parses floats to the same (correctly rounded)
-    values, and differs in two ways that are checked:
-
-    * a repeated key keeps its last value where :func:`read_json` refuses the file.  Every object member has
-      exactly one ``:`` outside strings, and orjson's own compact output writes no ``:`` but those and the ones
-      inside strings, unescaped.  So, unless the file spells a colon as an escape (``\\u003a``: then None), the
-      file holds as many colons as ``orjson.dumps`` of the parsed value exactly when no member was dropped, i.e.
-      when no key repeats;
-    * an integer literal beyond 64 bits becomes a float.  Such a float is integral and at least ``2**63`` in
-      magnitude, which the record builders check where a value is kept as written
-      (:func:`~msprobe_cmp.dump.serde.entries_from_json_fast`); as a statistic it is the same float either way.
-    """
-    if b"\\u003" in raw:
-        return None
-    try:
-        obj = orjson.loads(raw)
-        again = orjson.dumps(obj)
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-        return None
-    if raw.count(b":") != again.count(b":"):
-        return None
-    return obj
-
-
-def _read_json_fast_or_slow(file: Path, accept: Callable[[Any], bool]) -> Any:
-    """The parsed JSON of ``file``: orjson's (:func:`parse_json_fast`) when it is faithful and ``accept`` takes
-    it, else :func:`read_json`'s (same value, or the error)."""
-    raw = _read_bytes(file)
-    obj = parse_json_fast(raw)
-    if obj is not None and accept(obj):
-        return obj
-    return _parse_json(file, raw)
-
-
-def _frames_are_strings(obj: Any) -> bool:
-    """True when every list in the values of the stack.json object ``obj`` (and in its nested lists) holds only
-    strings and lists: then no frame's text depends on how an integer literal was parsed."""
-    if not isinstance(obj, dict):
-        return True
-    for value in obj.values():
-        if isinstance(value, list):
-            for item in value:
-                if isinstance(item, list):
-                    if not all(type(x) is str for x in item):
-                        return False
-                elif type(item) is not str:
-                    return False
-    return True
-
-
 def _load_stack(file: Path) -> Mapping[str, tuple[str, ...]]:
     if not file.is_file():
         return MappingProxyType({})
-    obj = _read_json_fast_or_slow(file, _frames_are_strings)
+    obj = read_json(file)
     if not isinstance(obj, dict):
         raise DumpFormatError(file, None, "expected a JSON object")
     out: dict[str, tuple[str, ...]] = {}
@@ -234,8 +213,7 @@ def _load_stack(file: Path) -> Mapping[str, tuple[str, ...]]:
 def _load_construct(file: Path) -> Mapping[str, str | None]:
     if not file.is_file():
         return MappingProxyType({})
-    # A non-string parent is an error whichever parser read it (the message names the key only).
-    obj = _read_json_fast_or_slow(file, lambda _: True)
+    obj = read_json(file)
     if not isinstance(obj, dict):
         raise DumpFormatError(file, None, "expected a JSON object")
     out: dict[str, str | None] = {}
@@ -490,23 +468,14 @@ def load_rank_dump(
         file = directory / DUMP_JSON
         if not file.is_file() and (directory / DEBUG_JSON).is_file():
             file = directory / DEBUG_JSON
-    raw = _read_bytes(file)
-    fast = _load_entries_fast(raw) if file.name != DEBUG_JSON else None
-    if fast is not None:
-        meta, entries = fast
-    else:
-        obj = _parse_json(file, raw)
-        if not isinstance(obj, dict):
-            raise DumpFormatError(file, None, "expected a JSON object at the top level")
-        data = obj.get("data")
-        if not isinstance(data, dict):
-            raise DumpFormatError(file, "data", "missing or not an object")
-        try:
-            meta = meta_from_json(obj, file)
-            parse = debug_entry_from_json if file.name == DEBUG_JSON else entry_from_json
-            entries = tuple(parse(str(name), value, file) for name, value in data.items())
-        except RecursionError:
-            raise DumpFormatError(file, None, "JSON nested too deeply") from None
+    obj = read_json(file)
+    if not isinstance(obj, dict):
+        raise DumpFormatError(file, None, "expected a JSON object at the top level")
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        raise DumpFormatError(file, "data", "missing or not an object")
+    meta = meta_from_json(obj, file)
+    entries = entries_from_json(data, file, debug=file.name == DEBUG_JSON)
     return RankDump(
         directory=directory,
         step=step,
@@ -519,25 +488,6 @@ def load_rank_dump(
         unread_json=next((other for other in (DUMP_JSON, DEBUG_JSON)
                           if other != file.name and file.parent == directory and (directory / other).is_file()), None),
     )
-
-
-def _load_entries_fast(raw: bytes) -> tuple[DumpMeta, tuple[Entry, ...]] | None:
-    """Header and entries of a well-formed dump.json (its bytes ``raw``) read through orjson
-    (:func:`parse_json_fast`) and the builders' fast paths; None when anything about the file is unusual (the
-    caller then parses it the general way, which gives the same records or the error)."""
-    obj = parse_json_fast(raw)
-    if type(obj) is not dict:
-        return None
-    data = obj.get("data")
-    if type(data) is not dict:
-        return None
-    meta = meta_from_json_fast(obj)
-    if meta is None:
-        return None
-    entries = entries_from_json_fast(data)
-    if entries is None:
-        return None
-    return meta, entries
 
 
 def _rank_dirs(step_dir: Path) -> list[tuple[Path, int | None]]:

@@ -1,18 +1,27 @@
 """Conversion between dump.json's JSON values and the records of :mod:`msprobe_cmp.dump.schema`.
 
-The one place that knows how a record is spelled in JSON (docs/design.md §4).  Readers call the
-``*_from_json`` functions with the file and the JSON path of the value so every error names both;
-the writer calls the ``*_to_json`` functions.  ``x_from_json(x_to_json(r)) == r`` for every record but a
-tensor leaf whose ``md5`` is empty or blank: that is no checksum and reads as None.
+The one place that knows how a record is spelled in JSON (docs/design.md §4).  The reader parses a file
+(:func:`msprobe_cmp.dump.reader.read_json`) and hands the values to the ``*_from_json`` functions with the file
+and the JSON path of the value, so that every error names both; the writer calls the ``*_to_json`` functions.
+``x_from_json(x_to_json(r)) == r`` for every record but a tensor leaf whose ``md5`` is empty or blank: that is no
+checksum and reads as None.
+
+One builder reads every value, well formed or not.  It checks each field while it builds the record and keeps
+no path as it goes: a malformed field raises :class:`_Invalid` holding the path below the value that failed
+(``.Max``), each enclosing list, object and entry puts its own step in front on the way out (``[0]``,
+``.input_args``), and the public function turns it into a :class:`~msprobe_cmp.errors.DumpFormatError` naming
+the file and the whole path (``data['X'].input_args[0].Max``).  Well-formed values pay nothing for the paths.
 """
 
 from __future__ import annotations
 
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from msprobe_cmp.dump.schema import (
     FORMAT_VERSION,
+    NONFINITE_COUNT_KEYS,
     TENSOR_TYPES,
     DumpMeta,
     Entry,
@@ -22,21 +31,39 @@ from msprobe_cmp.dump.schema import (
     Seq,
     TensorLeaf,
     ValueLeaf,
+    build_frozen,
     compute_nonfinite_counts,
 )
 from msprobe_cmp.errors import DumpFormatError
 
+#: How deep a value may nest below an entry field (an explicit limit: the interpreter's recursion limit varies,
+#: MindSpore raises it to 10,000 on import).
 _MAX_DEPTH = 64
 _LEAF_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "md5", "data_name")
+_LEAF_KEY_SET = frozenset(_LEAF_KEYS)
 _META_KEYS = ("task", "level", "framework", "dump_data_dir", "data")
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+_TOO_DEEP = f"nested deeper than {_MAX_DEPTH} levels"
 
 
-def _is_tensor_object(obj: dict[str, Any]) -> bool:
-    t = obj.get("type")
-    if isinstance(t, str) and t in TENSOR_TYPES:
-        return True
-    # Unknown tensor-like types of other tool versions: a dtype plus a shape and no "value".
-    return "dtype" in obj and "shape" in obj and "value" not in obj and isinstance(t, str)
+class _Invalid(Exception):
+    """A malformed value met while building a record: what is wrong (``problem``) and where (``field``: the JSON
+    path of the bad field below the value the outermost builder was given, e.g. ``"[0].Max"``)."""
+
+    def __init__(self, problem: str, field: str = "") -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.field = field
+
+    def under(self, step: str) -> _Invalid:
+        """This error, seen from one level up: ``step`` (``"[2]"``, ``".output"``) put in front of the path."""
+        self.field = step + self.field
+        return self
+
+    def error(self, file: str | Path, where: str) -> DumpFormatError:
+        """The user's error: ``file``, and the path ``where`` of the value the builder was given followed by the
+        path below it."""
+        return DumpFormatError(file, where + self.field, self.problem)
 
 
 #: Keys only a tensor leaf holds (as a scalar or null): the statistics, ``data_name`` and ``md5``.
@@ -62,8 +89,8 @@ def _is_leaf_like(obj: dict[str, Any]) -> bool:
     """True for a dict with no ``value`` that is unmistakably a tensor leaf: a string ``dtype`` and a list ``shape``,
     or a ``dtype`` and/or ``shape`` key (of any value) with a statistic, ``data_name`` or ``md5`` that is a scalar
     or null.  A kwargs container with keys ``dtype``/``shape`` holds nodes (``{"type": ..., "value": ...}``
-    objects, lists of them) and is not one.  The caller has already taken the well-formed tensor objects
-    (:func:`_is_tensor_object`), so for a dict left over this means a malformed leaf."""
+    objects, lists of them) and is not one.  The caller has already taken the well-formed tensor objects, so for a
+    dict left over this means a malformed leaf."""
     if "value" in obj or ("dtype" not in obj and "shape" not in obj):
         return False
     if _holds_nodes(obj.get("dtype")) or _holds_nodes(obj.get("shape")):
@@ -73,10 +100,10 @@ def _is_leaf_like(obj: dict[str, Any]) -> bool:
     return _leaf_only_key(obj) is not None
 
 
-def _malformed_leaf_error(obj: dict[str, Any], file: str | Path, where: str) -> DumpFormatError:
-    """The error of a dict for which :func:`_is_leaf_like` holds but :func:`_is_tensor_object` does not, naming
-    the first field that is wrong of ``type`` (not a string), ``dtype`` (not a string) and ``shape`` (not a
-    list), and, in parentheses, the keys that make it a tensor leaf."""
+def _malformed_leaf(obj: dict[str, Any]) -> _Invalid:
+    """The error of a dict for which :func:`_is_leaf_like` holds but which is no tensor object, naming the first
+    field that is wrong of ``type`` (not a string), ``dtype`` (not a string) and ``shape`` (not a list), and, in
+    parentheses, the keys that make it a tensor leaf."""
     dtype, shape = obj.get("dtype"), obj.get("shape")
     if isinstance(dtype, str) and isinstance(shape, list):
         why = "dtype and shape"
@@ -88,11 +115,13 @@ def _malformed_leaf_error(obj: dict[str, Any], file: str | Path, where: str) -> 
                             ("shape", "a list shape", isinstance(shape, list))):
         if not ok:
             got = "none" if key not in obj else _json_type(obj[key])
-            return DumpFormatError(file, f"{where}.{key}", f"a tensor leaf ({why}) needs {wanted}, got {got}")
-    raise AssertionError("_malformed_leaf_error called on a well-formed tensor object")  # pragma: no cover
+            return _Invalid(f"a tensor leaf ({why}) needs {wanted}, got {got}", f".{key}")
+    raise AssertionError("_malformed_leaf called on a well-formed tensor object")  # pragma: no cover
 
 
-def _stat(value: Any, file: str | Path, where: str) -> float | None:
+def _stat(value: Any, field: str) -> float | None:
+    """A statistic as read (``field``: ``".Max"``...): None, or a float (an int, a bool, or a string ``float()``
+    reads, such as another writer's ``"nan"``, converted)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -101,82 +130,170 @@ def _stat(value: Any, file: str | Path, where: str) -> float | None:
         try:
             return float(value)
         except OverflowError:
-            raise DumpFormatError(file, where, "integer too large for a statistic") from None
+            raise _Invalid("integer too large for a statistic", field) from None
     if isinstance(value, str):
         # Some writers stringify special values; accept the spellings float() understands.
         try:
             return float(value)
         except ValueError:
             pass
-    raise DumpFormatError(file, where, f"expected a number or null, got {type(value).__name__} {value!r:.40}")
+    raise _Invalid(f"expected a number or null, got {type(value).__name__} {value!r:.40}", field)
 
 
-def _checksum_or_none(md5: str) -> str | None:
-    """A tensor leaf's ``md5`` as read: None when it is empty or blank (no checksum, so that two of them never
-    "agree" and the row counts as one without a checksum everywhere), else the string as written."""
-    return md5 if md5.strip() else None
+def _kept_extra(extra: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, object], ...]:
+    """The extra fields ``extra`` of a tensor object (its keys that are not :data:`_LEAF_KEYS`), their values kept as
+    written (:func:`_freeze`)."""
+    key = ""
+    try:
+        return tuple([(key, _freeze(v, 0)) for key, v in extra])
+    except _Invalid as exc:
+        raise exc.under(f".{key}") from None
+
+
+#: The fields a tensor object's layout picks, in this order (see :class:`_Layout`); our recorder's counts last.
+_PICKED = ("dtype", "shape", "Max", "Min", "Mean", "Norm", "md5", "data_name", "requires_grad", *NONFINITE_COUNT_KEYS)
+
+
+class _Layout:
+    """Where each field sits in the values of tensor objects whose keys are ``keys``, in that order.
+
+    A dump holds few distinct layouts (one or two per writer), so each is worked out once: :attr:`pick` takes the
+    :data:`_PICKED` fields from ``(*obj.values(), None)`` in one call (an absent key picks the trailing None, as
+    ``dict.get`` would give), :attr:`extra_keys` are the keys that are not :data:`_LEAF_KEYS` and :attr:`extra`
+    picks their values.  Cheaper per tensor than a dozen ``dict.get`` calls and a scan of the keys.
+
+    When the extra keys are exactly our recorder's three counts (:data:`NONFINITE_COUNT_KEYS`), tensors whose counts
+    are the same plain ints share one ``extra`` tuple (:meth:`counts_extra`): most tensors have the same counts (no
+    NaN, no Inf), so this saves building four tuples per tensor, and their memory.
+    """
+
+    __slots__ = ("counts_only", "extra", "extra_keys", "pick", "shared")
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        where = {k: i for i, k in enumerate(keys)}
+        absent = len(keys)
+        self.pick = itemgetter(*(where.get(k, absent) for k in _PICKED))
+        self.extra_keys = tuple(k for k in keys if k not in _LEAF_KEY_SET)
+        self.extra = itemgetter(*(where[k] for k in self.extra_keys), absent)  # the None: a tuple even for one key
+        self.counts_only = sorted(self.extra_keys) == sorted(NONFINITE_COUNT_KEYS)
+        self.shared: dict[tuple[int, int, int], tuple[tuple[str, object], ...]] = {}
+
+    def counts_extra(self, n: int, p: int, m: int) -> tuple[tuple[str, object], ...]:
+        """The ``extra`` of a tensor of this layout (:attr:`counts_only`) whose counts are the ints ``n, p, m``."""
+        extra = self.shared.get((n, p, m))
+        if extra is None:
+            value = dict(zip(NONFINITE_COUNT_KEYS, (n, p, m), strict=True))
+            extra = tuple((k, value[k]) for k in self.extra_keys)  # in this layout's order
+            if len(self.shared) < _MAX_SHARED:
+                self.shared[(n, p, m)] = extra
+        return extra
+
+
+_LAYOUTS: dict[tuple[str, ...], _Layout] = {}
+_MAX_LAYOUTS = 1024  # a file of many odd leaves must not grow the cache without bound
+_MAX_SHARED = 4096  # distinct counts shared per layout
+
+
+def _layout(keys: tuple[str, ...]) -> _Layout:
+    """The :class:`_Layout` of tensor objects with ``keys``, from the cache or worked out now."""
+    layout = _LAYOUTS.get(keys)
+    if layout is None:
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[keys] = _Layout(keys)
+    return layout
+
+
+def _tensor_leaf(obj: dict[str, Any], type_: object) -> TensorLeaf:
+    """:func:`tensor_leaf_from_json` without the file: raises :class:`_Invalid`."""
+    layout = _layout(tuple(obj))
+    values = (*obj.values(), None)
+    dtype, shape, mx, mn, me, no, md5, data_name, rg, n, p, m = layout.pick(values)
+    if type(dtype) is not str:
+        raise _Invalid(f"expected a string, got {dtype!r:.40}", ".dtype")
+    numel = 1
+    if type(shape) is list:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                numel = -1
+                break
+            numel *= d
+    if numel < 0 or type(shape) is not list:
+        raise _Invalid(f"expected a list of non-negative ints, got {shape!r:.60}", ".shape")
+    if numel >= 2**63:
+        raise _Invalid("more than 2**63 elements: too large", ".shape")
+    if md5 is not None:
+        if type(md5) is not str:
+            raise _Invalid("expected a string", ".md5")
+        md5 = md5 if md5.strip() else None  # empty or blank: no checksum (two of them never "agree")
+    if data_name is not None and type(data_name) is not str:
+        raise _Invalid("expected a string", ".data_name")
+    if rg is not None and type(rg) is not bool:
+        raise _Invalid("expected true or false", ".requires_grad")
+    extra: tuple[tuple[str, object], ...] = ()
+    counts: tuple[int, int, int] | None = None
+    if layout.extra_keys:
+        plain = type(n) is int and type(p) is int and type(m) is int
+        if plain and layout.counts_only:
+            extra = layout.counts_extra(n, p, m)
+        else:
+            extra_values = layout.extra(values)
+            extra = tuple(zip(layout.extra_keys, extra_values, strict=False))  # without extra_values' trailing None
+            for v in extra_values:
+                if type(v) is list or type(v) is dict:
+                    extra = _kept_extra(extra)
+                    break
+        # The nonfinite_counts property's value, computed once, here: compute_nonfinite_counts decides every case;
+        # the three plain in-range ints our recorder writes are that function's value as they are.
+        if plain and 0 <= n <= numel and 0 <= p <= numel and 0 <= m <= numel:
+            counts = (n, p, m)
+        else:
+            counts = compute_nonfinite_counts(extra, numel)
+    # build_frozen: the generated __init__ of a frozen dataclass sets each of the 11 fields through
+    # object.__setattr__, which costs as much as all the checks above; this runs once per tensor (300k times for
+    # a 100k-entry dump).  The cache of the nonfinite_counts property is filled at the same time.
+    return build_frozen(TensorLeaf, {
+        "type": str(type_),
+        "dtype": dtype,
+        "shape": tuple(shape),
+        "max": mx if type(mx) is float else _stat(mx, ".Max"),
+        "min": mn if type(mn) is float else _stat(mn, ".Min"),
+        "mean": me if type(me) is float else _stat(me, ".Mean"),
+        "norm": no if type(no) is float else _stat(no, ".Norm"),
+        "md5": md5,
+        "data_name": data_name,
+        "requires_grad": rg,
+        "extra": extra,
+        "nonfinite_counts": counts,
+    })
 
 
 def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> TensorLeaf:
-    """Build a :class:`TensorLeaf` from a dump.json tensor object (an empty or blank ``md5`` becomes None).
+    """Build a :class:`TensorLeaf` from a dump.json tensor object (an empty or blank ``md5`` becomes None; keys
+    other than msprobe's are kept in :attr:`TensorLeaf.extra`, as written).
+
+    Args:
+        obj: the parsed tensor object; file: the file it was read from; where: its JSON path, for messages.
 
     Raises:
         DumpFormatError: when ``dtype`` is not a string, ``shape`` is not a list of non-negative
             ints, a statistic is not a number/null, or ``data_name``/``md5`` are not strings.
     """
-    dtype = obj.get("dtype")
-    if not isinstance(dtype, str):
-        raise DumpFormatError(file, f"{where}.dtype", f"expected a string, got {dtype!r:.40}")
-    shape_raw = obj.get("shape")
-    if not isinstance(shape_raw, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape_raw
-    ):
-        raise DumpFormatError(file, f"{where}.shape", f"expected a list of non-negative ints, got {shape_raw!r:.60}")
-    numel = 1
-    for d in shape_raw:
-        numel *= d
-    if numel >= 2**63:
-        raise DumpFormatError(file, f"{where}.shape", "more than 2**63 elements: too large")
-    md5 = obj.get("md5")
-    if md5 is not None:
-        if not isinstance(md5, str):
-            raise DumpFormatError(file, f"{where}.md5", "expected a string")
-        md5 = _checksum_or_none(md5)
-    data_name = obj.get("data_name")
-    if data_name is not None and not isinstance(data_name, str):
-        raise DumpFormatError(file, f"{where}.data_name", "expected a string")
-    rg = obj.get("requires_grad")
-    if rg is not None and not isinstance(rg, bool):
-        raise DumpFormatError(file, f"{where}.requires_grad", "expected true or false")
-    extra = tuple((k, _freeze(v, file, f"{where}.{k}")) for k, v in obj.items() if k not in _LEAF_KEYS)
-    return TensorLeaf(
-        type=str(obj.get("type")),
-        dtype=dtype,
-        shape=tuple(shape_raw),
-        max=_stat(obj.get("Max"), file, f"{where}.Max"),
-        min=_stat(obj.get("Min"), file, f"{where}.Min"),
-        mean=_stat(obj.get("Mean"), file, f"{where}.Mean"),
-        norm=_stat(obj.get("Norm"), file, f"{where}.Norm"),
-        md5=md5,
-        data_name=data_name,
-        requires_grad=rg,
-        extra=extra,
-    )
+    try:
+        return _tensor_leaf(obj, obj.get("type"))
+    except _Invalid as exc:
+        raise exc.error(file, where) from None
 
 
-def _freeze(value: Any, file: str | Path, where: str, depth: int = 0) -> object:
-    """JSON value → hashable plain value (lists become tuples, objects become :class:`JsonObject`).
-
-    Raises:
-        DumpFormatError: on nesting deeper than 64 levels (an explicit limit: the interpreter's
-            recursion limit varies, MindSpore raises it to 10,000 on import).
-    """
+def _freeze(value: Any, depth: int) -> object:
+    """JSON value → hashable plain value (lists become tuples, objects become :class:`JsonObject`); raises
+    :class:`_Invalid` (with no path: the caller names the value) on nesting deeper than 64 levels."""
     if depth > _MAX_DEPTH:
-        raise DumpFormatError(file, where, f"nested deeper than {_MAX_DEPTH} levels")
-    if isinstance(value, list):
-        return tuple(_freeze(v, file, where, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return JsonObject(tuple((str(k), _freeze(v, file, where, depth + 1)) for k, v in value.items()))
+        raise _Invalid(_TOO_DEEP)
+    if type(value) is list:
+        return tuple([_freeze(v, depth + 1) for v in value])
+    if type(value) is dict:
+        return JsonObject(tuple([(k, _freeze(v, depth + 1)) for k, v in value.items()]))
     return value
 
 
@@ -189,8 +306,78 @@ def _thaw(value: object) -> Any:
     return value
 
 
+def _node(obj: Any, depth: int) -> Node:
+    """:func:`node_from_json` of a value at ``depth`` (at most :data:`_MAX_DEPTH`): raises :class:`_Invalid`."""
+    t = type(obj)
+    if t is dict:
+        return _object(obj, depth)
+    if t is list:
+        if obj and depth >= _MAX_DEPTH:
+            raise _Invalid(_TOO_DEEP, "[0]")
+        items: list[Node] = []
+        try:
+            for v in obj:
+                if type(v) is dict:
+                    type_ = v.get("type")
+                    if type(type_) is str and type_ in TENSOR_TYPES:  # the common item: a tensor leaf
+                        items.append(_tensor_leaf(v, type_))
+                    else:
+                        items.append(_object(v, depth + 1))
+                elif v is None:
+                    items.append(None)
+                else:
+                    items.append(_node(v, depth + 1))
+        except _Invalid as exc:
+            raise exc.under(f"[{len(items)}]") from None
+        return Seq(tuple(items))
+    if obj is None:
+        return None
+    # A bare scalar where a node is expected: keep it as a value of its JSON type.
+    if t is bool:
+        return ValueLeaf("bool", obj)
+    if t is int:
+        return ValueLeaf("int", obj)
+    if t is float:
+        return ValueLeaf("float", obj)
+    return ValueLeaf("str", str(obj))
+
+
+def _object(obj: dict[str, Any], depth: int) -> Node:
+    """:func:`_node` of a JSON object: a tensor leaf, a value leaf (``{"type": ..., "value": ...}``) or a map."""
+    type_ = obj.get("type")
+    if type(type_) is str:
+        if type_ in TENSOR_TYPES or ("dtype" in obj and "shape" in obj and "value" not in obj):
+            # msprobe's tensor types, and the tensor-like types of other tool versions: a dtype and a shape
+            return _tensor_leaf(obj, type_)
+        if len(obj) == 2 and "value" in obj:
+            try:
+                return ValueLeaf(type_, _freeze(obj["value"], depth))
+            except _Invalid as exc:
+                raise exc.under(".value") from None
+    if ("dtype" in obj or "shape" in obj) and _is_leaf_like(obj):
+        raise _malformed_leaf(obj)
+    if obj and depth >= _MAX_DEPTH:
+        raise _Invalid(_TOO_DEEP, f".{next(iter(obj))}")
+    items: list[tuple[str, Node]] = []
+    key = ""
+    try:
+        for key, v in obj.items():
+            items.append((key, _node(v, depth + 1)))
+    except _Invalid as exc:
+        raise exc.under(f".{key}") from None
+    return Map(tuple(items))
+
+
 def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> Node:
     """Build a node (leaf or container) from any JSON value of an entry field.
+
+    Args:
+        obj: the parsed value; file: the file it was read from; where: its JSON path, for messages;
+        depth: how deep it sits below the entry field (0: the field's value itself).
+
+    Returns:
+        None for null, :class:`Seq` for a list, :class:`TensorLeaf` for a tensor object, :class:`ValueLeaf` for
+        ``{"type": ..., "value": ...}`` or a bare scalar, else :class:`Map`.
 
     Raises:
         DumpFormatError: on nesting deeper than 64 levels or a malformed tensor leaf, including an object that is
@@ -198,28 +385,12 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
             or a ``dtype``/``shape`` key with a scalar or null statistic, ``data_name`` or ``md5``) but has no
             string ``type``, no string ``dtype`` or no list ``shape`` (the message names the first of these).
     """
-    if depth > _MAX_DEPTH:
-        raise DumpFormatError(file, where, f"nested deeper than {_MAX_DEPTH} levels")
-    if obj is None:
-        return None
-    if isinstance(obj, list):
-        return Seq(tuple(node_from_json(v, file, f"{where}[{i}]", depth + 1) for i, v in enumerate(obj)))
-    if isinstance(obj, dict):
-        if _is_tensor_object(obj):
-            return tensor_leaf_from_json(obj, file, where)
-        if _is_leaf_like(obj):
-            raise _malformed_leaf_error(obj, file, where)
-        if "type" in obj and "value" in obj and isinstance(obj["type"], str) and len(obj) == 2:
-            return ValueLeaf(obj["type"], _freeze(obj["value"], file, f"{where}.value", depth))
-        return Map(tuple((str(k), node_from_json(v, file, f"{where}.{k}", depth + 1)) for k, v in obj.items()))
-    # A bare scalar where a node is expected: keep it as a value of its JSON type.
-    if isinstance(obj, bool):
-        return ValueLeaf("bool", obj)
-    if isinstance(obj, int):
-        return ValueLeaf("int", obj)
-    if isinstance(obj, float):
-        return ValueLeaf("float", obj)
-    return ValueLeaf("str", str(obj))
+    try:
+        if depth > _MAX_DEPTH:
+            raise _Invalid(_TOO_DEEP)
+        return _node(obj, depth)
+    except _Invalid as exc:
+        raise exc.error(file, where) from None
 
 
 #: JSON types of an entry's known fields (msprobe 1.x-26.x always writes these shapes); null is allowed too.
@@ -249,6 +420,65 @@ def _json_type(value: Any) -> str:
     return "a number"
 
 
+def _entry_fields(obj: Any) -> tuple[tuple[str, Node], ...]:
+    """The fields of a dump.json entry ``obj``: raises :class:`_Invalid`.  A known field of the wrong JSON type is
+    named before a malformed value of any field."""
+    if type(obj) is not dict:
+        raise _Invalid(f"expected an object, got {type(obj).__name__}")
+    fields: list[tuple[str, Node]] = []
+    key = ""
+    try:
+        for key, value in obj.items():
+            expected = _FIELD_TYPES.get(key)
+            if expected is not None and value is not None and not isinstance(value, expected[0]):
+                raise _Invalid(f"expected {expected[1]}, got {_json_type(value)}")
+            fields.append((key, _node(value, 0)))
+    except _Invalid as exc:
+        wrong = _wrong_field_type(obj)
+        raise (wrong if wrong is not None else exc.under(f".{key}")) from None
+    return tuple(fields)
+
+
+def _wrong_field_type(obj: dict[str, Any]) -> _Invalid | None:
+    """The error of the first known field of ``obj`` whose JSON type is wrong, or None."""
+    for key, value in obj.items():
+        expected = _FIELD_TYPES.get(key)
+        if expected is not None and value is not None and not isinstance(value, expected[0]):
+            return _Invalid(f"expected {expected[1]}, got {_json_type(value)}", f".{key}")
+    return None
+
+
+#: Field under which a debug.json entry's value sits (msprobe names its files ``<name>.<n>.tensor.<path>.npy``).
+DEBUG_FIELD = "tensor"
+
+
+def _debug_fields(obj: Any) -> tuple[tuple[str, Node], ...]:
+    """The one field (:data:`DEBUG_FIELD`) of a debug.json entry ``obj``: raises :class:`_Invalid`."""
+    return ((DEBUG_FIELD, _node(obj, 0)),)
+
+
+def entries_from_json(data: dict[str, Any], file: str | Path, *, debug: bool = False) -> tuple[Entry, ...]:
+    """Build the entries of a dump.json's ``data`` object (or, with ``debug``, a debug.json's), in file order.
+
+    Args:
+        data: the parsed ``data`` object (entry name → parsed entry); file: the file, for messages.
+        debug: build debug.json entries (:func:`debug_entry_from_json`) instead of :func:`entry_from_json`'s.
+
+    Raises:
+        DumpFormatError: naming the file and the path of the first malformed field, as :func:`entry_from_json`
+            and :func:`debug_entry_from_json` do.
+    """
+    build = _debug_fields if debug else _entry_fields
+    entries: list[Entry] = []
+    name = ""
+    try:
+        for name, obj in data.items():
+            entries.append(Entry(name, build(obj)))
+    except _Invalid as exc:
+        raise exc.error(file, f"data[{name!r}]") from None
+    return tuple(entries)
+
+
 def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
     """Build an :class:`Entry` from ``data[name]`` of a dump.json.
 
@@ -257,247 +487,7 @@ def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
             (``input_args``/``input``/``output`` not a list, ``input_kwargs``/``parameters`` not an object),
             or any of its leaves is malformed.
     """
-    if type(obj) is dict:
-        try:
-            return _fast_entry(name, obj)
-        except _Unusual:
-            pass  # the general path below builds it again, or raises the error naming the field
-    where = f"data[{name!r}]"
-    if not isinstance(obj, dict):
-        raise DumpFormatError(file, where, f"expected an object, got {type(obj).__name__}")
-    for key, value in obj.items():
-        expected = _FIELD_TYPES.get(key)
-        if expected is not None and value is not None and not isinstance(value, expected[0]):
-            raise DumpFormatError(file, f"{where}.{key}", f"expected {expected[1]}, got {_json_type(value)}")
-    fields = tuple((str(k), node_from_json(v, file, f"{where}.{k}")) for k, v in obj.items())
-    return Entry(name, fields)
-
-
-def entries_from_json_fast(data: dict[str, Any]) -> tuple[Entry, ...] | None:
-    """The entries of dump.json's ``data`` object when every one of them is well formed (the common case), built
-    without the error-path bookkeeping; None as soon as one entry is not (the caller then parses the file the
-    general way, which gives the same records or the error naming the field).
-
-    Stricter than :func:`entry_from_json`'s own fast path in one respect: an integral float of magnitude
-    ``>= 2**63`` where a value is kept as written (a non-tensor value, a leaf's extra field) gives None, since a
-    parser that reads integer literals beyond 64 bits as floats (orjson) may have produced it.
-    """
-    try:
-        return tuple([_fast_entry(name, obj) for name, obj in data.items()])
-    except _Unusual:
-        return None
-
-
-class _Unusual(Exception):
-    """Raised by the fast path of :func:`entry_from_json` on anything it does not handle itself: the entry
-    is then built again by the general path, which gives the same record or the same error."""
-
-
-_SCALARS = (str, int, float, bool, type(None))
-_LEAF_KEY_SET = frozenset(_LEAF_KEYS)
-_BIG = float(2**63)
-_new = object.__new__
-
-
-def _fast_entry(name: str, obj: Any) -> Entry:
-    if type(obj) is not dict:
-        raise _Unusual
-    fields: list[tuple[str, Node]] = []
-    for key, value in obj.items():
-        expected = _FIELD_TYPES.get(key)
-        if expected is not None and value is not None and not isinstance(value, expected[0]):
-            raise _Unusual
-        fields.append((key, _fast_node(value, 0)))
-    entry = _new(Entry)
-    entry.__dict__.update(name=name, fields=tuple(fields))
-    return entry
-
-
-def _kept_scalar(value: Any) -> Any:
-    """``value`` when it is a JSON scalar kept as written; :class:`_Unusual` otherwise, and for an integral float
-    of magnitude >= 2**63 (possibly an integer literal a 64-bit parser turned into a float)."""
-    t = type(value)
-    if t is float:
-        if value.is_integer() and abs(value) >= _BIG:
-            raise _Unusual
-        return value
-    if t not in _SCALARS:
-        raise _Unusual
-    return value
-
-
-def _fast_stat(value: Any) -> float | None:
-    t = type(value)
-    if value is None or t is float:
-        return value
-    if t is int:
-        try:
-            return float(value)
-        except OverflowError:
-            raise _Unusual from None
-    raise _Unusual
-
-
-#: The keys, in order, of a statistics leaf as our recorder writes it (``node_to_json``): the common leaf.
-_OUR_LEAF_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "nan_count", "pos_inf_count",
-                  "neg_inf_count")
-
-
-def _plain_numel(shape: list[Any]) -> int | None:
-    """The element count of a shape list whose dims are all non-negative ``int`` (not bool) with a product below
-    ``2**63``; None for any other shape (the caller then leaves the leaf to a slower path)."""
-    numel = 1
-    for d in shape:
-        if type(d) is not int or d < 0:
-            return None
-        numel *= d
-    return numel if numel < 2**63 else None
-
-
-def _our_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf | None:
-    """:func:`_fast_tensor_leaf` of a leaf whose keys are :data:`_OUR_LEAF_KEYS` in that order, when its values
-    are plain (string dtype, list of non-negative int dims, float statistics, int counts within the element
-    count); None otherwise (the caller then takes the general fast path, which gives the same leaf or raises)."""
-    _, dtype, shape, mx, mn, me, no, n, p, m = obj.values()
-    if type(dtype) is not str or type(shape) is not list:
-        return None
-    if not (type(mx) is float and type(mn) is float and type(me) is float and type(no) is float):
-        return None
-    numel = _plain_numel(shape)
-    if numel is None:
-        return None
-    if not (type(n) is int and type(p) is int and type(m) is int and 0 <= n <= numel and 0 <= p <= numel
-            and 0 <= m <= numel):
-        return None
-    leaf = _new(TensorLeaf)
-    leaf.__dict__.update({
-        "type": type_, "dtype": dtype, "shape": tuple(shape), "max": mx, "min": mn, "mean": me, "norm": no,
-        "md5": None, "data_name": None, "requires_grad": None,
-        "extra": (("nan_count", n), ("pos_inf_count", p), ("neg_inf_count", m)), "nonfinite_counts": (n, p, m),
-    })
-    return leaf
-
-
-def _fast_tensor_leaf(obj: dict[str, Any], type_: str) -> TensorLeaf:
-    """:func:`tensor_leaf_from_json` for a well-formed leaf (plain statistics and scalar extra fields), without
-    building the error-message paths; anything else raises :class:`_Unusual`.  The leaf's NaN/Inf counts
-    (:attr:`TensorLeaf.nonfinite_counts`) are computed here, once."""
-    if len(obj) == 10 and tuple(obj) == _OUR_LEAF_KEYS:
-        leaf = _our_tensor_leaf(obj, type_)
-        if leaf is not None:
-            return leaf
-    get = obj.get
-    dtype = get("dtype")
-    shape = get("shape")
-    if type(dtype) is not str or type(shape) is not list:
-        raise _Unusual
-    numel = _plain_numel(shape)
-    if numel is None:
-        raise _Unusual
-    md5 = get("md5")
-    data_name = get("data_name")
-    rg = get("requires_grad")
-    if (md5 is not None and type(md5) is not str) or (data_name is not None and type(data_name) is not str) or (
-        rg is not None and type(rg) is not bool
-    ):
-        raise _Unusual
-    if md5 is not None:
-        md5 = _checksum_or_none(md5)
-    mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
-    if type(mx) is not float:
-        mx = _fast_stat(mx)
-    if type(mn) is not float:
-        mn = _fast_stat(mn)
-    if type(me) is not float:
-        me = _fast_stat(me)
-    if type(no) is not float:
-        no = _fast_stat(no)
-    leaf = _new(TensorLeaf)
-    if obj.keys() <= _LEAF_KEY_SET:
-        leaf.__dict__.update({
-            "type": type_, "dtype": dtype, "shape": tuple(shape), "max": mx, "min": mn, "mean": me, "norm": no,
-            "md5": md5, "data_name": data_name, "requires_grad": rg, "extra": (), "nonfinite_counts": None,
-        })
-        return leaf
-    pairs = []
-    for k, v in obj.items():
-        if k not in _LEAF_KEY_SET:
-            tv = type(v)
-            if tv is float:
-                if v.is_integer() and abs(v) >= _BIG:
-                    raise _Unusual  # see _kept_scalar
-            elif not (tv is int or tv is str or tv is bool or v is None):
-                raise _Unusual
-            pairs.append((k, v))
-    extra = tuple(pairs)
-    counts: tuple[int, int, int] | None = None
-    if len(extra) == 3 and extra[0][0] == "nan_count" and extra[1][0] == "pos_inf_count" and (
-        extra[2][0] == "neg_inf_count"
-    ):  # our recorder's three counts, in its order: compute_nonfinite_counts' rule for plain ints
-        n, p, m = extra[0][1], extra[1][1], extra[2][1]
-        if type(n) is int and type(p) is int and type(m) is int and 0 <= n <= numel and 0 <= p <= numel and (
-            0 <= m <= numel
-        ):
-            counts = (n, p, m)
-        else:
-            counts = compute_nonfinite_counts(extra, numel)
-    else:
-        counts = compute_nonfinite_counts(extra, numel)
-    leaf.__dict__.update({
-        "type": type_, "dtype": dtype, "shape": tuple(shape), "max": mx, "min": mn, "mean": me, "norm": no,
-        "md5": md5, "data_name": data_name, "requires_grad": rg, "extra": extra, "nonfinite_counts": counts,
-    })
-    return leaf
-
-
-def _fast_node(obj: Any, depth: int) -> Node:
-    """:func:`node_from_json` for the common, well-formed case; raises :class:`_Unusual` otherwise."""
-    if depth > _MAX_DEPTH:
-        raise _Unusual
-    if obj is None:
-        return None
-    t = type(obj)
-    if t is list:
-        if depth >= _MAX_DEPTH:
-            raise _Unusual  # its elements would be too deep (the general path says so, or builds it)
-        items: list[Node] = []
-        for v in obj:
-            if type(v) is dict:
-                type_ = v.get("type")
-                if type(type_) is str and type_ in TENSOR_TYPES:  # the common element: a tensor leaf
-                    items.append(_fast_tensor_leaf(v, type_))
-                    continue
-            items.append(_fast_node(v, depth + 1))
-        seq = _new(Seq)
-        seq.__dict__["items"] = tuple(items)
-        return seq
-    if t is dict:
-        type_ = obj.get("type")
-        if type(type_) is str:
-            if type_ in TENSOR_TYPES:
-                return _fast_tensor_leaf(obj, type_)
-            if "dtype" in obj and "shape" in obj and "value" not in obj:
-                raise _Unusual
-            if len(obj) == 2 and "value" in obj:
-                return ValueLeaf(type_, _kept_scalar(obj["value"]))
-        if ("dtype" in obj or "shape" in obj) and "value" not in obj and _is_leaf_like(obj):
-            raise _Unusual  # a malformed tensor leaf: the general path names the field
-        map_ = _new(Map)
-        map_.__dict__["items"] = tuple([(k, _fast_node(v, depth + 1)) for k, v in obj.items()])
-        return map_
-    if t is bool:
-        return ValueLeaf("bool", obj)
-    if t is int:
-        return ValueLeaf("int", obj)
-    if t is float:
-        return ValueLeaf("float", _kept_scalar(obj))
-    if t is str:
-        return ValueLeaf("str", obj)
-    raise _Unusual
-
-
-#: Field under which a debug.json entry's value sits (msprobe names its files ``<name>.<n>.tensor.<path>.npy``).
-DEBUG_FIELD = "tensor"
+    return entries_from_json({name: obj}, file)[0]
 
 
 def debug_entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
@@ -509,15 +499,16 @@ def debug_entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:
     Raises:
         DumpFormatError: a malformed leaf.
     """
-    return Entry(name, ((DEBUG_FIELD, node_from_json(obj, file, f"data[{name!r}]")),))
+    return entries_from_json({name: obj}, file, debug=True)[0]
 
 
 def meta_from_json(obj: dict[str, Any], file: str | Path) -> DumpMeta:
-    """Build the :class:`DumpMeta` header of a dump.json.
+    """Build the :class:`DumpMeta` header of a dump.json (header keys other than msprobe's kept, as written, in
+    :attr:`DumpMeta.extra`).
 
     Raises:
-        DumpFormatError: when ``task`` is missing or not a string, or ``level``/``framework``/
-            ``dump_data_dir`` have the wrong type.
+        DumpFormatError: when ``task`` is missing or not a string, ``level``/``framework``/``dump_data_dir`` have
+            the wrong type, or another header field nests deeper than 64 levels.
     """
     task = obj.get("task")
     if not isinstance(task, str):
@@ -531,36 +522,14 @@ def meta_from_json(obj: dict[str, Any], file: str | Path) -> DumpMeta:
     ddd = obj.get("dump_data_dir")
     if ddd is not None and not isinstance(ddd, str):
         raise DumpFormatError(file, "dump_data_dir", "expected a string or null")
-    extra = tuple((k, _freeze(v, file, k)) for k, v in obj.items() if k not in _META_KEYS)
-    return DumpMeta(task=task, level=level, framework=framework, dump_data_dir=ddd, extra=extra)
-
-
-def meta_from_json_fast(obj: dict[str, Any]) -> DumpMeta | None:
-    """:func:`meta_from_json` of a header that is well formed, or None (the caller then reads the file the
-    general way).  None too when an extra header field holds an integral float of magnitude ``>= 2**63``
-    (see :func:`entries_from_json_fast`) or is nested deeper than 64 levels."""
-    try:
-        for k, v in obj.items():
-            if k not in _META_KEYS:
-                _check_kept(v, 0)
-        return meta_from_json(obj, "-")
-    except (_Unusual, DumpFormatError):
-        return None
-
-
-def _check_kept(value: Any, depth: int) -> None:
-    """Raise :class:`_Unusual` when ``value`` holds an integral float >= 2**63 in magnitude or nests deeper
-    than :data:`_MAX_DEPTH`."""
-    if depth > _MAX_DEPTH:
-        raise _Unusual
-    if type(value) is list:
-        for v in value:
-            _check_kept(v, depth + 1)
-    elif type(value) is dict:
-        for v in value.values():
-            _check_kept(v, depth + 1)
-    elif type(value) is float:
-        _kept_scalar(value)
+    extra: list[tuple[str, object]] = []
+    for k, v in obj.items():
+        if k not in _META_KEYS:
+            try:
+                extra.append((k, _freeze(v, 0)))
+            except _Invalid as exc:
+                raise exc.error(file, k) from None
+    return DumpMeta(task=task, level=level, framework=framework, dump_data_dir=ddd, extra=tuple(extra))
 
 
 def node_to_json(node: Node) -> Any:

@@ -16,7 +16,7 @@
      ``_peak_rss_mb``) and the CPU time (``time.process_time``) of loading and of comparing: on a host shared with
      other work the wall time swings by 2x from run to run, the CPU time much less;
    - **end to end through the CLI** (issue 16): ``python -m msprobe_cmp.cli A B -o OUT`` (what the
-     ``msprobe-cmp`` command runs: ``cli.console_main``), its wall time from start to exit, interpreter start-up
+     ``msprobe-cmp`` command runs), its wall time from start to exit, interpreter start-up
      and imports included, and its peak RSS (see :func:`run_measured`).  The ratio "CLI / orjson floor" is printed
      (issue 16's target: at most 3x; peak RSS at most 500 MB);
    - with ``--msprobe-python PATH`` (the python of a side environment holding mindstudio-probe 1.2.2; how to
@@ -160,8 +160,8 @@ def run_measured(cmd: list[str], *, env: dict[str, str] | None = None, cwd: str 
 
 
 def cli_command(target: Path, baseline: Path, out: Path, *extra: str) -> list[str]:
-    """The msprobe-cmp command as the bench runs it: ``python -m msprobe_cmp.cli`` (``cli.console_main``, what the
-    ``msprobe-cmp`` script runs), with ``--force``."""
+    """The msprobe-cmp command as the bench runs it: ``python -m msprobe_cmp.cli`` (what the ``msprobe-cmp`` script
+    runs), with ``--force``."""
     return [sys.executable, "-m", "msprobe_cmp.cli", str(target), str(baseline), "-o", str(out), "--force", *extra]
 
 
@@ -267,13 +267,10 @@ def make_tensor_pair(root: Path, total_gb: float) -> tuple[int, int]:
 
 
 def worker_compare(root: str, out: str, profile: str | None, jobs: int = 1) -> dict[str, Any]:
-    import gc
-
     import msprobe_cmp.cli as cli
     from msprobe_cmp import compare, load_dump
     from msprobe_cmp.comparator import CompareOptions
 
-    gc.disable()  # as the msprobe-cmp command runs (msprobe_cmp.cli.console_main)
     baseline_mb = _rss_now_mb()
 
     def run() -> dict[str, float]:
@@ -310,8 +307,8 @@ def worker_compare(root: str, out: str, profile: str | None, jobs: int = 1) -> d
 
 def worker_orjson(root: str) -> dict[str, Any]:
     """The orjson floor: read both sides' dump.json and ``orjson.loads`` each into Python objects (both kept), with
-    the cyclic garbage collector off as in the ``msprobe-cmp`` command (with it on, its collections of the
-    millions of new dicts and lists more than double the time at 100k entries)."""
+    the cyclic garbage collector off: the floor at its lowest (with it on, its collections of the millions of new
+    dicts and lists more than double the time at 100k entries)."""
     import gc
 
     import orjson

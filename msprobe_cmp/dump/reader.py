@@ -50,9 +50,8 @@ def paused_gc() -> Iterator[None]:
     counting still frees every record (they hold no cycles).  Loading the two sides of a 100k-entry statistics
     pair (600k tensor leaves) takes 2.3x the CPU time with the collector running (measured for issue 16).  The
     young generations are collected on entry (cheap), so garbage from before the block does not wait for it.
-    Nested use is fine, and a block entered while the collector is already off (the ``msprobe-cmp`` command runs
-    with it off, see :func:`msprobe_cmp.cli.console_main`) leaves it off.  Unlike a :func:`gc.freeze`, this
-    changes nothing in the calling process beyond the block.
+    Nested use is fine, and a block entered while the collector is already off (the caller switched it off) leaves
+    it off.  Unlike a :func:`gc.freeze`, this changes nothing in the calling process beyond the block.
     """
     was_enabled = gc.isenabled()
     if was_enabled:

@@ -328,6 +328,19 @@ class RowTable(Sequence["ComparisonRow"]):
         k = METRIC_INDEX[name]
         return self.metrics[:, k], self.metric_state[:, k] == METRIC_VALUE
 
+    def metric_patterns(self) -> tuple[list[tuple[int, ...]], np.ndarray]:
+        """The sets of metrics the rows have (present, defined or not): ``(patterns, which)``, each distinct set as
+        the :data:`METRIC_NAMES` indexes it holds (in order), the sets in the order the rows first have them, and
+        ``which`` int64 [n] the index of each row's set in ``patterns``."""
+        present = self.metric_state != METRIC_ABSENT
+        codes = (present * (np.int64(1) << np.arange(len(METRIC_NAMES), dtype=np.int64))).sum(axis=1)
+        distinct, first, which = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        position = np.empty(len(order), dtype=np.int64)
+        position[order] = np.arange(len(order))
+        patterns = [tuple(k for k in range(len(METRIC_NAMES)) if code >> k & 1) for code in distinct[order].tolist()]
+        return patterns, position[which.reshape(-1)]
+
     def differs_mask(self) -> np.ndarray:
         """bool [n]: rows whose two sides are known to differ, or that fail, or that are structural mismatches
         (a shape / dtype mismatch, a null on one side against data on the other): what "first divergent" and a

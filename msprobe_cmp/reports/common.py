@@ -14,11 +14,27 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import orjson
 
 from msprobe_cmp.comparator.compare import LOWER_BOUND_NAME, Comparison, ComparisonRow, SideSummary
+from msprobe_cmp.comparator.rowtable import (
+    ABSENT,
+    COMPARED_BY,
+    COMPARED_BY_CODE,
+    FAIL,
+    METRIC_INDEX,
+    METRIC_NAMES,
+    METRIC_VALUE,
+    SIDE_KINDS,
+    SKIP,
+    TENSOR,
+    VERDICTS,
+    RowTable,
+)
 
 #: How many rows the "largest disagreements" tables list.
 TOP_ROWS = 15
@@ -83,63 +99,68 @@ def _finite(value: float | None, default: float) -> float:
     return value if value is not None and not math.isnan(value) else default
 
 
-def _nonfinite_pair(x: float | None, y: float | None) -> bool:
-    """True when one of two recorded statistics is NaN or ±Inf and the other is not the same value (None: unknown)."""
-    if x is None or y is None:
-        return False
-    fx, fy = math.isfinite(x), math.isfinite(y)
-    if fx and fy:
-        return False
-    if fx != fy:
-        return True
-    return not (x == y or (x != x and y != y))  # both non-finite: equal infinities or both NaN agree
+def _nonfinite_mask(t: RowTable, rows: np.ndarray) -> np.ndarray:
+    """bool, one per row of ``rows`` (indexes into ``t``): :func:`nonfinite_disagreement` of each."""
+    kind = t.side_kind[rows]
+    both = (kind[:, 0] != ABSENT) & (kind[:, 1] != ABSENT)
+    tensor = kind == TENSOR
+    stats = t.side_stats[rows]
+    defined = t.side_stats_defined[rows] & tensor[:, :, None]
+    x, y = stats[:, 0], stats[:, 1]
+    with np.errstate(invalid="ignore"):
+        fx, fy = np.isfinite(x), np.isfinite(y)
+        same = (x == y) | (np.isnan(x) & np.isnan(y))  # both non-finite: equal infinities or both NaN agree
+    pairs = defined[:, 0] & defined[:, 1] & ((fx != fy) | (~fx & ~fy & ~same))
+    return both & pairs.any(axis=1)
 
 
 def nonfinite_disagreement(row: ComparisonRow) -> bool:
     """True when the row's two sides disagree in their non-finite statistics: for one of max, min, mean, norm
     recorded on both sides, one side holds NaN or ±Inf and the other a number or another non-finite value (NaN on
     one side and +Inf on the other, +Inf and -Inf).  A statistic recorded on one side only does not count."""
-    a, b = row.a, row.b
-    if a is None or b is None:
-        return False
-    try:  # the common case in one test: all eight finite (a sum that overflows takes the long way, as None does)
-        if math.isfinite(a.max + a.min + a.mean + a.norm + b.max + b.min + b.mean + b.norm):  # type: ignore[operator]
-            return False
-    except TypeError:
-        pass
-    return (_nonfinite_pair(a.max, b.max) or _nonfinite_pair(a.min, b.min) or _nonfinite_pair(a.mean, b.mean)
-            or _nonfinite_pair(a.norm, b.norm))
+    return bool(_nonfinite_mask(row.table, np.array([row.index]))[0])
+
+
+#: Severity of each verdict code (:data:`VERDICTS` order), most severe 0.
+_SEVERITY_OF_CODE = np.array([_SEVERITY[v] for v in VERDICTS], dtype=np.int64)
+_REL_COLUMNS = [METRIC_INDEX[k] for k in _REL_STATS]
+
+
+def _metric_or(t: RowTable, rows: np.ndarray, name: str, default: float) -> np.ndarray:
+    """float64, one per row of ``rows``: the metric ``name`` where it is a number other than NaN, else ``default``."""
+    k = METRIC_INDEX[name]
+    v = t.metrics[rows, k]
+    return np.where((t.metric_state[rows, k] == METRIC_VALUE) & ~np.isnan(v), v, default)
+
+
+def _disagreement_keys(t: RowTable, rows: np.ndarray) -> list[tuple[float, ...]]:
+    """Sort keys of the rows ``rows`` of ``t``, most disagreeing first (see :func:`rank_disagreements`): the verdict's
+    severity, 0 for a failing row whose non-finite statistics disagree (:func:`nonfinite_disagreement`) else 1, then
+    the metrics: for rows compared as tensors the Cosine (NaN or missing: 2), minus MaxAbsErr (NaN or missing: 0)
+    and minus the largest relative statistic difference (NaN left out; none: 0), for the others minus the MaxAbsErr
+    lower bound and minus that largest relative difference."""
+    rows = np.asarray(rows, dtype=np.int64)
+    severity = _SEVERITY_OF_CODE[t.verdict[rows]]
+    nonfinite = np.ones(len(rows), dtype=np.int64)
+    failing = severity == 0
+    if failing.any():
+        nonfinite[failing] = np.where(_nonfinite_mask(t, rows[failing]), 0, 1)
+    rel_values = t.metrics[rows][:, _REL_COLUMNS]
+    rel_ok = (t.metric_state[rows][:, _REL_COLUMNS] == METRIC_VALUE) & ~np.isnan(rel_values)
+    rel = np.where(rel_ok, rel_values, -np.inf).max(axis=1, initial=-np.inf)
+    minus_rel = -np.where(rel_ok.any(axis=1), rel, 0.0)
+    tensor = (t.compared_by[rows] == COMPARED_BY_CODE["tensor"]).tolist()
+    cosine = _metric_or(t, rows, "Cosine", 2.0).tolist()
+    minus_abs = (-_metric_or(t, rows, "MaxAbsErr", 0.0)).tolist()
+    minus_bound = (-_metric_or(t, rows, LOWER_BOUND_NAME, 0.0)).tolist()
+    return [(sv, nf, cos, ma, mr) if tn else (sv, nf, mb, mr)
+            for sv, nf, tn, cos, ma, mb, mr in zip(severity.tolist(), nonfinite.tolist(), tensor, cosine, minus_abs,
+                                                   minus_bound, minus_rel.tolist(), strict=True)]
 
 
 def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
-    """Sort key, most disagreeing first (see :func:`rank_disagreements`): the verdict's severity, 0 for a failing row
-    whose non-finite statistics disagree (:func:`nonfinite_disagreement`) else 1, then the metrics."""
-    severity = _SEVERITY.get(row.verdict, 4)
-    nonfinite = 0 if severity == 0 and nonfinite_disagreement(row) else 1
-    metrics = row.metrics
-    m = dict(metrics)
-    if len(m) != len(metrics):
-        m = dict(reversed(metrics))  # the first of a repeated key wins, as in row.metric()
-    get = m.get
-    rel = None  # the largest relative statistic difference (NaN left out), the first of equal ones as max()
-    for k in _REL_STATS:
-        v = get(k)
-        if v is not None and v == v and (rel is None or v > rel):
-            rel = v
-    if row.compared_by == "tensor":
-        return (
-            severity,
-            nonfinite,
-            _finite(get("Cosine"), 2.0),
-            -_finite(get("MaxAbsErr"), 0.0),
-            -(0.0 if rel is None else rel),
-        )
-    return (
-        severity,
-        nonfinite,
-        -_finite(get(LOWER_BOUND_NAME), 0.0),
-        -(0.0 if rel is None else rel),
-    )
+    """Sort key of one row, most disagreeing first (:func:`_disagreement_keys`)."""
+    return _disagreement_keys(row.table, np.array([row.index]))[0]
 
 
 _ONCE = ("; the rows of one tensor (an API's output that is also its cell's output and the next API's input: "
@@ -204,6 +225,55 @@ def also_recorded_as(names: list[str] | tuple[str, ...], shown: int = ALSO_NAMES
 _NAN_METRIC = "NaN"  # stands for a NaN (statistic or metric) in tensor_identity: NaN != NaN, and its hash varies
 
 
+def _nan_aware(stats: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A's and B's four statistics with each NaN as :data:`_NAN_METRIC` (equal and hashed alike); None when one is
+    missing or all four of a side are NaN."""
+    if None in stats:
+        return None
+    if all(v != v for v in stats[:4]) or all(v != v for v in stats[4:]):
+        return None
+    return tuple(_NAN_METRIC if v != v else v for v in stats)
+
+
+def _tensor_identities(t: RowTable, rows: list[int]) -> list[tuple[Any, ...] | None]:
+    """:func:`tensor_identity` of each of the rows ``rows`` of ``t`` (read from the columns)."""
+    idx = np.array(rows, dtype=np.int64)
+    out: list[tuple[Any, ...] | None] = []
+    if not len(idx):
+        return out
+    strings, shapes = t.strings, t.shapes
+    kinds = t.side_kind[idx].tolist()
+    dtypes = t.side_dtype[idx].tolist()
+    shape_codes = t.side_shape[idx].tolist()
+    md5s = t.side_md5[idx].tolist()
+    stats = t.side_stats[idx].reshape(len(idx), 8).tolist()
+    defined = t.side_stats_defined[idx].reshape(len(idx), 8).tolist()
+    states = t.metric_state[idx].tolist()
+    values = t.metrics[idx].tolist()
+    compared = t.compared_by[idx].tolist()
+    verdicts = t.verdict[idx].tolist()
+    for j in range(len(idx)):
+        if kinds[j][0] != TENSOR or kinds[j][1] != TENSOR:
+            out.append(None)
+            continue
+        side_stats: tuple[Any, ...] | None = tuple(v if d else None
+                                                   for v, d in zip(stats[j], defined[j], strict=True))
+        if any(v is None or v != v for v in side_stats):  # type: ignore[union-attr]
+            side_stats = _nan_aware(side_stats)  # type: ignore[arg-type]
+            if side_stats is None:
+                out.append(None)
+                continue
+        metrics = tuple((METRIC_NAMES[k], None if st != METRIC_VALUE else (_NAN_METRIC if v != v else v))
+                        for k, (st, v) in enumerate(zip(states[j], values[j], strict=True)) if st)
+        (da, db), (sa, sb), (ma, mb) = dtypes[j], shape_codes[j], md5s[j]
+        out.append((
+            None if da < 0 else strings[da], None if sa < 0 else shapes[sa], None if ma < 0 else strings[ma],
+            None if db < 0 else strings[db], None if sb < 0 else shapes[sb], None if mb < 0 else strings[mb],
+            side_stats, COMPARED_BY[compared[j]], VERDICTS[verdicts[j]], metrics,
+        ))
+    return out
+
+
 def tensor_identity(row: ComparisonRow) -> tuple[Any, ...] | None:
     """What makes two rows of one unit "the same tensor" recorded under two names, or None when the row cannot
     be told apart from others this way.
@@ -216,60 +286,44 @@ def tensor_identity(row: ComparisonRow) -> tuple[Any, ...] | None:
     None: a side is absent or not a tensor, a statistic is missing, or every statistic of a side is NaN (distinct
     all-NaN tensors of one shape would look alike: they are never merged).
     """
-    a, b = row.a, row.b
-    if a is None or b is None or a.kind != "tensor" or b.kind != "tensor":
-        return None
-    stats: tuple[Any, ...] = (a.max, a.min, a.mean, a.norm, b.max, b.min, b.mean, b.norm)
-    for v in stats:
-        if v is None or v != v:
-            aware = _nan_aware(stats)
-            if aware is None:
-                return None
-            stats = aware
-            break
-    metrics = tuple((k, _NAN_METRIC if v is not None and v != v else v) for k, v in row.metrics)
-    return (a.dtype, a.shape, a.md5, b.dtype, b.shape, b.md5, stats, row.compared_by, row.verdict, metrics)
+    return _tensor_identities(row.table, [row.index])[0]
 
 
-def _nan_aware(stats: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """A's and B's four statistics with each NaN as :data:`_NAN_METRIC` (equal and hashed alike); None when one is
-    missing or all four of a side are NaN."""
-    if None in stats:
-        return None
-    if all(v != v for v in stats[:4]) or all(v != v for v in stats[4:]):
-        return None
-    return tuple(_NAN_METRIC if v != v else v for v in stats)
-
-
-def _distinct(ranked: list[tuple[int, ComparisonRow]], keys: list[tuple[float, ...]],
+def _distinct(comparison: Comparison, ranked: list[tuple[int, int]], keys: list[tuple[float, ...]],
               limit: int | None) -> tuple[list[Disagreement], bool]:
-    """The first ``limit`` distinct tensors (all when None) of ``ranked`` (rows in ranking order, ``keys`` their
-    sort keys), each with its other rows among ``ranked``; and whether that settles the list: ``limit`` tensors
-    were found and no row beyond ``ranked`` can be another row of a listed tensor.
+    """The first ``limit`` distinct tensors (all when None) of ``ranked`` (``(unit index, row index)`` in ranking
+    order, ``keys`` their sort keys), each with its other rows among ``ranked``; and whether that settles the list:
+    ``limit`` tensors were found and no row beyond ``ranked`` can be another row of a listed tensor.
 
     Rows of one tensor have equal sort keys (the key is made of the verdict, the statistics and the metrics), so
     once ``limit`` tensors are listed only rows ranked equal to the last one can still add to a listed tensor, and
     only to one ranked equal to it that can be told apart (:func:`tensor_identity` not None).  The walk stops at the
     first row ranked after the last tensor, or at once when no listed tensor ranked equal to it can take more rows
     (many failures with a side all NaN rank equal, each its own tensor); the list is then settled even if
-    ``ranked`` is only the best part of the ranking.
+    ``ranked`` is only the best part of the ranking.  Identities are read from the columns a batch of rows at a
+    time, as the walk reaches them.
     """
-    listed: list[tuple[int, ComparisonRow, list[ComparisonRow]]] = []
-    group_of: dict[tuple[int, tuple[Any, ...]], list[ComparisonRow]] = {}
+    listed: list[tuple[int, int, list[int]]] = []
+    group_of: dict[tuple[int, tuple[Any, ...]], list[int]] = {}
     grouped_keys: set[tuple[float, ...]] = set()  # keys of the listed tensors that can take more rows
     last_key: tuple[float, ...] | None = None
     settled = False
-    for (ui, row), key in zip(ranked, keys, strict=True):
+    idents: list[tuple[Any, ...] | None] = []
+    batch = 256
+    for j, ((ui, i), key) in enumerate(zip(ranked, keys, strict=True)):
         if last_key is not None and key > last_key:
             settled = True
             break
-        ident = tensor_identity(row)
+        if j == len(idents):
+            idents += _identities(comparison, ranked[j:j + batch])
+            batch *= 2
+        ident = idents[j]
         others = None if ident is None else group_of.get((ui, ident))
         if others is not None:
-            others.append(row)
+            others.append(i)
         elif limit is None or len(listed) < limit:
             others = []
-            listed.append((ui, row, others))
+            listed.append((ui, i, others))
             if ident is not None:
                 group_of[(ui, ident)] = others
                 grouped_keys.add(key)
@@ -279,7 +333,22 @@ def _distinct(ranked: list[tuple[int, ComparisonRow]], keys: list[tuple[float, .
                     settled = True
                     break
         # else: another tensor ranked equal to the last one listed; walk on for the listed tensors' other rows
-    return [Disagreement(ui, row, tuple(others)) for ui, row, others in listed], settled
+    units = comparison.units
+    return [Disagreement(ui, units[ui].rows[i], tuple(units[ui].rows[o] for o in others))
+            for ui, i, others in listed], settled
+
+
+def _identities(comparison: Comparison, items: list[tuple[int, int]]) -> list[tuple[Any, ...] | None]:
+    """:func:`tensor_identity` of each ``(unit index, row index)`` of ``items``."""
+    out: list[tuple[Any, ...] | None] = [None] * len(items)
+    by_unit: dict[int, list[int]] = {}
+    for j, (ui, _) in enumerate(items):
+        by_unit.setdefault(ui, []).append(j)
+    for ui, js in by_unit.items():
+        for j, ident in zip(js, _tensor_identities(comparison.units[ui].rows, [items[j][1] for j in js]),
+                            strict=True):
+            out[j] = ident
+    return out
 
 
 def rank_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[Disagreement]:
@@ -297,29 +366,28 @@ def rank_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[Di
     ``limit`` distinct tensors; a shorter list is a prefix of a longer one.  A negative ``limit`` leaves out
     that many tensors from the end of the whole list.
 
-    Only the best ``8 * limit + 64`` rows are ranked (``heapq.nsmallest``, the same rows as a stable sort's
-    prefix); every candidate is sorted only when those do not settle the list: fewer than ``limit`` distinct
-    tensors among them, or rows ranked equal to the last one listed beyond them that could be more rows of a listed
-    tensor (:func:`_distinct`).
+    The candidates' keys are read from the columns (:func:`_disagreement_keys`).  Only the best ``8 * limit + 64``
+    rows are ranked (``heapq.nsmallest``, the same rows as a stable sort's prefix); every candidate is sorted only
+    when those do not settle the list: fewer than ``limit`` distinct tensors among them, or rows ranked equal to the
+    last one listed beyond them that could be more rows of a listed tensor (:func:`_distinct`).
     """
-    rows = [
-        (ui, r) for ui, u in enumerate(comparison.units) for r in u.rows
-        if r.verdict == "fail" or (r.differs and r.verdict != "skip")
-    ]
-
-    def key(item: tuple[int, ComparisonRow]) -> tuple[float, ...]:
-        return _disagreement_key(item[1])
-
     if limit == 0:
         return []
-    if 0 < limit and 8 * limit + 64 < len(rows):
-        best = heapq.nsmallest(8 * limit + 64, rows, key=key)  # = sorted(rows, key=key)[:8 * limit + 64]
-        listed, settled = _distinct(best, [key(item) for item in best], limit)
+    items: list[tuple[int, int]] = []
+    keys: list[tuple[float, ...]] = []
+    for ui, u in enumerate(comparison.units):
+        t = u.rows
+        rows = np.flatnonzero((t.verdict == FAIL) | ((t.differs == 1) & (t.verdict != SKIP)))
+        items += [(ui, i) for i in rows.tolist()]
+        keys += _disagreement_keys(t, rows)
+    if 0 < limit and 8 * limit + 64 < len(items):
+        best = heapq.nsmallest(8 * limit + 64, range(len(items)), key=keys.__getitem__)  # = a stable sort's prefix
+        listed, settled = _distinct(comparison, [items[k] for k in best], [keys[k] for k in best], limit)
         if settled:
             return listed
-    keys = [key(item) for item in rows]
-    order = sorted(range(len(rows)), key=keys.__getitem__)  # stable: equal keys keep their execution order
-    listed, _ = _distinct([rows[k] for k in order], [keys[k] for k in order], limit if limit > 0 else None)
+    order = sorted(range(len(items)), key=keys.__getitem__)  # stable: equal keys keep their execution order
+    listed, _ = _distinct(comparison, [items[k] for k in order], [keys[k] for k in order],
+                          limit if limit > 0 else None)
     return listed if limit > 0 else listed[:limit]
 
 
@@ -354,8 +422,8 @@ def _matched_rows(comparison: Comparison, examples: int, statistics_only: bool,
                   nothing_compared: bool) -> tuple[MatchedRows, MatchedRows]:
     """The matched rows judged by their statistics only (:func:`judged_by_statistics`; when ``statistics_only`` and
     the mode is tensor or md5) and those with nothing to compare (:func:`matched_not_compared`; when
-    ``nothing_compared``), in one walk over the rows: each kind's count and its first ``examples`` rows (none of a kind
-    not asked for)."""
+    ``nothing_compared``), from the columns: each kind's count and its first ``examples`` rows (none of a kind not
+    asked for)."""
     why = STATISTICS_ONLY_WHY.get(comparison.mode, "") if statistics_only else ""
     by_stats = bool(why)
     n_stats = n_nothing = 0
@@ -363,17 +431,16 @@ def _matched_rows(comparison: Comparison, examples: int, statistics_only: bool,
     nothing: list[tuple[int, ComparisonRow]] = []
     if by_stats or nothing_compared:
         for ui, u in enumerate(comparison.units):
-            for r in u.rows:
-                if r.match_class != "matched":
-                    continue
-                if by_stats and r.compared_by == "statistics":
-                    n_stats += 1
-                    if len(stats) < examples:
-                        stats.append((ui, r))
-                if nothing_compared and r.verdict == "skip":
-                    n_nothing += 1
-                    if len(nothing) < examples:
-                        nothing.append((ui, r))
+            t = u.rows
+            matched = t.class_mask("matched")
+            if by_stats:
+                rows = np.flatnonzero(matched & (t.compared_by == COMPARED_BY_CODE["statistics"]))
+                n_stats += len(rows)
+                stats += [(ui, t[i]) for i in rows[:max(examples - len(stats), 0)].tolist()]
+            if nothing_compared:
+                rows = np.flatnonzero(matched & (t.verdict == SKIP))
+                n_nothing += len(rows)
+                nothing += [(ui, t[i]) for i in rows[:max(examples - len(nothing), 0)].tolist()]
     return (MatchedRows(n_stats, tuple(stats), why if n_stats else ""),
             MatchedRows(n_nothing, tuple(nothing), NOTHING_COMPARED_WHY if n_nothing else ""))
 
@@ -488,10 +555,13 @@ def differing_arguments(comparison: Comparison) -> list[ArgumentRow]:
     execution order: the category the reports list first, before any tensor."""
     out = []
     for ui, u in enumerate(comparison.units):
-        for r in u.rows:
-            text = r.value_difference
-            if text is not None:
-                out.append(ArgumentRow(ui, r, f"{text} ({u.unit_a.label})"))
+        t = u.rows
+        kind = t.side_kind
+        rows = np.flatnonzero((t.compared_by == COMPARED_BY_CODE["value"]) & (t.differs == 1)
+                              & (kind[:, 0] != ABSENT) & (kind[:, 1] != ABSENT))
+        for i in rows.tolist():
+            r = t[i]
+            out.append(ArgumentRow(ui, r, f"{r.value_difference} ({u.unit_a.label})"))
     return out
 
 
@@ -533,15 +603,41 @@ def format_side(side: SideSummary | None) -> str:
     """One-line summary of what a side recorded."""
     if side is None:
         return "absent"
-    if side.kind == "null":
+    return side_text(side.kind, side.dtype, side.shape, (side.max, side.min, side.mean, side.norm), side.md5,
+                     side.value)
+
+
+def side_text(kind: str, dtype: str | None, shape: tuple[int, ...] | None, stats: Sequence[float | None],
+              md5: str | None, value: str | None) -> str:
+    """:func:`format_side` of a side given by its fields (``kind`` one of ``"absent"``, ``"null"``, ``"value"``,
+    ``"tensor"``; ``stats`` max, min, mean, norm)."""
+    if kind == "absent":
+        return "absent"
+    if kind == "null":
         return "null"
-    if side.kind == "value":
-        return f"{side.dtype} {side.value}"
-    parts = [f"{side.dtype} {list(side.shape or ())}"]
-    parts += [f"{k}={format_number(getattr(side, k))}" for k in ("max", "min", "mean", "norm")]
-    if side.md5:
-        parts.append(f"md5={side.md5}")
+    if kind == "value":
+        return f"{dtype} {value}"
+    parts = [f"{dtype} {list(shape or ())}"]
+    parts += [f"{k}={format_number(v)}" for k, v in zip(("max", "min", "mean", "norm"), stats, strict=True)]
+    if md5:
+        parts.append(f"md5={md5}")
     return " ".join(parts)
+
+
+def side_texts(t: RowTable, s: int, rows: Sequence[int]) -> list[str]:
+    """:func:`format_side` of side ``s`` (0 = A, 1 = B) of the rows ``rows`` of ``t``, read from the columns."""
+    idx = np.asarray(rows, dtype=np.int64)
+    sc = t.side_columns(s)
+    strings, shapes = t.strings, t.shapes
+    out = []
+    for kind, dtype, shape, md5, value, stats, defined in zip(
+            sc.kind[idx].tolist(), sc.dtype[idx].tolist(), sc.shape[idx].tolist(), sc.md5[idx].tolist(),
+            sc.value[idx].tolist(), sc.stats[idx].tolist(), sc.stats_defined[idx].tolist(), strict=True):
+        out.append(side_text(
+            SIDE_KINDS[kind], None if dtype < 0 else strings[dtype], None if shape < 0 else shapes[shape],
+            [v if d else None for v, d in zip(stats, defined, strict=True)], None if md5 < 0 else strings[md5],
+            None if value < 0 else strings[value]))
+    return out
 
 
 def dumps_compact(doc: Any) -> str:

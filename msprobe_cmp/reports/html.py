@@ -21,8 +21,9 @@ outside the row table (largest disagreements, first divergent / failing row, "No
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain as _chain
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,16 @@ from markupsafe import Markup, escape
 
 from msprobe_cmp.comparator.compare import VERDICTS, Comparison, ComparisonRow, SideSummary
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
+from msprobe_cmp.comparator.rowtable import (
+    ABSENT,
+    COMPARED_BY,
+    FAIL,
+    METRIC_INDEX,
+    METRIC_NAMES,
+    METRIC_VALUE,
+    SIDE_KINDS,
+    RowTable,
+)
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.reports.common import (
     ALSO_NAMES_LISTED,
@@ -170,6 +181,18 @@ def page_numbers(values: list[Any]) -> list[Any]:
     if not n:
         return []
     x = np.array(values, dtype=np.float64)  # None -> NaN (then the exact path); ints are handled below
+    out, exact = _page_round(x)
+    kinds = set(map(type, values))
+    if kinds - {float, type(None)}:  # ints, bools or float subclasses: each goes the exact way
+        exact |= np.fromiter((type(v) is not float for v in values), dtype=bool, count=n)
+    for i in np.flatnonzero(exact).tolist():
+        out[i] = _page_number(values[i])
+    return out
+
+
+def _page_round(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
+    """:func:`page_numbers`' bulk rounding of the float64 array ``x`` (1-D): the rounded values as a list, and the
+    mask of the items that must go through :func:`_page_number` instead."""
     with np.errstate(all="ignore"):
         ax = np.abs(x)
         regular = np.isfinite(x) & (ax > 0.0)
@@ -184,14 +207,24 @@ def page_numbers(values: list[Any]) -> list[Any]:
         regular &= (at >= 100000.5) & (at <= 999999.4) & (np.abs(np.abs(t - m) - 0.5) > 1e-9)
         r = np.where(up, m / p, m * p)
     r = np.where(regular, r, x)
-    out: list[Any] = r.tolist()
-    exact = ~regular & (ax != 0.0)  # zeros are kept as they are; NaN (None too) compares unequal to 0
-    kinds = set(map(type, values))
-    if kinds - {float, type(None)}:  # ints, bools or float subclasses: each goes the exact way
-        exact |= np.fromiter((type(v) is not float for v in values), dtype=bool, count=n)
+    exact = ~regular & (ax != 0.0)  # zeros are kept as they are; NaN compares unequal to 0
+    return r.tolist(), exact
+
+
+def _page_matrix(values: np.ndarray, defined: np.ndarray) -> list[list[Any]]:
+    """``values`` (float64 [m, k]) as the page shows them (:func:`_page_number` of each), None where not
+    ``defined``: one list per row."""
+    m, k = values.shape
+    if not m * k:
+        return [[] for _ in range(m)]
+    flat = values.reshape(-1)
+    out, exact = _page_round(flat)
     for i in np.flatnonzero(exact).tolist():
-        out[i] = _page_number(values[i])
-    return out
+        out[i] = _page_number(out[i])
+    cells = np.empty(len(out), dtype=object)
+    cells[:] = out
+    cells[~defined.reshape(-1)] = None
+    return cells.reshape(values.shape).tolist()
 
 
 @dataclass
@@ -235,52 +268,52 @@ class _Interned(dict[Any, int]):
         return k
 
 
+def _metric_keys(comparison: Comparison) -> list[str]:
+    """The metric names of the page, in the order the rows first have them: the names of each row's metrics
+    (:data:`~msprobe_cmp.comparator.rowtable.METRIC_NAMES` order), new ones appended, over every row of every unit."""
+    keys: list[str] = []
+    for u in comparison.units:
+        for pattern in u.rows.metric_patterns()[0]:
+            for k in pattern:
+                if METRIC_NAMES[k] not in keys:
+                    keys.append(METRIC_NAMES[k])
+    return keys
+
+
+def _page_sides(t: RowTable, s: int, rows: np.ndarray, shape_texts: list[str | None]
+                ) -> tuple[list[Any], ...]:
+    """Side ``s`` of the rows ``rows`` of ``t``, decoded for the page: kind (None where absent), dtype, shape text,
+    md5, file name and value (None where the side has none), and its four statistics as the page shows them."""
+    sc = t.side_columns(s)
+    strings = [*t.strings, None]  # code -1 -> None
+    kinds = [None if k == ABSENT else SIDE_KINDS[k] for k in range(len(SIDE_KINDS))]
+    return (
+        [kinds[k] for k in sc.kind[rows].tolist()],
+        [strings[c] for c in sc.dtype[rows].tolist()],
+        [shape_texts[c] for c in sc.shape[rows].tolist()],
+        [strings[c] for c in sc.md5[rows].tolist()],
+        [strings[c] for c in sc.data_name[rows].tolist()],
+        [strings[c] for c in sc.value[rows].tolist()],
+        _page_matrix(sc.stats[rows], sc.stats_defined[rows]),
+    )
+
+
 def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
                     max_stack_chars: int = MAX_STACK_CHARS) -> dict[str, Any]:
     """The JSON document the page's script renders: rows, cells, stacks (interned strings, numbers as
     the page shows them), plus what was left out.
 
     Each row is a list (see ``ROW_FIELDS`` in the template's script); strings are indexes into
-    ``strings``; stacks are lists of indexes into ``frames``.  A first pass picks the rows and collects
-    their numbers, which are rounded in bulk (:func:`page_numbers`); the second pass builds the rows.
+    ``strings`` (numbered in the order the rows meet them); stacks are lists of indexes into ``frames``.  Each
+    unit's kept rows are read from its columns: the numbers rounded in bulk (:func:`page_numbers`' rounding), the
+    names and texts decoded once per table.
     """
     s = _Strings([], {})
     frames = _Strings([], {})
-    metric_keys: list[str] = []
-    metric_index: dict[str, int] = {}
+    metric_keys = _metric_keys(comparison)
+    metric_index = {k: j for j, k in enumerate(metric_keys)}
+    metric_columns = np.array([METRIC_INDEX[k] for k in metric_keys], dtype=np.int64)
     total = 0
-    kept: list[tuple[int, ComparisonRow, tuple[str, ...]]] = []
-    rows_left_out = 0
-    numbers: list[Any] = []
-    extend = numbers.extend
-    known_keys: set[tuple[str, ...]] = set()
-    no_keys: tuple[str, ...] = ()
-    for ui, u in enumerate(comparison.units):
-        total += len(u.rows)
-        for r in u.rows:
-            if r.metrics:
-                keys, values = zip(*r.metrics, strict=True)
-                if keys not in known_keys:
-                    known_keys.add(keys)
-                    for k in keys:
-                        if k not in metric_index:
-                            metric_index[k] = len(metric_keys)
-                            metric_keys.append(k)
-            else:
-                keys = values = no_keys
-            if len(kept) >= max_rows and r.verdict != "fail":
-                rows_left_out += 1
-                continue
-            kept.append((ui, r, keys))
-            # in the order the second pass takes them: metrics, then A's and B's statistics
-            extend(values)
-            a, b = r.a, r.b
-            if a is not None:
-                extend((a.max, a.min, a.mean, a.norm))
-            if b is not None:
-                extend((b.max, b.min, b.mean, b.norm))
-    number_iter = iter(page_numbers(numbers))
-    next_number = number_iter.__next__
     stacks: list[list[int]] = []
     stack_of: dict[tuple[str, ...], int] = {}
     stack_chars = 0
@@ -307,98 +340,98 @@ def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
             stacks.append([frames.ref(f) for f in stack])
         return found
 
-    stack_by_id: dict[int, int] = {}  # id(stack tuple) -> its index, for stacks already kept
-
-    def stack_id_of(stack: tuple[str, ...]) -> int:
-        found = stack_by_id.get(id(stack))
-        if found is None:
-            found = stack_ref(stack)
-            if found >= 0:
-                stack_by_id[id(stack)] = found
-        return found
-
     shapes: dict[tuple[int, ...], str] = {}
+    direction_index = {d: k for k, d in enumerate(_DIRECTIONS)}
+    for ui, u in enumerate(comparison.units):
+        t = u.rows
+        n = len(t)
+        kept = np.flatnonzero((np.arange(total, total + n) < max_rows) | (t.verdict == FAIL))
+        total += n
+        if not len(kept):
+            continue
+        strings = t.strings
+        table_stacks = t.stacks
+        stack_ids: dict[int, int] = {}  # stack code -> its index, for stacks already kept
 
-    def side_data(side: SideSummary | None) -> list[Any] | None:
-        """:func:`_side_data`, its numbers taken from the bulk pass."""
-        if side is None:
-            return None
-        dtype_ref = ref[side.dtype]  # before the shape: strings are numbered in the order they are met
-        shape = side.shape
-        if shape is None:
-            shape_ref = -1
-        else:
+        def stack_id_of(code: int, stack_ids: dict[int, int] = stack_ids,
+                        table_stacks: Sequence[tuple[str, ...]] = table_stacks) -> int:
+            found = stack_ids.get(code)
+            if found is None:
+                found = stack_ref(table_stacks[code])
+                if found >= 0:
+                    stack_ids[code] = found
+            return found
+
+        shape_texts: list[str | None] = []
+        for shape in t.shapes:
             text = shapes.get(shape)
             if text is None:
                 text = shapes[shape] = str(list(shape))
-            shape_ref = ref[text]
-        return [side.kind, dtype_ref, shape_ref, next_number(), next_number(), next_number(), next_number(),
-                ref[side.md5], ref[side.data_name], ref[side.value]]
-
-    class_index = {c: k for k, c in enumerate(MATCH_CLASSES)}
-    verdict_index = {v: k for k, v in enumerate(VERDICTS)}
-    direction_index = {d: k for k, d in enumerate(_DIRECTIONS)}
-    n_metrics = len(metric_keys)
-    positions: dict[tuple[str, ...], tuple[int, ...] | None] = {}  # None: the keys are metric_keys, in order
-    for keys in known_keys:
-        pos = tuple(metric_index[k] for k in keys)
-        positions[keys] = None if pos == tuple(range(n_metrics)) else pos
-    positions[no_keys] = ()
-    chain_ids: dict[str, int] = {}
-    unit_index = -1
-    parent_chains: Any = {}
-    append = rows.append
-    for ui, r, keys in kept:
-        if ui != unit_index:
-            unit_index, chain_ids = ui, {}
-            parent_chains = comparison.units[ui].parent_chains
-        entry = r.entry_name
-        stack = r.stack
-        stack_id = stack_id_of(stack)
-        stack_b = r.stack_b
-        stack_b_id = -2 if stack_b is stack or stack_b == stack else stack_id_of(stack_b)  # -2: the same as A's
-        chain_id = chain_ids.get(entry)
-        if chain_id is None:
+            shape_texts.append(text)
+        shape_texts.append(None)  # code -1
+        names = [*strings, None]  # code -1 -> None
+        tuples = t.tuples
+        parent_chains = u.parent_chains
+        entries = [strings[c] for c in t.entry[kept].tolist()]
+        paths = [strings[c] for c in t.arg_path[kept].tolist()]
+        chain_of: dict[str, str | None] = {}
+        for entry in dict.fromkeys(entries):  # each entry once
             chain = parent_chains.get(entry, ())
-            chain_id = chain_ids[entry] = ref[" < ".join(chain)] if chain else -1
-        row_positions = positions[keys]
-        if row_positions is None:
-            metrics = list(islice(number_iter, n_metrics))
-        else:
-            metrics = [None] * n_metrics
-            for k in row_positions:
-                metrics[k] = next_number()
-        entry_ref = ref[entry]
-        arg_ref = ref[r.arg_path]
-        family = family_of.get(entry)
-        if family is None:
-            name, direction = _family_and_direction(entry)
-            families[entry] = name
-            family = family_of[entry] = (name, direction_index[direction])
-        differs = r.differs
-        reasons, notes = r.reasons, r.notes
-        append([
-            ui,
-            r.index,
-            entry_ref,
-            arg_ref,
-            class_index[r.match_class],
-            verdict_index[r.verdict],
-            -1 if differs is None else int(differs),
-            ref[family[0]],
-            family[1],
-            ref[r.parent_cell],
-            stack_id,
-            side_data(r.a),
-            side_data(r.b),
-            metrics,
-            [ref[x] for x in reasons] if reasons else [],
-            [ref[x] for x in notes] if notes else [],
-            ref[r.name_b if r.arg_path_b else r.entry_name_b],
-            r.compared_by,
-            chain_id,
-            stack_b_id,
-        ])
+            chain_of[entry] = " < ".join(chain) if chain else None
+            if entry not in family_of:
+                name, direction = _family_and_direction(entry)
+                families[entry] = name
+                family_of[entry] = (name, direction_index[direction])
+        chains = [chain_of[e] for e in entries]
+        family_names = [family_of[e][0] for e in entries]
+        parents = [names[c] for c in t.parent_cell[kept].tolist()]
+        reasons = t.reasons[kept].tolist()
+        notes = t.notes[kept].tolist()
+        names_b = [f"{names[eb] or e}.{names[pb]}" if names[pb] else names[eb]
+                   for e, eb, pb in zip(entries, t.entry_b[kept].tolist(), t.arg_path_b[kept].tolist(), strict=True)]
+        side_a = _page_sides(t, 0, kept, shape_texts)
+        side_b = _page_sides(t, 1, kept, shape_texts)
+        # Strings are numbered in the order the rows meet them: per row the parent chain, entry, argument path,
+        # family, parent cell, A's dtype, shape, md5, file name and value, B's, the reasons, the notes and B's name
+        # (a reasons / notes tuple stands for its strings, in order).
+        met = dict.fromkeys(_chain.from_iterable(zip(
+            chains, entries, paths, family_names, parents, *side_a[1:6], *side_b[1:6],
+            [tuples[c] for c in reasons], [tuples[c] for c in notes], names_b, strict=True)))
+        get = ref.__getitem__  # a string not met before is numbered
+        for key in met:
+            if type(key) is tuple:
+                for x in key:
+                    get(x)
+            else:
+                get(key)
+        texts = {c: [ref[x] for x in tuples[c]] for c in {*reasons, *notes}}
+        sides = []
+        for side in (side_a, side_b):
+            sides.append([
+                None if k is None else [k, get(d), get(sh), *st, get(m), get(f), get(v)]
+                for k, d, sh, m, f, v, st in zip(*side, strict=True)
+            ])
+        stack_codes, stack_b_codes = t.stack[kept].tolist(), t.stack_b[kept].tolist()
+        stack_column: list[int] = []
+        stack_b_column: list[int] = []
+        for stack, stack_b in zip(stack_codes, stack_b_codes, strict=True):  # A's stack, then B's: frames in order
+            stack_column.append(stack_id_of(stack))
+            # -2: the same as A's
+            stack_b_column.append(-2 if stack_b == stack or table_stacks[stack_b] == table_stacks[stack]
+                                  else stack_id_of(stack_b))
+        metric_values = _page_matrix(t.metrics[kept][:, metric_columns],
+                                     t.metric_state[kept][:, metric_columns] == METRIC_VALUE)
+        rows += [
+            [ui, i, entry_ref, arg_ref, cls, verdict, differs, family_ref, family_of[entry][1], parent_ref, stack_id,
+             a, b, metrics, texts[reason], texts[note], name_b_ref, COMPARED_BY[by], chain_ref, stack_b_id]
+            for (i, entry, entry_ref, arg_ref, cls, verdict, differs, family_ref, parent_ref, stack_id, a, b, metrics,
+                 reason, note, name_b_ref, by, chain_ref, stack_b_id) in zip(
+                kept.tolist(), entries, map(get, entries), map(get, paths), t.match_class[kept].tolist(),
+                t.verdict[kept].tolist(), t.differs[kept].tolist(), map(get, family_names), map(get, parents),
+                stack_column, sides[0], sides[1], metric_values, reasons, notes, map(get, names_b),
+                t.compared_by[kept].tolist(), map(get, chains), stack_b_column, strict=True)
+        ]
+    rows_left_out = total - len(rows)
     cells = []
     for u in comparison.units:
         position = {c.cell: k for k, c in enumerate(u.cells)}
@@ -488,11 +521,8 @@ def _not_comparable(comparison: Comparison, facts: ReportFacts
             continue
         examples: list[tuple[int, ComparisonRow]] = []
         for ui, u in enumerate(comparison.units):
-            for r in u.rows:
-                if r.match_class == cls:
-                    examples.append((ui, r))
-                    if len(examples) >= NOT_COMPARABLE_EXAMPLES:
-                        break
+            found = np.flatnonzero(u.rows.class_mask(cls))[:NOT_COMPARABLE_EXAMPLES - len(examples)]  # type: ignore[arg-type]
+            examples += [(ui, u.rows[i]) for i in found.tolist()]
             if len(examples) >= NOT_COMPARABLE_EXAMPLES:
                 break
         out.append((cls, n, why, examples))

@@ -25,6 +25,7 @@ import numpy as np
 from markupsafe import Markup, escape
 
 from msprobe_cmp.comparator.compare import Comparison
+from msprobe_cmp.comparator.rowtable import FAIL
 from msprobe_cmp.reports.common import ReportFacts, format_number, select_error_metric, select_relative_metric
 
 WIDTH = 960
@@ -148,48 +149,41 @@ def _positions(comparison: Comparison) -> tuple[list[int], int]:
 
 @dataclass
 class _Columns:
-    """Per row, in execution order over all units: global position, failing or not, B's recorded norm, and for
-    each plotted metric its value as ``row.metric(key)`` (the first of a repeated key) and as
-    ``dict(row.metrics)[key]`` (the last), None where the row has no such metric."""
+    """Per row, in execution order over all units: global position, failing or not, B's recorded norm (``b_norm``,
+    defined where ``b_has_norm``), and the plotted metrics by name (:meth:`metric`)."""
 
-    pos: list[int]
-    failing: list[bool]
-    b_norm: list[float | None]
-    first: dict[str, list[float | None]]
-    last: dict[str, list[float | None]]
+    comparison: Comparison
+    pos: np.ndarray
+    failing: np.ndarray
+    b_norm: np.ndarray
+    b_has_norm: np.ndarray
+    metrics: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    def metric(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, defined)`` of the metric ``key`` over every row (defined where ``row.metric(key)`` is not
+        None), read from the columns once."""
+        found = self.metrics.get(key)
+        if found is None:
+            parts = [u.rows.metric_column(key) for u in self.comparison.units]
+            found = self.metrics[key] = (np.concatenate([v for v, _ in parts]) if parts else np.zeros(0),
+                                         np.concatenate([d for _, d in parts]) if parts else np.zeros(0, bool))
+        return found
 
 
 def _columns(comparison: Comparison, facts: ReportFacts | None = None) -> _Columns:
-    """:class:`_Columns` of ``comparison`` for every metric its plots use (one pass over the rows), kept in
-    ``facts`` for the other plots."""
+    """:class:`_Columns` of ``comparison`` (read from the row tables), kept in ``facts`` for the other plots."""
     if facts is not None and facts.comparison is comparison and isinstance(facts.plot_columns, _Columns):
         return facts.plot_columns
-    keys = [select_error_metric(comparison), select_relative_metric(comparison)]
-    if comparison.mode == "tensor":
-        keys.append("Cosine")
-    keys = list(dict.fromkeys(keys))
-    pos: list[int] = []
-    failing: list[bool] = []
-    b_norm: list[float | None] = []
-    first: dict[str, list[float | None]] = {k: [] for k in keys}
-    last: dict[str, list[float | None]] = {k: [] for k in keys}
-    appenders = [(k, first[k].append, last[k].append) for k in keys]
-    offset = 0
-    for u in comparison.units:
-        for r in u.rows:
-            pos.append(offset + r.index)
-            failing.append(r.verdict == "fail")
-            b = r.b
-            b_norm.append(None if b is None else b.norm)
-            metrics = r.metrics
-            m = dict(metrics)
-            repeated = len(m) != len(metrics)
-            for k, add_first, add_last in appenders:
-                v = m.get(k)
-                add_last(v)
-                add_first(r.metric(k) if repeated else v)
-        offset += len(u.rows)
-    columns = _Columns(pos, failing, b_norm, first, last)
+    tables = [u.rows for u in comparison.units]
+    b_sides = [t.side_columns(1) for t in tables]
+    columns = _Columns(
+        comparison,
+        np.arange(sum(len(t) for t in tables), dtype=np.int64),
+        np.concatenate([t.verdict == FAIL for t in tables]) if tables else np.zeros(0, bool),
+        np.concatenate([b.stats[:, 3] for b in b_sides]) if tables else np.zeros(0),
+        np.concatenate([b.stats_defined[:, 3] for b in b_sides]) if tables else np.zeros(0, bool),
+        {},
+    )
     if facts is not None and facts.comparison is comparison:
         facts.plot_columns = columns
     return columns
@@ -197,14 +191,11 @@ def _columns(comparison: Comparison, facts: ReportFacts | None = None) -> _Colum
 
 def _points(comparison: Comparison, key: str, facts: ReportFacts | None = None,
             ) -> tuple[list[int], list[float], list[bool]]:
-    """Position, value and failing flag of every row with the metric ``key`` (the last of a repeated key)."""
+    """Position, value and failing flag of every row with the metric ``key``."""
     cols = _columns(comparison, facts)
-    values = cols.last.get(key)
-    if values is None:  # a metric the columns do not hold: read the rows
-        values = [dict(r.metrics).get(key) for u in comparison.units for r in u.rows]
-    keep = [i for i, v in enumerate(values) if v is not None]
-    return ([cols.pos[i] for i in keep], [values[i] for i in keep],  # type: ignore[misc]
-            [cols.failing[i] for i in keep])
+    values, defined = cols.metric(key)
+    keep = np.flatnonzero(defined)
+    return cols.pos[keep].tolist(), values[keep].tolist(), cols.failing[keep].tolist()
 
 
 def _column_path(marks: dict[int, tuple[float, float]]) -> str:
@@ -363,14 +354,12 @@ def render_scatter_svg(comparison: Comparison, facts: ReportFacts | None = None)
     key = select_relative_metric(comparison)
     title = f"{key} against the baseline's L2 norm"
     cols = _columns(comparison, facts)
-    metric = cols.first.get(key)
-    if metric is None:  # not a column: read the rows
-        metric = [r.metric(key) for u in comparison.units for r in u.rows]
-    keep = [i for i, (v, n) in enumerate(zip(metric, cols.b_norm, strict=True)) if v is not None and n is not None]
-    if not keep:
+    metric, defined = cols.metric(key)
+    keep = np.flatnonzero(defined & cols.b_has_norm)
+    if not len(keep):
         return _empty("plot-scatter", title, f"no row has both {key} and a recorded baseline norm")
-    norms: list[float] = [cols.b_norm[i] for i in keep]  # type: ignore[misc]
-    values: list[float] = [metric[i] for i in keep]  # type: ignore[misc]
+    norms: list[float] = cols.b_norm[keep].tolist()
+    values: list[float] = metric[keep].tolist()
     height = 320
     x_axis = _LogAxis(norms, _LEFT, WIDTH - _LEFT - _RIGHT, flip=False, band=60)
     y_axis = _LogAxis(values, _TOP, height - _TOP - _BOTTOM, flip=True)
@@ -385,7 +374,7 @@ def render_scatter_svg(comparison: Comparison, facts: ReportFacts | None = None)
     # int(place(...) // cell): numpy's float floor division follows Python's (fmod-based) definition
     cells_x = np.floor_divide(x_axis.place_all(norms), cell).astype(np.int64)
     cells_y = np.floor_divide(y_axis.place_all(values), cell).astype(np.int64)
-    bad = np.array([cols.failing[i] for i in keep], dtype=bool)
+    bad = cols.failing[keep]
     cells: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] = (
         _cell_counts(cells_x[~bad], cells_y[~bad]), _cell_counts(cells_x[bad], cells_y[bad]))
     most = max([*cells[0].values(), *cells[1].values()])
@@ -410,13 +399,11 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
     key = select_error_metric(comparison)
     title = f"Histogram of {key} (log axis)"
     cols = _columns(comparison, facts)
-    metric = cols.first.get(key)
-    if metric is None:  # not a column: read the rows
-        metric = [r.metric(key) for u in comparison.units for r in u.rows]
-    keep = [i for i, v in enumerate(metric) if v is not None]
-    if not keep:
+    metric, defined = cols.metric(key)
+    keep = np.flatnonzero(defined)
+    if not len(keep):
         return _empty("plot-histogram", title, f"no row has {key}")
-    values: list[float] = [metric[i] for i in keep]  # type: ignore[misc]
+    values: list[float] = metric[keep].tolist()
     axis = _LogAxis(values, 0, 1, flip=False)
     # bins: "0", one per decade [1e(e), 1e(e+1)), "NaN/inf"
     labels = ["0", *(_decade_label(e) for e in range(axis.lo, axis.hi)), "NaN/inf"]
@@ -429,7 +416,7 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
     bins[finite & ~positive] = 0
     bins[~finite] = len(labels) - 1
     bin_index = bins.astype(np.int64)
-    bad = np.array([cols.failing[i] for i in keep], dtype=bool)
+    bad = cols.failing[keep]
     totals = np.bincount(bin_index, minlength=len(labels)).tolist()
     failing = np.bincount(bin_index[bad], minlength=len(labels)).tolist()
     height = 260

@@ -42,6 +42,7 @@ from importlib import resources
 from typing import Any
 from xml.sax import saxutils
 
+import numpy as np
 import orjson
 
 from msprobe_cmp.comparator.compare import (
@@ -52,9 +53,22 @@ from msprobe_cmp.comparator.compare import (
     Comparison,
     ComparisonRow,
     RowRef,
-    SideSummary,
     UnitComparison,
     UnitRef,
+)
+from msprobe_cmp.comparator.matching import MATCH_CLASSES
+from msprobe_cmp.comparator.rowtable import (
+    ABSENT,
+    COMPARED_BY,
+    FAIL,
+    METRIC_ABSENT,
+    METRIC_VALUE,
+    PASS,
+    SIDE_KINDS,
+    SKIP,
+    VERDICTS,
+    WARNING,
+    RowTable,
 )
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.reports.common import (
@@ -66,8 +80,8 @@ from msprobe_cmp.reports.common import (
     differing_arguments,
     dumps_compact,
     format_number,
-    format_side,
     origin_text,
+    side_texts,
 )
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
@@ -118,24 +132,6 @@ def _json_number(x: float | None) -> float | str | None:
     return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
-def _json_side(side: SideSummary | None) -> dict[str, Any] | None:
-    if side is None:
-        return None
-    # Field by field: dataclasses.asdict deep-copies and is the slowest part of large reports.
-    return {
-        "kind": side.kind,
-        "dtype": side.dtype,
-        "shape": None if side.shape is None else list(side.shape),
-        "max": _json_number(side.max),
-        "min": _json_number(side.min),
-        "mean": _json_number(side.mean),
-        "norm": _json_number(side.norm),
-        "md5": side.md5,
-        "data_name": side.data_name,
-        "value": side.value,
-    }
-
-
 def _json_rules(rules: Rules) -> dict[str, Any]:
     return {
         "default": {k: _json_number(v) for k, v in asdict(rules.default).items()},
@@ -152,28 +148,6 @@ def _json_rules(rules: Rules) -> dict[str, Any]:
             }
             for o in rules.overrides
         ],
-    }
-
-
-def _json_row(row: ComparisonRow) -> dict[str, Any]:
-    return {
-        "index": row.index,
-        "name": row.name,
-        "entry": row.entry_name,
-        "entry_b": row.entry_name_b or row.entry_name,
-        "arg_path": row.arg_path,
-        "arg_path_b": row.arg_path_b or row.arg_path,
-        "mapped_by": row.mapped_by,
-        "match_class": row.match_class,
-        "compared_by": row.compared_by,
-        "a": _json_side(row.a),
-        "b": _json_side(row.b),
-        "metrics": {k: _json_number(v) for k, v in row.metrics},
-        "verdict": row.verdict,
-        "reasons": list(row.reasons),
-        "notes": list(row.notes),
-        "differs": row.differs,
-        "parent_cell": row.parent_cell,
     }
 
 
@@ -231,63 +205,112 @@ def _json_cell(cell: CellRollup) -> dict[str, Any]:
     }
 
 
-def _json_side_fast(side: SideSummary | None) -> SideSummary | dict[str, Any] | None:
-    """``side`` itself when orjson writes it as :func:`_json_side` would (its fields by name, in order, all four
-    statistics finite numbers), else :func:`_json_side`'s dictionary."""
-    if side is None:
-        return None
-    mx, mn, mean, norm = side.max, side.min, side.mean, side.norm
-    if (mx is not None and mn is not None and mean is not None and norm is not None
-            and (mx + mn + mean + norm) * 0 == 0):  # NaN / ±Inf (or an overflowing sum): the careful path
-        return side
-    return _json_side(side)
-
-
-def _json_metrics_fast(metrics: tuple[tuple[str, float | None], ...]) -> dict[str, Any]:
-    """``{key: value}`` of a row's metrics as :func:`_json_row` writes them (non-finite values as text)."""
-    out: dict[str, Any] = dict(metrics)
-    values = out.values()
-    if None in values:
-        if any(v is not None and v - v != 0 for v in values):
-            return {k: _json_number(v) for k, v in metrics}
-    elif not (sum(values) * 0 == 0):  # a NaN / ±Inf (or an overflowing sum): the careful path
-        return {k: _json_number(v) for k, v in metrics}
+def _json_numbers(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
+    """``values`` (float64) as :func:`_json_number` writes them, as an object array: None where not ``defined``,
+    ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` for the non-finite ones, Python floats otherwise."""
+    out = values.astype(object)
+    if not np.isfinite(values[defined]).all():
+        out[np.isnan(values)] = "NaN"
+        out[values == np.inf] = "Infinity"
+        out[values == -np.inf] = "-Infinity"
+    out[~defined] = None
     return out
 
 
-def _json_row_fast(row: ComparisonRow) -> dict[str, Any]:
-    """:func:`_json_row` for orjson: the same document once written, built with less copying (sides as the
-    dataclasses themselves where :func:`_json_side_fast` allows, tuples for lists)."""
-    entry, arg_path = row.entry_name, row.arg_path
-    return {
-        "index": row.index,
-        "name": f"{entry}.{arg_path}",
-        "entry": entry,
-        "entry_b": row.entry_name_b or entry,
-        "arg_path": arg_path,
-        "arg_path_b": row.arg_path_b or arg_path,
-        "mapped_by": row.mapped_by,
-        "match_class": row.match_class,
-        "compared_by": row.compared_by,
-        "a": _json_side_fast(row.a),
-        "b": _json_side_fast(row.b),
-        "metrics": _json_metrics_fast(row.metrics),
-        "verdict": row.verdict,
-        "reasons": row.reasons,
-        "notes": row.notes,
-        "differs": row.differs,
-        "parent_cell": row.parent_cell,
-    }
+def _json_sides(t: RowTable, s: int) -> list[dict[str, Any] | None]:
+    """Side ``s`` (0 = A, 1 = B) of every row of ``t`` as comparison.json writes it: None where the row is absent
+    from that side, else ``{"kind", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "value"}``."""
+    sc = t.side_columns(s)
+    strings = [*t.strings, None]  # code -1 -> None
+    shapes = [*(list(shape) for shape in t.shapes), None]
+    kinds = [None if k == ABSENT else SIDE_KINDS[k] for k in range(len(SIDE_KINDS))]
+    stats = _json_numbers(sc.stats, sc.stats_defined).tolist()
+    return [
+        None if kind is None else {
+            "kind": kind, "dtype": strings[dtype], "shape": shapes[shape], "max": st[0], "min": st[1],
+            "mean": st[2], "norm": st[3], "md5": strings[md5], "data_name": strings[data_name],
+            "value": strings[value],
+        }
+        for kind, dtype, shape, st, md5, data_name, value in zip(
+            [kinds[k] for k in sc.kind.tolist()], sc.dtype.tolist(), sc.shape.tolist(), stats, sc.md5.tolist(),
+            sc.data_name.tolist(), sc.value.tolist(), strict=True)
+    ]
 
 
-def _json_unit(unit: UnitComparison, fast: bool = False, compared: int | None = None) -> dict[str, Any]:
+def _json_metrics(t: RowTable) -> list[dict[str, Any]]:
+    """Every row's metrics as comparison.json writes them: ``{name: value}`` in :data:`METRIC_COLUMNS` order, the
+    metrics the row has (None where undefined, non-finite values as text)."""
+    n = len(t)
+    out: list[dict[str, Any]] = [{}] * n
+    state = t.metric_state
+    present = state != METRIC_ABSENT
+    if not present.any():
+        return out
+    values = _json_numbers(t.metrics, state == METRIC_VALUE)
+    patterns, which = t.metric_patterns()
+    for p, columns in enumerate(patterns):
+        if not columns:
+            continue
+        keys = [METRIC_COLUMNS[k] for k in columns]
+        if len(patterns) == 1:  # every row has the same metrics
+            return [dict(zip(keys, row_values, strict=True)) for row_values in values[:, list(columns)].tolist()]
+        rows = np.flatnonzero(which == p)
+        for i, row_values in zip(rows.tolist(), values[rows][:, list(columns)].tolist(), strict=True):
+            out[i] = dict(zip(keys, row_values, strict=True))
+    return out
+
+
+def _json_rows(t: RowTable) -> list[dict[str, Any]]:
+    """Every row of ``t`` as comparison.json writes it, read from the columns."""
+    entries, paths = t.names("entry"), t.names("arg_path")
+    differs = (None, False, True)
+    return [
+        {
+            "index": i,
+            "name": f"{entry}.{path}",
+            "entry": entry,
+            "entry_b": entry_b or entry,
+            "arg_path": path,
+            "arg_path_b": path_b or path,
+            "mapped_by": mapped_by,
+            "match_class": MATCH_CLASSES[cls],
+            "compared_by": COMPARED_BY[by],
+            "a": a,
+            "b": b,
+            "metrics": metrics,
+            "verdict": VERDICTS[verdict],
+            "reasons": reasons,
+            "notes": notes,
+            "differs": differs[d + 1],
+            "parent_cell": parent,
+        }
+        for i, (entry, path, entry_b, path_b, mapped_by, cls, by, a, b, metrics, verdict, reasons, notes, d, parent)
+        in enumerate(zip(
+            entries, paths, t.names("entry_b"), t.names("arg_path_b"), t.names("mapped_by"), t.match_class.tolist(),
+            t.compared_by.tolist(), _json_sides(t, 0), _json_sides(t, 1), _json_metrics(t), t.verdict.tolist(),
+            t.texts("reasons"), t.texts("notes"), t.differs.tolist(), t.names("parent_cell"), strict=True))
+    ]
+
+
+def _json_stacks(t: RowTable) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """The unit's ``stacks`` and ``stacks_b``: each entry's call stack (the first non-empty one of its rows) and B's
+    where it differs from A's."""
     stacks: dict[str, list[str]] = {}
     stacks_b: dict[str, list[str]] = {}
-    for row in unit.rows:
-        if row.stack and row.entry_name not in stacks:
-            stacks[row.entry_name] = list(row.stack)
-        if row.stack_b and row.stack_b != row.stack and row.entry_name not in stacks_b:
-            stacks_b[row.entry_name] = list(row.stack_b)
+    table, strings = t.stacks, t.strings
+    for entry, stack, stack_b in zip(t.entry.tolist(), t.stack.tolist(), t.stack_b.tolist(), strict=True):
+        frames, frames_b = table[stack], table[stack_b]
+        if frames or frames_b:
+            name = strings[entry]
+            if frames and name not in stacks:
+                stacks[name] = list(frames)
+            if frames_b and stack_b != stack and frames_b != frames and name not in stacks_b:
+                stacks_b[name] = list(frames_b)
+    return stacks, stacks_b
+
+
+def _json_unit(unit: UnitComparison, compared: int | None = None) -> dict[str, Any]:
+    stacks, stacks_b = _json_stacks(unit.rows)
     return {
         "a": _json_unit_ref(unit.unit_a),
         "b": _json_unit_ref(unit.unit_b),
@@ -298,7 +321,7 @@ def _json_unit(unit: UnitComparison, fast: bool = False, compared: int | None = 
         "first_divergent": unit.first_divergent,
         "first_failing": unit.first_failing,
         "notes": list(unit.notes),
-        "rows": [_json_row_fast(r) for r in unit.rows] if fast else [_json_row(r) for r in unit.rows],
+        "rows": _json_rows(unit.rows),
         "cells": [_json_cell(c) for c in unit.cells],
         "stacks": stacks,
         "stacks_b": stacks_b,
@@ -306,7 +329,7 @@ def _json_unit(unit: UnitComparison, fast: bool = False, compared: int | None = 
     }
 
 
-def _json_document(comparison: Comparison, fast: bool, facts: ReportFacts | None = None) -> dict[str, Any]:
+def _json_document(comparison: Comparison, facts: ReportFacts | None = None) -> dict[str, Any]:
     compared, unit_compared = ReportFacts.of(comparison, facts).compared_counts()
     return {
         "schema": JSON_SCHEMA,
@@ -334,7 +357,7 @@ def _json_document(comparison: Comparison, fast: bool, facts: ReportFacts | None
         ],
         "unpaired": [_json_unit_ref(u) for u in comparison.unpaired],
         "notes": list(comparison.notes),
-        "units": [_json_unit(u, fast, n) for u, n in zip(comparison.units, unit_compared, strict=True)],
+        "units": [_json_unit(u, n) for u, n in zip(comparison.units, unit_compared, strict=True)],
     }
 
 
@@ -342,10 +365,11 @@ def render_json_utf8(comparison: Comparison, *, facts: ReportFacts | None = None
     """``render_json(comparison).encode("utf-8", errors="backslashreplace")`` (how the CLI writes the file),
     without the text copy in between when orjson writes the document (its bytes are that encoding).
     ``facts``: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`)."""
+    doc = _json_document(comparison, facts)
     try:
-        return orjson.dumps(_json_document(comparison, True, facts))
+        return orjson.dumps(doc)
     except (orjson.JSONEncodeError, TypeError):
-        return dumps_compact(_json_document(comparison, False, facts)).encode("utf-8", errors="backslashreplace")
+        return dumps_compact(doc).encode("utf-8", errors="backslashreplace")
 
 
 def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
@@ -358,146 +382,149 @@ def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
     ``unpaired``, ``notes``, ``units`` (each with its ``rows``, the per-cell roll-up ``cells`` and the
     ``stacks`` of their entries).
 
-    The compact form is written by orjson from a document that holds the rows' sides as the dataclasses
-    themselves; when orjson refuses it (a lone surrogate, an integer beyond 64 bits, a number type orjson does
-    not know), the document is rebuilt from plain dictionaries and lists and written by
-    :func:`~msprobe_cmp.reports.common.dumps_compact`: the same JSON value either way.
+    The document is built from the rows' columns once; the compact form is written by
+    :func:`~msprobe_cmp.reports.common.dumps_compact` (orjson, or the standard library for what orjson refuses: a lone
+    surrogate), the indented one by the standard library: the same JSON value either way.
     """
+    doc = _json_document(comparison)
     if indent is None:
-        try:
-            return orjson.dumps(_json_document(comparison, fast=True)).decode("utf-8")
-        except (orjson.JSONEncodeError, TypeError):
-            return dumps_compact(_json_document(comparison, fast=False))
-    return json.dumps(_json_document(comparison, fast=False), indent=indent, allow_nan=False, ensure_ascii=False)
+        return dumps_compact(doc)
+    return json.dumps(doc, indent=indent, allow_nan=False, ensure_ascii=False)
 
 
 def _text(value: object) -> str:
     return "" if value is None else neutralize_cell(str(value))
 
 
-def _value_cell(side: SideSummary | None) -> object:
-    """A non-tensor value for the CSV: numbers as numbers, anything else as neutralised text."""
-    if side is None or side.value is None:
+def _value_cell(dtype: str | None, value: str | None) -> object:
+    """A non-tensor value (its type name and ``repr`` text) for the CSV: numbers as numbers, anything else as
+    neutralised text."""
+    if value is None:
         return ""
-    if side.dtype in ("int", "float", "bool") or (side.dtype or "").startswith(("numpy.", "float", "int")):
+    if dtype in ("int", "float", "bool") or (dtype or "").startswith(("numpy.", "float", "int")):
         try:
-            number = float(side.value)
+            number = float(value)
         except ValueError:
-            return _text(side.value)
-        return int(number) if side.dtype == "int" and number.is_integer() else number
-    return _text(side.value)
+            return _text(value)
+        return int(number) if dtype == "int" and number.is_integer() else number
+    return _text(value)
 
 
-def _shape_text(side: SideSummary | None) -> str:
-    if side is None or side.shape is None:
-        return ""
-    return str(list(side.shape))
+def _csv_number_column(values: np.ndarray, defined: np.ndarray) -> list[object]:
+    """A column of numbers as CSV cells: the float's text as the csv module writes it (``repr``) where ``defined``,
+    ``""`` elsewhere."""
+    out: list[object] = list(map(float.__repr__, np.where(defined, values, 0.0).tolist()))
+    if not defined.all():
+        for i in np.flatnonzero(~defined).tolist():
+            out[i] = ""
+    return out
+
+
+def _csv_columns(unit: UnitComparison) -> list[list[object]]:
+    """The cells of every row of ``unit``, column by column (:data:`CSV_COLUMNS`), read from the row table: metrics
+    and statistics as the text the csv module writes for their floats, the other numbers as numbers, texts
+    neutralised (:func:`neutralize_cell`), ``""`` for a missing value.
+
+    Row names are ``<entry>.<arg path>``; ``Bench Name`` / ``NPU Name`` are empty when the row is absent from that
+    side.  ``Step`` and ``Rank`` are A's ids (empty when None).
+    """
+    t = unit.rows
+    n = len(t)
+    strings = t.strings
+    texts = [*(neutralize_cell(x) for x in strings), ""]  # code -1 -> ""
+    a, b = t.side_columns(0), t.side_columns(1)
+    entries, paths = t.names("entry"), t.names("arg_path")
+    entries_b, paths_b = t.names("entry_b"), t.names("arg_path_b")
+    names_a: list[object] = [
+        "" if k == ABSENT else neutralize_cell(f"{e}.{p}")
+        for k, e, p in zip(a.kind.tolist(), entries, paths, strict=True)
+    ]
+    names_b: list[object] = [
+        "" if k == ABSENT else neutralize_cell(f"{eb or e}.{pb or p}")
+        for k, e, p, eb, pb in zip(b.kind.tolist(), entries, paths, entries_b, paths_b, strict=True)
+    ]
+    shape_texts = [*(str(list(shape)) for shape in t.shapes), ""]
+    columns: list[list[object]] = [
+        names_a, names_b,
+        [texts[c] for c in a.dtype.tolist()], [texts[c] for c in b.dtype.tolist()],
+        [shape_texts[c] for c in a.shape.tolist()], [shape_texts[c] for c in b.shape.tolist()],
+    ]
+    state = t.metric_state
+    blank: list[object] = [""] * n
+    for k in range(len(METRIC_COLUMNS)):
+        defined = state[:, k] == METRIC_VALUE
+        columns.append(_csv_number_column(t.metrics[:, k], defined) if defined.any() else blank)
+    for side in (a, b):
+        for k in range(4):
+            defined = side.stats_defined[:, k]
+            columns.append(_csv_number_column(side.stats[:, k], defined) if defined.any() else blank)
+    columns += [[texts[c] for c in a.md5.tolist()], [texts[c] for c in b.md5.tolist()]]
+    for side in (a, b):
+        cells: dict[tuple[int, int], object] = {}
+        values: list[object] = []
+        for dtype, value in zip(side.dtype.tolist(), side.value.tolist(), strict=True):
+            cell = cells.get((dtype, value))
+            if cell is None:
+                cell = cells[(dtype, value)] = _value_cell(None if dtype < 0 else strings[dtype],
+                                                           None if value < 0 else strings[value])
+            values.append(cell)
+        columns.append(values)
+    columns.append([VERDICTS[v] for v in t.verdict.tolist()])
+    whys: dict[tuple[int, int], str] = {}
+    why_column: list[object] = []
+    tuples = t.tuples
+    for r, m in zip(t.reasons.tolist(), t.notes.tolist(), strict=True):
+        why = whys.get((r, m))
+        if why is None:
+            why = whys[(r, m)] = _text("; ".join((*tuples[r], *tuples[m])) or None)
+        why_column.append(why)
+    columns.append(why_column)
+    columns.append([MATCH_CLASSES[c] for c in t.match_class.tolist()])
+    columns.append([COMPARED_BY[c] for c in t.compared_by.tolist()])
+    step, rank = unit.unit_a.step, unit.unit_a.rank
+    columns += [["" if step is None else step] * n, ["" if rank is None else rank] * n]
+    columns.append([texts[c] for c in t.parent_cell.tolist()])
+    raw = [*strings, ""]
+    columns.append([texts[da] if raw[da] else texts[db]  # A's file name, else B's (an empty name counts as none)
+                    for da, db in zip(a.data_name.tolist(), b.data_name.tolist(), strict=True)])
+    return columns
 
 
 def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[object]:
-    a, b = row.a, row.b
-    cells: list[object] = [
-        _text(row.name if a is not None else None),
-        _text(row.name_b if b is not None else None),
-        _text(a.dtype if a else None),
-        _text(b.dtype if b else None),
-        _shape_text(a),
-        _shape_text(b),
-    ]
-    metrics = dict(row.metrics)
-    if len(metrics) != len(row.metrics):  # a repeated key: row.metric() returns the first one
-        metrics = dict(reversed(row.metrics))
-    cells += ["" if (v := metrics.get(name)) is None else v for name in METRIC_COLUMNS]
-    for side in (a, b):
-        if side is None:
-            cells += ["", "", "", ""]
-        else:
-            cells += ["" if v is None else v for v in (side.max, side.min, side.mean, side.norm)]
-    cells += [_text(a.md5 if a else None), _text(b.md5 if b else None)]
-    cells += [_value_cell(a), _value_cell(b)]
-    cells += [row.verdict, _text("; ".join((*row.reasons, *row.notes)) or None)]
-    cells += [row.match_class, row.compared_by]
-    step, rank = unit.unit_a.step, unit.unit_a.rank
-    cells += ["" if step is None else step, "" if rank is None else rank]
-    cells += [_text(row.parent_cell), _text((a.data_name if a else None) or (b.data_name if b else None))]
-    return cells
-
-
-def _csv_quoted_shape(side: SideSummary, cache: dict[tuple[int, ...], str]) -> str:
-    """The shape cell of a tensor side as the csv module writes it (``"[64, 512]"`` is quoted: it holds a comma;
-    a shape text never holds a quote or a line break, so quoting it is wrapping it in quotes)."""
-    shape = side.shape
-    if shape is None:
-        return ""
-    text = cache.get(shape)
-    if text is None:
-        text = str(list(shape))
-        text = cache[shape] = f'"{text}"' if "," in text else text
-    return text
-
-
-def _csv_stats(side: SideSummary | None) -> str:
-    """The four statistic cells of a side (``max,min,mean,l2norm``), numbers as ``str`` writes them."""
-    if side is None:
-        return ",,,"
-    mx, mn, mean, norm = side.max, side.min, side.mean, side.norm
-    if mx is None or mn is None or mean is None or norm is None:
-        return ",".join("" if v is None else str(v) for v in (mx, mn, mean, norm))
-    return f"{mx!s},{mn!s},{mean!s},{norm!s}"
+    """The cells of one row of ``unit`` (:func:`_csv_columns`' cells of ``row``; the whole unit's columns are read for
+    it: for tests and single rows)."""
+    return [column[row.index] for column in _csv_columns(unit)]
 
 
 # A text cell holding one of these makes the csv module quote it (QUOTE_MINIMAL: the delimiter, the quote
 # character, a line-terminator character); NUL is listed too, to leave every unusual cell to the csv module.
 _CSV_SPECIAL = (",", '"', "\n", "\r", "\x00")
+_CSV_SPECIAL_RE = re.compile('[,"\n\r\x00]')
 
 
-def _csv_side_cells(
-    name: str, side: SideSummary | None, shapes: dict[tuple[int, ...], str]
-) -> tuple[str, str, str, str]:
-    """The name, dtype, md5 and (quoted) shape cells of one side of a row, as :func:`_csv_fast_line` writes them;
-    four empty cells when the row is absent from that side."""
-    if side is None:
-        return "", "", "", ""
-    if name.startswith(_FORMULA_START):
-        name = "'" + name
-    dtype = "" if side.dtype is None else neutralize_cell(side.dtype)
-    md5 = "" if side.md5 is None else neutralize_cell(side.md5)
-    return name, dtype, md5, _csv_quoted_shape(side, shapes)
-
-
-def _csv_fast_line(
-    unit_cells: str, row: ComparisonRow, metric_pos: dict[str, int], blank: list[str],
-    shapes: dict[tuple[int, ...], str],
-) -> str | None:
-    """The CSV line of ``row`` (without the line break) exactly as ``csv.writer`` writes :func:`_csv_row`'s
-    cells, or None when a text cell needs the csv module's quoting (the caller then uses it).
-
-    Numbers are written with ``str`` (what the csv module does for floats and ints); the only cells quoted here
-    are shapes (:func:`_csv_quoted_shape`); every text cell is checked for :data:`_CSV_SPECIAL`.
-    """
-    a, b = row.a, row.b
-    name_a, dtype_a, md5_a, shape_a = _csv_side_cells(f"{row.entry_name}.{row.arg_path}", a, shapes)
-    name_b, dtype_b, md5_b, shape_b = _csv_side_cells(row.name_b, b, shapes)
-    value_a = "" if a is None or a.value is None else str(_value_cell(a))
-    value_b = "" if b is None or b.value is None else str(_value_cell(b))
-    why = "; ".join((*row.reasons, *row.notes)) if (row.reasons or row.notes) else ""
-    if why and why.startswith(_FORMULA_START):
-        why = "'" + why
-    parent = "" if row.parent_cell is None else neutralize_cell(row.parent_cell)
-    data_name = (a.data_name if a else None) or (b.data_name if b else None)
-    data_name = "" if data_name is None else neutralize_cell(data_name)
-    texts = (f"{name_a}{name_b}{dtype_a}{dtype_b}{md5_a}{md5_b}{value_a}{value_b}{why}{parent}{data_name}"
-             f"{row.verdict}{row.match_class}{row.compared_by}")
-    for ch in _CSV_SPECIAL:
-        if ch in texts:
-            return None
-    metrics = blank.copy()
-    for k, v in reversed(row.metrics):  # the first of a repeated key wins, as in row.metric()
-        metrics[metric_pos.get(k, -1)] = "" if v is None else str(v)
-    metrics.pop()  # the slot of metric names without a column
-    return (f"{name_a},{name_b},{dtype_a},{dtype_b},{shape_a},{shape_b},{','.join(metrics)},{_csv_stats(a)},"
-            f"{_csv_stats(b)},{md5_a},{md5_b},{value_a},{value_b},{row.verdict},{why},{row.match_class},"
-            f"{row.compared_by},{unit_cells},{parent},{data_name}")
+def _csv_text_column(cells: list[object]) -> list[str]:
+    """A column of cells as ``csv.writer(lineterminator="\\n")`` writes each: numbers with ``str`` (``repr`` for a
+    float), texts as they are unless they hold a character of :data:`_CSV_SPECIAL`, which the csv module writes
+    itself (once per distinct text)."""
+    try:
+        joined = "".join(cells)  # type: ignore[arg-type]
+        out: list[str] = cells  # type: ignore[assignment]
+    except TypeError:  # numbers among the cells
+        out = [x if type(x) is str else str(x) for x in cells]
+        joined = "".join(out)
+    if not any(ch in joined for ch in _CSV_SPECIAL):
+        return out
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    written: dict[str, str] = {}
+    for text in set(out):
+        if _CSV_SPECIAL_RE.search(text):
+            buf.seek(0)
+            buf.truncate()
+            writer.writerow((text,))
+            written[text] = buf.getvalue()[:-1]
+    get = written.get
+    return [get(x, x) for x in out]
 
 
 def render_csv(comparison: Comparison) -> str:
@@ -506,29 +533,18 @@ def render_csv(comparison: Comparison) -> str:
     Row names are ``<entry>.<arg path>``; ``Bench Name`` / ``NPU Name`` are empty when the row is
     absent from that side.  ``Step`` and ``Rank`` are A's ids (empty when None).
 
-    The text is what ``csv.writer(lineterminator="\\n")`` writes for :func:`_csv_row`'s cells, byte for byte:
-    lines are joined directly (:func:`_csv_fast_line`) and a row with a text cell that needs quoting is
-    written by the csv module itself.
+    The text is what ``csv.writer(lineterminator="\\n")`` writes for the cells (:func:`_csv_columns`), byte for
+    byte: each column is written as text (:func:`_csv_text_column`) and the lines joined.
     """
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     lines = [buf.getvalue()]
-    metric_pos = {name: k for k, name in enumerate(METRIC_COLUMNS)}
-    blank = [""] * (len(METRIC_COLUMNS) + 1)  # + 1: a slot for metric names without a column
-    shapes: dict[tuple[int, ...], str] = {}
     for unit in comparison.units:
-        step, rank = unit.unit_a.step, unit.unit_a.rank
-        unit_cells = f"{'' if step is None else step},{'' if rank is None else rank}"
-        for row in unit.rows:
-            line = _csv_fast_line(unit_cells, row, metric_pos, blank, shapes)
-            if line is None:
-                buf.seek(0)
-                buf.truncate()
-                writer.writerow(_csv_row(unit, row))
-                lines.append(buf.getvalue())
-            else:
-                lines.append(line + "\n")
+        if len(unit.rows):
+            columns = [_csv_text_column(column) for column in _csv_columns(unit)]
+            lines.append("\n".join(map(",".join, zip(*columns, strict=True))))
+            lines.append("\n")
     return "".join(lines)
 
 
@@ -558,8 +574,17 @@ def xml_text(text: str) -> str:
     return _XML_ILLEGAL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def _metrics_text(row: ComparisonRow) -> str:
-    return ", ".join(f"{k}={format_number(v)}" for k, v in row.metrics if v is not None)
+def _metrics_texts(t: RowTable, rows: np.ndarray) -> list[str | None]:
+    """``"<name>=<number>, ..."`` of the metrics with a value of each of the rows ``rows`` of ``t``; None for a row
+    without any metric (not even an undefined one)."""
+    out: list[str | None] = []
+    for states, values in zip(t.metric_state[rows].tolist(), t.metrics[rows].tolist(), strict=True):
+        if not any(states):
+            out.append(None)
+            continue
+        out.append(", ".join(f"{METRIC_COLUMNS[k]}={format_number(v)}"
+                             for k, (st, v) in enumerate(zip(states, values, strict=True)) if st == METRIC_VALUE))
+    return out
 
 
 #: What an attribute value escapes beyond ``& < >`` (as ``xml.etree.ElementTree`` writes it: CR, LF and tab as
@@ -567,9 +592,15 @@ def _metrics_text(row: ComparisonRow) -> str:
 _XML_ATTR_ENTITIES = {'"': "&quot;", "\r": "&#13;", "\n": "&#10;", "\t": "&#09;"}
 
 
+#: A character :func:`_xml_attr` changes: one XML 1.0 cannot hold, or one of ``& < > "``, tab, LF, CR.
+_XML_ATTR_CHANGES = re.compile('[^\x20\x21\x23-\x25\x27-\x3b\x3d\x3f-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]')
+
+
 def _xml_attr(text: str) -> str:
     """``text`` as an XML attribute value between double quotes: :func:`xml_text`, then escaped by
     :func:`xml.sax.saxutils.escape` with :data:`_XML_ATTR_ENTITIES` (the bytes ``ElementTree`` writes)."""
+    if not _XML_ATTR_CHANGES.search(text):
+        return text
     return saxutils.escape(xml_text(text), _XML_ATTR_ENTITIES)
 
 
@@ -599,25 +630,50 @@ def _suite_attrs(name: str, tests: int, failures: int, skipped: int) -> dict[str
             "time": "0"}
 
 
-def _junit_case(r: ComparisonRow, head: str) -> str:
-    """The ``<testcase>`` of a row (``head``: its start tag's attributes, written), at nesting level 2."""
-    if r.verdict == "pass":
-        return f"<testcase{head} />"
-    why = "; ".join((*r.reasons, *r.notes))
-    if r.verdict == "fail":
-        details = [f"class: {r.match_class}", f"A: {format_side(r.a)}", f"B: {format_side(r.b)}"]
-        if r.metrics:
-            details.append(f"metrics: {_metrics_text(r)}")
-        if r.parent_cell:
-            details.append(f"parent cell: {r.parent_cell}")
-        child = _xml_element("failure", {"message": why or "fail", "type": r.match_class}, "\n".join(details))
-    elif r.verdict == "skip":
-        child = _xml_element("skipped", {"message": why or r.match_class})
-    elif r.verdict == "warning":
-        child = _xml_element("system-out", {}, f"warning: {why}\nmetrics: {_metrics_text(r)}")
-    else:
-        return f"<testcase{head} />"
-    return f"<testcase{head}>\n   {child}\n  </testcase>"
+def _junit_cases(t: RowTable, attrs: dict[str, str]) -> list[str]:
+    """The ``<testcase>`` of every row of ``t``, at nesting level 2, read from the columns; ``attrs`` holds the
+    names already written as attribute values (filled here)."""
+    strings = t.strings
+    written: list[str] = [""] * len(strings)  # code -> attribute value, for the codes of entries and paths
+    for code in np.unique(np.concatenate((t.entry, t.arg_path))).tolist():
+        name = strings[code]
+        attr = attrs.get(name)
+        if attr is None:
+            attr = attrs[name] = _xml_attr(name)
+        written[code] = attr
+    heads = [f' classname="{written[entry]}" name="{written[path]}" time="0"'
+             for entry, path in zip(t.entry.tolist(), t.arg_path.tolist(), strict=True)]
+    cases = [f"<testcase{head} />" for head in heads]  # a passing row (and any other without details)
+    others = np.flatnonzero(t.verdict != PASS)
+    if not len(others):
+        return cases
+    tuples = t.tuples
+    reasons, notes = t.reasons[others].tolist(), t.notes[others].tolist()
+    verdicts, classes = t.verdict[others].tolist(), t.match_class[others].tolist()
+    metrics = _metrics_texts(t, others)
+    failing = t.verdict[others] == FAIL
+    side_a = iter(side_texts(t, 0, others[failing]))
+    side_b = iter(side_texts(t, 1, others[failing]))
+    parents = t.parent_cell[others].tolist()
+    for j, i in enumerate(others.tolist()):
+        why = "; ".join((*tuples[reasons[j]], *tuples[notes[j]]))
+        verdict, cls = verdicts[j], MATCH_CLASSES[classes[j]]
+        if verdict == FAIL:
+            details = [f"class: {cls}", f"A: {next(side_a)}", f"B: {next(side_b)}"]
+            if metrics[j] is not None:
+                details.append(f"metrics: {metrics[j]}")
+            parent = None if parents[j] < 0 else strings[parents[j]]
+            if parent:
+                details.append(f"parent cell: {parent}")
+            child = _xml_element("failure", {"message": why or "fail", "type": cls}, "\n".join(details))
+        elif verdict == SKIP:
+            child = _xml_element("skipped", {"message": why or cls})
+        elif verdict == WARNING:
+            child = _xml_element("system-out", {}, f"warning: {why}\nmetrics: {metrics[j] or ''}")
+        else:
+            continue
+        cases[i] = f"<testcase{heads[i]}>\n   {child}\n  </testcase>"
+    return cases
 
 
 def render_junit(comparison: Comparison, *, facts: ReportFacts | None = None) -> str:
@@ -653,27 +709,12 @@ def render_junit(comparison: Comparison, *, facts: ReportFacts | None = None) ->
         case = _xml_element("testcase", case_attrs)
     suite("msprobe-cmp verdict", 1, int(failed), 0, [_xml_parent("properties", {}, props, 2), case])
 
-    entries: dict[str, str] = {}  # entry name -> its classname attribute, written
-    paths: dict[str, str] = {}  # argument path -> its name attribute, written
+    attrs: dict[str, str] = {}  # entry name or argument path -> its attribute value, written
     for u in comparison.units:
         props = [_xml_element("property", {"name": name, "value": value}) for name, value in (
             ("verdict", u.verdict), ("directory_a", u.unit_a.directory), ("directory_b", u.unit_b.directory))]
-        children = [_xml_parent("properties", {}, props, 2)]
-        add = children.append
-        failures = skipped = 0
-        for r in u.rows:
-            classname = entries.get(r.entry_name)
-            if classname is None:
-                classname = entries[r.entry_name] = _xml_attr(r.entry_name)
-            name = paths.get(r.arg_path)
-            if name is None:
-                name = paths[r.arg_path] = _xml_attr(r.arg_path)
-            verdict = r.verdict
-            if verdict == "fail":
-                failures += 1
-            elif verdict == "skip":
-                skipped += 1
-            add(_junit_case(r, f' classname="{classname}" name="{name}" time="0"'))
+        children = [_xml_parent("properties", {}, props, 2), *_junit_cases(u.rows, attrs)]
+        failures, skipped = int(u.rows.verdict_mask("fail").sum()), int(u.rows.verdict_mask("skip").sum())
         suite(f"{u.unit_a.label} vs {u.unit_b.label}", len(u.rows), failures, skipped, children)
 
     if comparison.unpaired:

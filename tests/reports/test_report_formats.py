@@ -245,7 +245,7 @@ def test_junit_small_by_hand():
 
 
 def test_json_equals_the_plain_document(nasty):
-    plain = json.dumps(_json_document(nasty, fast=False), allow_nan=False, ensure_ascii=False)
+    plain = json.dumps(_json_document(nasty), allow_nan=False, ensure_ascii=False)
     assert json.loads(render_json(nasty)) == json.loads(plain)
     doc = json.loads(render_json(nasty))
     side = doc["units"][0]["rows"][0]["a"]

@@ -46,7 +46,7 @@ from msprobe_cmp.comparator.mapping import (
 )
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
-from msprobe_cmp.comparator.saved import SAVED_FILE, load_comparison, save_comparison, saved_file
+from msprobe_cmp.comparator.saved import SAVED_FILE, load_comparison, saved_arrays, saved_file, write_saved
 from msprobe_cmp.dump.reader import (
     Dump,
     load_dump,
@@ -233,6 +233,12 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
 
 
 def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
+    """Everything is made in memory first (a comparison that cannot be saved or rendered writes nothing); then an
+    earlier saved comparison in ``out`` is removed, the five reports are written and the saved comparison last.  A
+    failure midway (a full disk) so leaves reports without a saved comparison, never a saved comparison next to
+    reports of another comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the
+    reports beside it are its own."""
+    saved = saved_arrays(comparison)  # first: a comparison that cannot be saved fails before anything is written
     facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot columns), derived once
     # backslashreplace: a lone surrogate escape ("\ud800") in a dump's names cannot be UTF-8 encoded.
     files = {
@@ -243,10 +249,11 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
         "markdown": (out / "summary.md",
                      render_markdown(comparison, facts=facts).encode("utf-8", errors="backslashreplace")),
     }
+    (out / SAVED_FILE).unlink(missing_ok=True)  # an earlier comparison's: never left beside these reports
     for path, data in files.values():
         write_bytes_atomic(path, data)
     written = {k: v[0] for k, v in files.items()}
-    written["saved"] = save_comparison(comparison, out)  # last: its presence says the reports were written too
+    written["saved"] = write_saved(saved, out)  # last: its presence says the reports were written too
     return written
 
 
@@ -558,7 +565,9 @@ def _run_render(argv: Sequence[str]) -> int:
         args = _render_parser().parse_args(list(argv))
     source = saved_file(args.result)
     out: Path = args.output
-    if out.exists() and out.is_dir() and source.parent.is_dir() and os.path.samefile(out, source.parent):
+    # the directory as given and, through symlinks, the one the file really is in
+    sources = {source.parent, Path(os.path.realpath(source)).parent}  # realpath: a symlink loop is no error here
+    if out.exists() and out.is_dir() and any(d.is_dir() and os.path.samefile(out, d) for d in sources):
         raise ConfigError(f"render: -o {out}: is the directory {args.result} was saved in; its reports are the ones "
                           "being reproduced: choose another directory")
     _check_outputs(out, args.force)

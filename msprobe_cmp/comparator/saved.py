@@ -13,6 +13,8 @@ member                                    content
 ``u<i>.strings.*``                        the table's string table (a *text list*, below)
 ``u<i>.tuples.*``, ``u<i>.stacks.*``      its reason/note tuples and call stacks (a *tuple list*, below)
 ``u<i>.shapes.dims``, ``.lengths``        its shapes: every dimension (int64) and the length of each shape (int64)
+``u<i>.shapes.wide.at``, ``.values.*``    only when a dimension does not fit int64 (an empty ``[0, 2**64]``): its
+                                          positions in ``dims`` (int64; 0 there) and its decimal text (a text list)
 ``u<i>.chains.keys.*``                    the unit's ``parent_chains`` keys (a text list) ...
 ``u<i>.chains.values.*``                  ... and their chains (a tuple list), in the mapping's order
 ========================================  ==========================================================================
@@ -26,25 +28,45 @@ The JSON header holds ``format`` (:data:`FORMAT`), ``version`` (:data:`VERSION`)
 notes, counts, matched share, the rules (every field), the unpaired units, the first divergent / failing rows, the
 likely origin and, per unit, its references, counts, verdict, notes, cell roll-up, jumps and row count.  A float
 that is NaN or ±Inf is written as the string ``"nan"``, ``"inf"`` or ``"-inf"``; other numbers as JSON numbers
-(shortest round-trip form: exact).  The archive's members carry a fixed time stamp, so saving the same comparison
-twice gives the same bytes.
+(shortest round-trip form: exact).  An int beyond 64 bits (a step number ``2**64``) is written by the standard
+library's ``json`` (orjson cannot), and the header is always read by the standard library's decoder, which keeps it
+exact (orjson would read it as a float).  The archive's members carry a fixed time stamp, so saving the same
+comparison twice gives the same bytes.
 
 :func:`load_comparison` returns a Comparison equal field by field to the saved one (RowTable equality; a NaN loads
-as a NaN).  It checks what it reads (types, codes within their tables, indices within the units), so a loaded
-comparison renders like the original; anything wrong is a :class:`~msprobe_cmp.errors.DumpFormatError` naming the
-file and the field.  No framework is imported here.
+as a NaN).  It checks what it reads, so a loaded comparison renders like the original; anything wrong is a
+one-line :class:`~msprobe_cmp.errors.DumpFormatError` naming the file and the field, never another exception:
+
+* the archive: every member stored (not compressed, not encrypted), no name twice, declared sizes within the file;
+  each ``.npy`` header parsed and its declared data size checked against the member's size before the data is read;
+* the header: an int ``version`` (not ``true``), no key the writer does not write (top level and every record), no
+  duplicate JSON key, no NaN / Infinity literal, numbers within the float range (ints within int64 but for steps
+  and ranks), nesting the decoder can follow;
+* the rows: column types and shapes, codes within their tables, indices within the units;
+* the header against the rows: each unit's verdict counts, class counts, first failing / divergent row and verdict
+  as :func:`compare` derives them from its columns, the overall ones from the units, no ``[name, count]`` twice,
+  no cell twice (a parent cycle is kept: a cyclic construct.json gives one, and the compare rendered it);
+* the expansion: the texts the rows show (names, values, shapes, reasons, notes: each row's through its codes,
+  summed) at most :data:`_EXPANSION_PER_BYTE` characters per byte of the file plus :data:`_EXPANSION_FLOOR` (a
+  small forged file whose every row points at one huge tuple would otherwise write reports hundreds of times its
+  size; a real row's texts are a few hundred characters).
+
+No framework is imported here.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import sys
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import numpy as np
 import orjson
@@ -63,7 +85,8 @@ from msprobe_cmp.comparator.rowtable import COMPARED_BY, SIDE_KINDS, VERDICTS, R
 from msprobe_cmp.comparator.rules import OriginRules, Rules, ThresholdOverride, Thresholds
 from msprobe_cmp.errors import DumpFormatError, MsprobeCmpError
 
-__all__ = ["FORMAT", "SAVED_FILE", "VERSION", "load_comparison", "save_comparison", "saved_file"]
+__all__ = ["FORMAT", "SAVED_FILE", "VERSION", "load_comparison", "save_comparison", "saved_arrays", "saved_file",
+           "write_saved"]
 
 #: The saved comparison's file name in an output directory.
 SAVED_FILE = "comparison-data.npz"
@@ -77,6 +100,8 @@ _OVERALL = ("pass", "fail", "nothing_compared", "too_few_matched")
 _JUMP_KINDS = ("computed", "entered")
 #: The zip members' time stamp (zip's earliest): the same comparison always gives the same bytes.
 _STAMP = (1980, 1, 1, 0, 0, 0)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_FLOAT_MAX = int(sys.float_info.max)
 
 
 # ------------------------------------------------------------------------------------------------------------ saving
@@ -94,8 +119,16 @@ def save_comparison(comparison: Comparison, directory: Path | str) -> Path:
     Raises:
         OSError: the file cannot be written.
     """
+    return write_saved(saved_arrays(comparison), directory)
+
+
+def write_saved(arrays: dict[str, np.ndarray], directory: Path | str) -> Path:
+    """Write the members :func:`saved_arrays` made as ``directory / SAVED_FILE``, atomically.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
     path = Path(directory) / SAVED_FILE
-    arrays = saved_arrays(comparison)
     from msprobe_cmp.dump.writer import write_atomic  # the project's one atomic writer (no framework import)
 
     write_atomic(path, lambda fh: _write_npz(fh, arrays))
@@ -114,7 +147,15 @@ def saved_arrays(comparison: Comparison) -> dict[str, np.ndarray]:
         _put_texts(arrays, p + "strings", table.strings)
         _put_tuples(arrays, p + "tuples", table.tuples)
         _put_tuples(arrays, p + "stacks", table.stacks)
-        arrays[p + "shapes.dims"] = np.fromiter((d for s in table.shapes for d in s), dtype=np.int64)
+        dims = [int(d) for s in table.shapes for d in s]
+        wide = [k for k, d in enumerate(dims) if not _INT64_MIN <= d <= _INT64_MAX]
+        for k in wide:
+            dims[k] = 0
+        arrays[p + "shapes.dims"] = np.asarray(dims, dtype=np.int64).reshape(-1)
+        if wide:  # only then: a file without such dimensions has no such members
+            arrays[p + "shapes.wide.at"] = np.asarray(wide, dtype=np.int64)
+            _put_texts(arrays, p + "shapes.wide.values", [str(int(d)) for s in table.shapes for d in s
+                                                          if not _INT64_MIN <= int(d) <= _INT64_MAX])
         arrays[p + "shapes.lengths"] = np.fromiter((len(s) for s in table.shapes), dtype=np.int64,
                                                    count=len(table.shapes))
         _put_texts(arrays, p + "chains.keys", list(unit.parent_chains))
@@ -283,7 +324,7 @@ def load_comparison(path: Path | str) -> Comparison:
         raise DumpFormatError(path, None, "not a regular file")
     try:
         with open(path, "rb") as fh:
-            return _load(_Archive(fh))
+            return _load(_Archive(fh, os.fstat(fh.fileno()).st_size))
     except OSError as exc:
         raise DumpFormatError(path, None, f"cannot be read: {exc.strerror or exc}") from None
     except _Bad as bad:
@@ -293,14 +334,38 @@ def load_comparison(path: Path | str) -> Comparison:
 
 
 class _Archive:
-    """The members of the archive, read on demand (each checked against its CRC)."""
+    """The members of the archive, read on demand (each checked against its CRC).
 
-    def __init__(self, fh: BinaryIO) -> None:
+    Before anything is read the zip directory is checked: every member stored (not compressed, not encrypted), its
+    declared size within the file, no name twice.  Each ``.npy`` member's declared shape is checked against the
+    member's size before its data is read, so a forged header cannot make the loader allocate more than the file
+    holds.
+    """
+
+    def __init__(self, fh: BinaryIO, size: int) -> None:
+        self.size = size
         try:
             self.zf = zipfile.ZipFile(fh)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+            infos = self.zf.infolist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError,
+                OverflowError) as exc:
             raise _Bad("", f"not a readable saved comparison: truncated or not an npz archive ({exc})") from None
-        self.names = set(self.zf.namelist())
+        total = 0
+        seen: set[str] = set()
+        for info in infos:
+            name = info.filename
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise _Bad(_member_field(name), f"compressed (method {info.compress_type}): a saved comparison "
+                                                "stores its members uncompressed")
+            if info.flag_bits & 0x1:
+                raise _Bad(_member_field(name), "encrypted: a saved comparison is never encrypted")
+            if name in seen:
+                raise _Bad(_member_field(name), "twice in the archive")
+            seen.add(name)
+            total += info.file_size
+            if info.file_size != info.compress_size or info.header_offset + info.file_size > size or total > size:
+                raise _Bad(_member_field(name), f"declares {info.file_size} bytes, more than the file's {size}")
+        self.names = seen
 
     def array(self, name: str) -> np.ndarray:
         member = name + ".npy"
@@ -308,12 +373,15 @@ class _Archive:
             raise _Bad(name, "missing from the archive (the file is truncated or not a saved comparison)")
         try:
             with self.zf.open(member) as fh:
-                arr = np.lib.format.read_array(fh, allow_pickle=False)
+                arr = _read_npy(fh, self.zf.getinfo(member).file_size)
                 if fh.read(1):  # also reaches the member's end, where its CRC is checked
                     raise ValueError("data after the array")
             return arr
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error, NotImplementedError) as exc:
-            raise _Bad(name, f"unreadable ({exc})") from None
+        except _Bad as bad:
+            raise _Bad(name, bad.problem) from None
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error, NotImplementedError, RuntimeError,
+                SyntaxError, TypeError, OverflowError, tokenize.TokenError) as exc:
+            raise _Bad(name, f"unreadable ({type(exc).__name__}: {exc})") from None
 
     def texts(self, prefix: str) -> list[str]:
         blob = self.typed(prefix + ".utf8", np.uint8, 1).tobytes()
@@ -353,24 +421,85 @@ class _Archive:
         return arr
 
 
+def _member_field(member: str) -> str:
+    return member[:-4] if member.endswith(".npy") else member
+
+
+def _read_npy(fh: IO[bytes], member_size: int) -> np.ndarray:
+    """One ``.npy`` member: its header read with numpy's own parser, its declared size checked against the member's
+    before the data is read (a forged shape is an error, not an allocation)."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+    else:
+        raise ValueError(f".npy version {version} is not one a saved comparison uses")
+    if dtype.hasobject:
+        raise ValueError("an object array (a saved comparison holds no pickles)")
+    count = math.prod(shape)
+    header_size = fh.tell() if fh.seekable() else 0
+    if count * dtype.itemsize > member_size - header_size:
+        raise _Bad("", f"declares {count * dtype.itemsize} bytes of data (shape {shape}), more than the member's "
+                       f"{member_size} bytes")
+    data = fh.read(count * dtype.itemsize)
+    if len(data) != count * dtype.itemsize:
+        raise EOFError("the member ends before its data")
+    return np.frombuffer(data, dtype=dtype, count=count).reshape(shape, order="F" if fortran else "C")
+
+
+def _header_doc(raw: bytes) -> Any:
+    """The header's JSON, read by the standard library's decoder (whatever wrote it, orjson or the fallback): it keeps
+    integers beyond 64 bits exact, where orjson would read them as floats.  Duplicate keys, NaN / Infinity literals,
+    numbers beyond the float range and nesting too deep for the decoder are errors."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        d = dict(items)
+        if len(d) != len(items):
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen:
+                    raise _Bad("header", f"key {_shown(key)} twice in one object")
+                seen.add(key)
+        return d
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    def real(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"number {_shown(text)} is beyond the float range")
+        return value
+
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant, parse_float=real)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _Bad("header", f"not JSON ({exc})") from None
+    except RecursionError:
+        raise _Bad("header", "not JSON (nested too deeply)") from None
+
+
+#: The header's top-level keys and a unit record's keys (:func:`_header`, :func:`_unit`): no other is accepted.
+_HEADER_KEYS = ("format", "version", "input_a", "input_b", "input_noise", "mode", "rules", "units", "unpaired",
+                "counts", "verdict_counts", "first_divergent", "first_failing", "verdict", "notes", "matched_share",
+                "matched_share_of", "likely_origin")
+_UNIT_KEYS = ("unit_a", "unit_b", "rows", "counts", "verdict_counts", "first_divergent", "first_failing", "verdict",
+              "notes", "cells", "jumps")
+
+
 def _load(archive: _Archive) -> Comparison:
     raw = archive.typed("header", np.uint8, 1).tobytes()
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        try:  # a header the standard library wrote (lone surrogates escaped)
-            doc = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise _Bad("header", f"not JSON ({exc})") from None
-    h = _Obj(doc, "header")
+    h = _Obj(_header_doc(raw), "header")
     fmt = h.get("format")
     if fmt != FORMAT:
         raise _Bad("format", f"not a saved comparison (format {_shown(fmt)}, expected {FORMAT!r})")
     version = h.get("version")
-    if version != VERSION:
+    if not (type(version) is int and version == VERSION):
         raise _Bad("version", f"version {_shown(version)} is not supported (this msprobe-cmp reads version "
                                      f"{VERSION}); compare the dumps again to write it")
+    h.keys_exactly(_HEADER_KEYS)
     units = [_load_unit(_Obj(u, f"units[{i}]"), i, archive) for i, u in enumerate(h.items("units"))]
+    _check_expansion(units, archive.size)
     c = Comparison(
         input_a=h.text("input_a"), input_b=h.text("input_b"), mode=h.choice("mode", _MODES),
         rules=_load_rules(h.obj("rules")),
@@ -384,7 +513,93 @@ def _load(archive: _Archive) -> Comparison:
         input_noise=h.text("input_noise", optional=True),
         likely_origin=_load_origin(h, units),
     )
+    _check_comparison(c)
     return c
+
+
+def _check_comparison(c: Comparison) -> None:
+    """The header's totals, first rows and verdict agree with the units (what :func:`compare` derives from them)."""
+    for key, names, attr in (("counts", MATCH_CLASSES, "counts"), ("verdict_counts", VERDICTS, "verdict_counts")):
+        totals = dict.fromkeys(names, 0)
+        for u in c.units:
+            for name, n in getattr(u, attr):
+                totals[name] += n
+        if getattr(c, attr) != tuple(totals.items()):
+            raise _Bad(key, f"{_shown(_pairs(getattr(c, attr)))} is not the units' total "
+                            f"{_shown(_pairs(tuple(totals.items())))}")
+    for key in ("first_divergent", "first_failing"):
+        first = next(((i, getattr(u, key)) for i, u in enumerate(c.units) if getattr(u, key) is not None), None)
+        ref: RowRef | None = getattr(c, key)
+        if (None if ref is None else (ref.unit, ref.row)) != first:
+            raise _Bad(key, f"{'none' if ref is None else f'unit {ref.unit} row {ref.row}'} is not the units' first "
+                            f"({'none' if first is None else f'unit {first[0]} row {first[1]}'})")
+    compared = sum(u.compared_count for u in c.units)
+    expected = ("fail",) if c.first_failing is not None else ("nothing_compared",) if not compared else (
+        "pass", "too_few_matched")
+    if c.verdict not in expected:
+        raise _Bad("verdict", f"{c.verdict} contradicts the rows (expected {' or '.join(expected)})")
+
+
+def _check_unit(o: _Obj, u: UnitComparison) -> None:
+    """A unit's counts, first rows and verdict agree with its row columns (as :func:`compare` derived them)."""
+    rows = u.rows
+    verdicts = tuple(zip(VERDICTS, np.bincount(rows.verdict, minlength=len(VERDICTS)).tolist(), strict=True))
+    if u.verdict_counts != verdicts:
+        raise _Bad(o.at("verdict_counts"), f"{_shown(_pairs(u.verdict_counts))} contradicts the verdict column "
+                                           f"({_shown(_pairs(verdicts))})")
+    classes = tuple(zip(MATCH_CLASSES, np.bincount(rows.match_class, minlength=len(MATCH_CLASSES)).tolist(),
+                        strict=True))
+    if u.counts != classes:
+        raise _Bad(o.at("counts"), f"{_shown(_pairs(u.counts))} contradicts the match_class column "
+                                   f"({_shown(_pairs(classes))})")
+    for key, mask in (("first_failing", rows.verdict == VERDICTS.index("fail")),
+                      ("first_divergent", rows.differs_mask())):
+        hits = np.flatnonzero(mask)
+        first = int(hits[0]) if len(hits) else None
+        if getattr(u, key) != first:
+            raise _Bad(o.at(key), f"{_shown(getattr(u, key))} contradicts the row columns (first: {_shown(first)})")
+    expected = "fail" if u.first_failing is not None else "pass" if u.compared_count else "nothing_compared"
+    if u.verdict != expected:
+        raise _Bad(o.at("verdict"), f"{u.verdict} contradicts the row columns ({expected})")
+    # One roll-up per cell.  Their parents may form a cycle: a cyclic construct.json gives one (the compare cuts each
+    # chain where it closes) and the compare rendered it, so a loaded one renders alike.
+    names = [c.cell for c in u.cells]
+    if len(set(names)) != len(names):
+        raise _Bad(o.at("cells"), "a cell listed twice")
+
+
+#: The text every row expands to in the reports (its names, values, shapes, reasons and notes, through the codes
+#: of its columns) is at most this many characters per byte of the file (plus :data:`_EXPANSION_FLOOR`): a small
+#: forged file whose rows all point at one huge reason tuple or name would otherwise write reports thousands of times
+#: its size.  A real comparison stays far below (a row's texts are a few hundred characters, and the file holds each
+#: row's own columns, ~300 bytes a row: the 100k-entry bench pair expands to 0.19 characters per byte).  Call stacks
+#: are left out: the HTML report bounds them itself.
+_EXPANSION_PER_BYTE = 32
+_EXPANSION_FLOOR = 64 * 2**20
+#: Columns of codes into the string table, the tuple table and the shape table whose texts every row shows.
+_EXPANDED = {"strings": ("entry", "arg_path", "entry_b", "arg_path_b", "mapped_by", "parent_cell", "side_dtype",
+                         "side_md5", "side_data_name", "side_value"),
+             "tuples": ("reasons", "notes"), "shapes": ("side_shape",)}
+
+
+def _check_expansion(units: Sequence[UnitComparison], file_size: int) -> None:
+    limit = _EXPANSION_PER_BYTE * file_size + _EXPANSION_FLOOR
+    total = 0
+    for i, u in enumerate(units):
+        rows = u.rows
+        tables = {  # characters per code, and 0 for the code -1 (None) at the end
+            "strings": np.fromiter(map(len, rows.strings), dtype=np.int64, count=len(rows.strings)),
+            "tuples": np.fromiter((sum(map(len, t)) for t in rows.tuples), dtype=np.int64, count=len(rows.tuples)),
+            "shapes": np.fromiter(map(len, map(str, rows.shapes)), dtype=np.int64, count=len(rows.shapes)),
+        }
+        for table, names in _EXPANDED.items():
+            sizes = np.append(tables[table], 0)
+            for name in names:
+                total += int(sizes[getattr(rows, name)].sum())
+        if total > limit:
+            raise _Bad(f"u{i}", f"the rows' texts (names, values, shapes, reasons, notes) expand to more than {limit} "
+                                f"characters ({_EXPANSION_PER_BYTE} per byte of the file, plus {_EXPANSION_FLOOR}): "
+                                "not what a comparison writes")
 
 
 def _shown(value: Any) -> str:
@@ -420,15 +635,17 @@ class _Obj:
     def text(self, key: str, optional: bool = False) -> Any:
         return self._typed(key, lambda v: isinstance(v, str), "a string", optional)
 
-    def integer(self, key: str, optional: bool = False) -> Any:
-        return self._typed(key, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", optional)
+    def integer(self, key: str, optional: bool = False, wide: bool = False) -> Any:
+        """An int (not a bool), within int64 unless ``wide`` (a step or rank number: any int a dump names)."""
+        return self._typed(key, lambda v: type(v) is int and (wide or _INT64_MIN <= v <= _INT64_MAX),
+                           "an integer" if wide else "a 64-bit integer", optional)
 
     def flag(self, key: str) -> bool:
         return self._typed(key, lambda v: isinstance(v, bool), "true or false", False)
 
     def number(self, key: str, optional: bool = False) -> Any:
-        value = self._typed(key, lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool))
-                            or v in ("nan", "inf", "-inf"), "a number", optional)
+        value = self._typed(key, lambda v: type(v) is float or (type(v) is int and abs(v) <= _FLOAT_MAX)
+                            or v in ("nan", "inf", "-inf"), "a number (within the float range)", optional)
         return float(value) if isinstance(value, str) else value
 
     def choice(self, key: str, allowed: Sequence[str]) -> Any:
@@ -457,11 +674,13 @@ class _Obj:
         return tuple(value)
 
     def pairs(self, key: str, allowed: Sequence[str]) -> tuple[tuple[Any, int], ...]:
-        out = []
+        out: list[tuple[Any, int]] = []
         for i, pair in enumerate(self.items(key)):
-            if not (isinstance(pair, list) and len(pair) == 2 and pair[0] in allowed and isinstance(pair[1], int)
-                    and not isinstance(pair[1], bool)):
+            if not (isinstance(pair, list) and len(pair) == 2 and pair[0] in allowed and type(pair[1]) is int
+                    and 0 <= pair[1] <= _INT64_MAX):
                 raise _Bad(f"{self.at(key)}[{i}]", f"expected [name, count], got {_shown(pair)}")
+            if any(pair[0] == name for name, _ in out):
+                raise _Bad(f"{self.at(key)}[{i}]", f"{_shown(pair[0])} counted twice")
             out.append((pair[0], pair[1]))
         return tuple(out)
 
@@ -485,9 +704,11 @@ def _load_dataclass_numbers(o: _Obj, cls: type) -> Any:
 
 def _load_rules(o: _Obj | None) -> Rules:
     assert o is not None
+    o.keys_exactly(("default", "overrides", "min_matched_share", "noise_factor", "argument_differs", "localisation"))
     overrides = []
     for i in range(len(o.items("overrides"))):
         item = o.item("overrides", i)
+        item.keys_exactly(("thresholds", "pattern", "dtype"))
         thresholds = item.obj("thresholds")
         assert thresholds is not None
         overrides.append(ThresholdOverride(_load_dataclass_numbers(thresholds, Thresholds),
@@ -505,8 +726,9 @@ def _load_rules(o: _Obj | None) -> Rules:
 
 
 def _load_unit_ref(o: _Obj) -> UnitRef:
-    return UnitRef(o.choice("side", ("a", "b")), o.integer("step", optional=True), o.integer("rank", optional=True),
-                   o.text("label"), o.text("directory"))
+    o.keys_exactly(("side", "step", "rank", "label", "directory"))
+    return UnitRef(o.choice("side", ("a", "b")), o.integer("step", optional=True, wide=True),
+                   o.integer("rank", optional=True, wide=True), o.text("label"), o.text("directory"))
 
 
 def _index(o: _Obj, key: str, size: int, optional: bool = False) -> Any:
@@ -520,12 +742,14 @@ def _load_row_ref(parent: _Obj, key: str, units: Sequence[UnitComparison]) -> Ro
     o = parent.obj(key, optional=True)
     if o is None:
         return None
+    o.keys_exactly(("unit", "row", "name", "unit_label", "parent_cell", "parents"))
     unit = _index(o, "unit", len(units))
     return RowRef(unit, _index(o, "row", len(units[unit].rows)), o.text("name"), o.text("unit_label"),
                   o.text("parent_cell", optional=True), o.strs("parents"))
 
 
 def _load_jump(o: _Obj, rows: int) -> Jump:
+    o.keys_exactly(("row", "kind", "error_in", "error_out", "floor"))
     return Jump(_index(o, "row", rows), o.choice("kind", _JUMP_KINDS), o.number("error_in"), o.number("error_out"),
                 o.number("floor"))
 
@@ -534,6 +758,7 @@ def _load_origin(h: _Obj, units: Sequence[UnitComparison]) -> LikelyOrigin | Non
     o = h.obj("likely_origin", optional=True)
     if o is None:
         return None
+    o.keys_exactly(("ref", "jump", "cell", "arguments", "unpaired"))
     ref = _load_row_ref(o, "ref", units)
     if ref is None:
         raise _Bad(o.at("ref"), "missing")
@@ -544,6 +769,8 @@ def _load_origin(h: _Obj, units: Sequence[UnitComparison]) -> LikelyOrigin | Non
 
 
 def _load_cell(o: _Obj, rows: int) -> CellRollup:
+    o.keys_exactly(("cell", "parent", "depth", "rows", "failing", "differing", "min_cosine", "max_abs_err",
+                    "worst_verdict", "first_divergent"))
     return CellRollup(o.text("cell"), o.text("parent", optional=True), o.integer("depth"), o.integer("rows"),
                       o.integer("failing"), o.integer("differing"), o.number("min_cosine", optional=True),
                       o.number("max_abs_err", optional=True), o.choice("worst_verdict", VERDICTS),
@@ -575,6 +802,21 @@ def _load_table(archive: _Archive, p: str, rows: int) -> RowTable:
     if (lengths < 0).any() or int(lengths.sum()) != len(dims):
         raise _Bad(p + "shapes.lengths", "lengths do not add up to the dimensions")
     flat = dims.tolist()
+    if p + "shapes.wide.at.npy" in archive.names:  # dimensions beyond int64, as decimal text
+        at = archive.typed(p + "shapes.wide.at", np.int64, 1)
+        values = archive.texts(p + "shapes.wide.values")
+        if len(values) != len(at) or (np.diff(at) <= 0).any() or (at.size and (at[0] < 0 or at[-1] >= len(flat))):
+            raise _Bad(p + "shapes.wide.at", "positions out of order, outside the dimensions or not one per value")
+        for k, text in zip(at.tolist(), values, strict=True):
+            try:  # int() refuses more digits than Python converts (sys.int_info.str_digits_check_threshold)
+                if not (text.isascii() and text.removeprefix("-").isdigit()):
+                    raise ValueError(text)
+                value = int(text)
+            except ValueError:
+                raise _Bad(p + "shapes.wide.values", f"not a decimal integer: {_shown(text)}") from None
+            if _INT64_MIN <= value <= _INT64_MAX:
+                raise _Bad(p + "shapes.wide.values", f"{value} fits int64: it belongs in shapes.dims")
+            flat[k] = value
     shapes, start = [], 0
     for n in lengths.tolist():
         shapes.append(tuple(flat[start:start + n]))
@@ -584,6 +826,9 @@ def _load_table(archive: _Archive, p: str, rows: int) -> RowTable:
     if not stacks or stacks[0] != ():
         raise _Bad(p + "stacks", "the first stack must be empty")
     columns = {name: archive.array(p + name) for name in RowTable.COLUMNS}
+    for name, column in columns.items():
+        if column.ndim == 0:
+            raise _Bad(p + name, "a 0-d array, not a column")
     try:
         table = table_from_columns(strings, tuples, stacks, shapes, columns)
     except ValueError as exc:
@@ -604,6 +849,7 @@ def _load_table(archive: _Archive, p: str, rows: int) -> RowTable:
 
 def _load_unit(o: _Obj, i: int, archive: _Archive) -> UnitComparison:
     p = f"u{i}."
+    o.keys_exactly(_UNIT_KEYS)
     rows = o.integer("rows")
     table = _load_table(archive, p, rows)
     keys = archive.texts(p + "chains.keys")
@@ -612,7 +858,7 @@ def _load_unit(o: _Obj, i: int, archive: _Archive) -> UnitComparison:
         raise _Bad(p + "chains.values", f"{len(values)} chains for {len(keys)} entries")
     unit_a, unit_b = o.obj("unit_a"), o.obj("unit_b")
     assert unit_a is not None and unit_b is not None
-    return UnitComparison(
+    unit = UnitComparison(
         unit_a=_load_unit_ref(unit_a), unit_b=_load_unit_ref(unit_b), rows=table,
         counts=o.pairs("counts", MATCH_CLASSES), verdict_counts=o.pairs("verdict_counts", VERDICTS),
         first_divergent=_index(o, "first_divergent", rows, optional=True),
@@ -622,6 +868,8 @@ def _load_unit(o: _Obj, i: int, archive: _Archive) -> UnitComparison:
         parent_chains=dict(zip(keys, values, strict=True)),
         jumps=tuple(_load_jump(o.item("jumps", k), rows) for k in range(len(o.items("jumps")))),
     )
+    _check_unit(o, unit)
+    return unit
 
 
 def saved_file(path: Path | str) -> Path:

@@ -168,3 +168,89 @@ def test_a_dump_directory_named_render(tmp_path, capsys, monkeypatch):
     assert _run(["compare", "render", baseline, "-o", "out2"], capsys)[0] == 0
     assert _files(tmp_path / "out1") == _files(tmp_path / "out2")
     assert set(os.listdir(tmp_path / "out1")) == set(REPORT_FILES) | {SAVED_FILE}
+
+
+def test_render_refuses_its_own_directory_through_a_symlinked_file(compared, tmp_path, capsys):
+    """RESULT a symlink elsewhere to OUT's own comparison-data.npz: OUT is still RESULT's real directory."""
+    result = tmp_path / "result"
+    shutil.copytree(compared, result)
+    before = _files(result)
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "saved.npz"
+    link.symlink_to(result / SAVED_FILE)
+    code, stdout, err = _run(["render", link, "-o", result, "--force"], capsys)
+    assert code == 2 and stdout == "" and "choose another directory" in err and err.count("\n") == 1
+    assert _files(result) == before
+
+
+def _dump(root: Path, step: str, shape: str, maximum: float) -> Path:
+    rank = root / step / "rank"
+    rank.mkdir(parents=True)
+    (rank / "dump.json").write_text(
+        '{"task":"statistics","level":"L1","framework":"mindspore","dump_data_dir":null,"data":'
+        '{"Functional.relu.0.forward":{"input_args":[],"input_kwargs":{},"output":[{"type":"mindspore.Tensor",'
+        f'"dtype":"Float32","shape":{shape},"Max":{maximum},"Min":-1.0,"Mean":0.1,"Norm":2.0}}]}}}}}}')
+    return root
+
+
+@pytest.mark.parametrize("step, shape", [
+    ("step18446744073709551616", "[3]"),        # a step number orjson cannot write (read back exact)
+    ("step0", "[0,18446744073709551616]"),     # a dimension beyond int64 (an empty tensor)
+])
+def test_numbers_beyond_64_bits_compare_and_render_byte_for_byte(compared, tmp_path, capsys, step, shape):
+    a = _dump(tmp_path / "a", step, shape, 1.0)
+    b = _dump(tmp_path / "b", step, shape, 100.0)
+    out = tmp_path / "out"
+    shutil.copytree(compared, out)  # an earlier result, overwritten with --force
+    code, _, err = _run([a, b, "-o", out, "--force"], capsys)
+    assert code in (0, 1) and err == ""
+    r_code, _, r_err = _run(["render", out, "-o", tmp_path / "rendered"], capsys)
+    assert (r_code, r_err) == (code, "")
+    assert _files(tmp_path / "rendered") == _files(out)
+
+
+def test_a_failed_write_never_leaves_an_earlier_saved_comparison_beside_new_reports(compared, tmp_path, capsys,
+                                                                                    monkeypatch):
+    import msprobe_cmp.cli as cli
+
+    out = tmp_path / "out"
+    shutil.copytree(compared, out)
+    written = []
+
+    def failing(path, data, **kw):
+        if written:
+            raise OSError(28, "No space left on device", str(path))
+        written.append(path)
+        path.write_bytes(data)
+
+    monkeypatch.setattr(cli, "write_bytes_atomic", failing)
+    code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)
+    assert code == 2 and "No space left on device" in err
+    assert not (out / SAVED_FILE).exists()  # the tensor comparison's file is gone: render cannot show it
+
+    def unsavable(comparison):
+        raise OverflowError("cannot save")
+
+    shutil.rmtree(out)
+    shutil.copytree(compared, out)
+    monkeypatch.setattr(cli, "saved_arrays", unsavable)
+    before = _files(out)
+    assert _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)[0] == 4
+    assert _files(out) == before  # nothing written when the comparison cannot be saved
+
+
+def test_cells_whose_construct_json_parents_form_a_cycle_render(tmp_path, capsys):
+    """A cyclic construct.json (the compare cuts each chain where it closes) gives cells whose parents form a cycle:
+    the saved comparison keeps them and renders byte for byte."""
+    for side, source in (("a", "statistics_a"), ("b", "statistics_b")):
+        shutil.copytree(FIXTURES / source, tmp_path / side)
+        for construct in (tmp_path / side).glob("*/rank/construct.json"):
+            cells = json.loads(construct.read_text())
+            cells["Cell.blocks.0.Dense.forward.0"] = "Cell.act.ReLU.forward.0"
+            cells["Cell.act.ReLU.forward.0"] = "Cell.blocks.0.Dense.forward.0"
+            construct.write_text(json.dumps(cells))
+    code, _, err = _run([tmp_path / "a", tmp_path / "b", "-o", tmp_path / "out"], capsys)
+    assert code in (0, 1) and err == ""
+    r_code, _, r_err = _run(["render", tmp_path / "out", "-o", tmp_path / "rendered"], capsys)
+    assert (r_code, r_err) == (code, "")
+    assert _files(tmp_path / "rendered") == _files(tmp_path / "out")

@@ -317,3 +317,194 @@ def test_the_reports_of_a_loaded_comparison_are_the_same_bytes(mixed, tmp_path):
     write_reports(load_comparison(tmp_path / "original"), tmp_path / "rendered")
     for name in OUTPUT_FILES:
         assert (tmp_path / "rendered" / name).read_bytes() == (tmp_path / "original" / name).read_bytes(), name
+
+
+# ------------------------------------------------------------------------- numbers beyond 64 bits (exact)
+def test_a_dimension_beyond_int64_and_a_step_beyond_uint64_round_trip(tmp_path):
+    """An empty tensor of shape [0, 2**64] (the reader accepts it) and a step number 2**64 (orjson cannot write it,
+    and would read it back as a float): both load back exact."""
+    huge = _t(mx=None, mn=None, mean=None, norm=None, shape=(0, 2**64, -(2**63) - 1, 5))
+    entries = [_fwd("Functional.empty.0.forward", huge), _fwd("Functional.ok.0.forward", _t())]
+    da = Dump(Path("run_a"), (_unit(entries, "run_a/step18446744073709551616/rank0", step=2**64, rank=2**70),))
+    db = Dump(Path("run_b"), (_unit(entries, "run_b/step18446744073709551616/rank0", step=2**64, rank=2**70),))
+    c = compare(da, db)
+    assert (0, 2**64, -(2**63) - 1, 5) in c.units[0].rows.shapes and c.units[0].unit_a.step == 2**64
+    loaded = round_trip(c, tmp_path)
+    assert loaded.units[0].unit_a.rank == 2**70 and type(loaded.units[0].unit_a.step) is int
+
+
+# ------------------------------------------------------------------------------ malformed archives and members
+def _members(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as zf:
+        return {n: zf.read(n) for n in zf.namelist()}
+
+
+def _zip(path: Path, members: dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> None:
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _patch_central_directory(path: Path, offset: int, value: int, every: bool = False) -> None:
+    raw = bytearray(path.read_bytes())
+    at = raw.find(b"PK\x01\x02")
+    while at >= 0:
+        raw[at + offset] |= value
+        if not every:
+            break
+        at = raw.find(b"PK\x01\x02", at + 4)
+    path.write_bytes(bytes(raw))
+
+
+def _truncated_npy_header() -> bytes:
+    text = b"{'descr': '<f8', 'fortran_order': False, 'shape': (97,"
+    text += b" " * (63 - len(text) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
+
+
+def _huge_npy_header() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": (2**41,)})
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("breaking, field, problem", [
+    (lambda p: _zip(p, {**_members(p), "u0.verdict.npy": _npy(np.array(2, np.uint8))}), "u0.verdict", "0-d"),
+    (lambda p: _zip(p, {**_members(p), "u0.metrics.npy": _truncated_npy_header()}), "u0.metrics", "unreadable"),
+    (lambda p: _zip(p, {**_members(p), "u0.metrics.npy": _huge_npy_header()}), "u0.metrics", "more than the member"),
+    (lambda p: _zip(p, _members(p), zipfile.ZIP_DEFLATED), "header", "compressed (method 8)"),
+    (lambda p: _zip(p, _members(p), zipfile.ZIP_LZMA), "header", "compressed (method 14)"),
+    (lambda p: _patch_central_directory(p, 8, 1, every=True), "header", "encrypted"),
+    (lambda p: _patch_central_directory(p, 6, 211), "", "not a readable saved comparison"),
+])
+def test_a_malformed_archive_or_member_is_one_line(saved, breaking, field, problem):
+    breaking(saved)
+    message = _error(saved)
+    assert message.startswith(f"{saved}: {field}") and problem in message, message
+
+
+def test_a_member_bigger_than_the_file_is_refused_before_reading(saved):
+    members = _members(saved)
+    _zip(saved, members)
+    raw = bytearray(saved.read_bytes())
+    at = raw.find(b"PK\x01\x02")  # the first member's uncompressed size in the central directory
+    raw[at + 24:at + 28] = (2**31).to_bytes(4, "little")
+    saved.write_bytes(bytes(raw))
+    assert "more than the file's" in _error(saved) or "not a readable" in _error(saved)
+
+
+def test_reasons_that_expand_far_beyond_the_file_are_refused(saved):
+    """One 10 KB reason repeated 200 times in one tuple that every row points at: reports of hundreds of MB from a
+    file of a few hundred KB."""
+    members = _members(saved)
+    rows = len(np.lib.format.read_array(__import__("io").BytesIO(members["u0.verdict.npy"])))
+    big = np.frombuffer(b"R" * 10_000, np.uint8)
+    members.update({
+        "u0.tuples.texts.utf8.npy": _npy(big), "u0.tuples.texts.ends.npy": _npy(np.array([big.size], np.int64)),
+        "u0.tuples.codes.npy": _npy(np.zeros(200 * 100, np.int32)),
+        "u0.tuples.lengths.npy": _npy(np.array([0, 200 * 100], np.int64)),
+        "u0.reasons.npy": _npy(np.ones(rows, np.int32)), "u0.notes.npy": _npy(np.zeros(rows, np.int32)),
+    })
+    _zip(saved, members)
+    message = _error(saved)
+    assert f"{saved}: u0: the rows' texts (names, values, shapes, reasons, notes) expand" in message, message
+
+
+def test_one_huge_name_every_row_points_at_is_refused(saved):
+    members = _members(saved)
+    rows = len(np.lib.format.read_array(__import__("io").BytesIO(members["u0.verdict.npy"])))
+    name = np.frombuffer(b"N" * 2_000_000, np.uint8)
+    members.update({"u0.strings.utf8.npy": _npy(name), "u0.strings.ends.npy": _npy(np.array([name.size], np.int64))})
+    for column in ("entry", "arg_path", "entry_b", "arg_path_b", "mapped_by", "parent_cell"):
+        members[f"u0.{column}.npy"] = _npy(np.zeros(rows, np.int32))
+    for column in ("side_dtype", "side_md5", "side_data_name", "side_value"):
+        members[f"u0.{column}.npy"] = _npy(np.zeros((rows, 2), np.int32))
+    _zip(saved, members)
+    assert "expand to more than" in _error(saved)
+
+
+# ------------------------------------------------------------------------------- header against the row columns
+def _cell(name: str, **changes: Any) -> dict:
+    return {"cell": name, "parent": None, "depth": 0, "rows": 0, "failing": 0, "differing": 0, "min_cosine": None,
+            "max_abs_err": None, "worst_verdict": "skip", "first_divergent": None, **changes}
+
+
+def _set_pair(pairs: list, name: str, n: int) -> None:
+    for pair in pairs:
+        if pair[0] == name:
+            pair[1] = n
+
+
+@pytest.mark.parametrize("change, field, problem", [
+    (lambda a, h: a.update({"u0.verdict": np.zeros_like(a["u0.verdict"])}), "units[0].verdict_counts",
+     "contradicts the verdict column"),
+    (lambda a, h: _set_pair(h["units"][0]["verdict_counts"], "pass", 10**6), "units[0].verdict_counts",
+     "contradicts"),
+    (lambda a, h: _set_pair(h["units"][0]["counts"], "matched", 10**6), "units[0].counts", "contradicts"),
+    (lambda a, h: h["units"][0]["counts"].append(list(h["units"][0]["counts"][0])), "units[0].counts[",
+     "counted twice"),
+    (lambda a, h: h["units"][0].update(verdict="pass"), "units[0].verdict", "contradicts the row columns"),
+    (lambda a, h: h["units"][0].update(first_failing=None), "units[0].first_failing", "contradicts"),
+    (lambda a, h: h["units"][0].update(first_divergent=None), "units[0].first_divergent", "contradicts"),
+    (lambda a, h: _set_pair(h["verdict_counts"], "pass", 10**6), "verdict_counts", "units' total"),
+    (lambda a, h: _set_pair(h["counts"], "matched", 0), "counts", "units' total"),
+    (lambda a, h: h.update(first_failing=None), "first_failing", "is not the units' first"),
+    (lambda a, h: h.update(verdict="pass"), "verdict", "contradicts the rows"),
+    (lambda a, h: h["units"][0]["cells"].extend([_cell("Z"), _cell("Z")]), "units[0].cells", "listed twice"),
+    # numbers beyond the float / int64 range, bools for ints, unknown keys
+    (lambda a, h: h["rules"]["default"].update(cosine_fail_below=10**400), "rules.default.cosine_fail_below",
+     "float range"),
+    (lambda a, h: h.update(matched_share=10**400), "matched_share", "float range"),
+    (lambda a, h: h["units"][0]["jumps"].append({"row": 0, "kind": "computed", "error_in": 10**400,
+                                                 "error_out": 0.0, "floor": 0.0}), "units[0].jumps[", "float range"),
+    (lambda a, h: h["units"][0]["cells"].append(_cell("Z", depth=10**400)), "units[0].cells[", "64-bit"),
+    (lambda a, h: h["units"][0]["cells"].append(_cell("Z", min_cosine=-(10**400))), "units[0].cells[", "float range"),
+    (lambda a, h: h.update(version=True), "version", "not supported"),
+    (lambda a, h: h.update(version=1.0), "version", "not supported"),
+    (lambda a, h: h.update(surplus=1), "surplus", "not a field"),
+    (lambda a, h: h["units"][0].update(surplus=1), "units[0].surplus", "not a field"),
+    (lambda a, h: h["unpaired"][0].update(surplus=1), "unpaired[0].surplus", "not a field"),
+])
+def test_a_header_contradicting_its_rows_or_out_of_range_is_named(saved, change, field, problem):
+    _rewrite(saved, change)
+    message = _error(saved)
+    assert f"{saved}: {field}" in message and problem in message, message
+
+
+@pytest.mark.parametrize("raw, problem", [
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"format": 1e400}', "beyond the float range"),
+    (b'{"format": NaN}', "not JSON"),
+    (b'{"format": "x", "format": "y"}', "twice in one object"),
+])
+def test_a_malformed_header_is_one_line(saved, raw, problem):
+    with np.load(saved, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["header"] = np.frombuffer(raw, np.uint8)
+    np.savez(saved, **arrays)
+    message = _error(saved)
+    assert f"{saved}: header: " in message and problem in message, message
+
+
+@pytest.mark.parametrize("text", ["12x", "-", "5", "1" * 5000])
+def test_a_bad_wide_dimension_is_named(tmp_path, text):
+    huge = _t(mx=None, mn=None, mean=None, norm=None, shape=(0, 2**64))
+    entries = [_fwd("Functional.empty.0.forward", huge)]
+    c = compare(Dump(Path("a"), (_unit(entries, "a/step0/rank0"),)), Dump(Path("b"), (_unit(entries, "b/step0/rank0"),)))
+    path = save_comparison(c, tmp_path)
+    members = _members(path)
+    data = text.encode()
+    members.update({"u0.shapes.wide.values.utf8.npy": _npy(np.frombuffer(data, np.uint8)),
+                    "u0.shapes.wide.values.ends.npy": _npy(np.array([len(data)], np.int64))})
+    _zip(path, members)
+    assert f"{path}: u0.shapes.wide.values: " in _error(path)

@@ -613,13 +613,13 @@ class _Interned(Generic[K]):
 
     def __init__(self, *first: K) -> None:
         self.items: list[K] = list(first)
-        self._codes: dict[K, int] = {item: k for k, item in enumerate(first)}
+        self.codes: dict[K, int] = {item: k for k, item in enumerate(first)}
 
     def code(self, item: K) -> int:
         """The code of ``item``, added at the end when new."""
-        c = self._codes.get(item)
+        c = self.codes.get(item)
         if c is None:
-            c = self._codes[item] = len(self.items)
+            c = self.codes[item] = len(self.items)
             self.items.append(item)
         return c
 
@@ -657,7 +657,10 @@ class RowTableBuilder:
     # -- interning ------------------------------------------------------------------------------------------------
     def code(self, text: str | None) -> int:
         """The string table code of ``text`` (-1 for None)."""
-        return -1 if text is None else self._strings.code(text)
+        if text is None:
+            return -1
+        c = self._strings.codes.get(text)
+        return self._strings.code(text) if c is None else c
 
     def tuple_code(self, texts: tuple[str, ...] | list[str]) -> int:
         """The tuple table code of ``texts`` (0 for ``()``)."""
@@ -669,7 +672,9 @@ class RowTableBuilder:
 
     def shape_code(self, shape: Sequence[int] | None) -> int:
         """The shape table code of ``shape`` (-1 for None)."""
-        return -1 if shape is None else self._shapes.code(tuple(shape))
+        if shape is None:
+            return -1
+        return self._shapes.code(shape if type(shape) is tuple else tuple(shape))
 
     # -- row setters ------------------------------------------------------------------------------------------------
     def set_sides(self, s: int, leaves: Sequence[object]) -> None:
@@ -681,53 +686,39 @@ class RowTableBuilder:
         """
         if len(leaves) != self.n:
             raise ValueError(f"{len(leaves)} leaves for {self.n} rows")
-        code, shape_code = self.code, self.shape_code
-        kinds: list[int] = []
-        dtypes: list[int] = []
-        shapes: list[int] = []
-        md5s: list[int] = []
-        files: list[int] = []
-        values: list[int] = []
-        stats: list[tuple[object, ...]] = []
-        no_stats = (None, None, None, None)
-        for leaf in leaves:
-            if leaf is ABSENT_LEAF or leaf is None:
-                kinds.append(ABSENT if leaf is ABSENT_LEAF else NULL)
-                dtypes.append(-1)
-                shapes.append(-1)
-                md5s.append(-1)
-                files.append(-1)
-                values.append(-1)
-                stats.append(no_stats)
-            elif isinstance(leaf, TensorLeaf):
-                kinds.append(TENSOR)
-                dtypes.append(code(leaf.dtype))
-                shapes.append(shape_code(leaf.shape))
-                md5s.append(code(leaf.md5))
-                files.append(code(leaf.data_name))
-                values.append(-1)
-                stats.append((leaf.max, leaf.min, leaf.mean, leaf.norm))
-            else:
-                assert isinstance(leaf, ValueLeaf)
-                kinds.append(VALUE)
-                dtypes.append(code(leaf.type))
-                shapes.append(-1)
-                md5s.append(-1)
-                files.append(-1)
-                values.append(code(repr(leaf.value)))
-                stats.append(no_stats)
         c = self.cols
-        c["side_kind"][:, s] = kinds
-        c["side_dtype"][:, s] = dtypes
-        c["side_shape"][:, s] = shapes
-        c["side_md5"][:, s] = md5s
-        c["side_data_name"][:, s] = files
-        c["side_value"][:, s] = values
-        if self.n:
-            raw = np.array(stats, dtype=object).reshape(self.n, 4)
-            defined = raw != None  # noqa: E711 (element-wise on an object array)
-            c["side_stats_defined"][:, s] = defined
-            c["side_stats"][:, s] = np.where(defined, raw, np.nan).astype(np.float64)
+        code, shape_code = self.code, self.shape_code
+        tensors: list[int] = []
+        tensor_leaves: list[TensorLeaf] = []
+        kinds = c["side_kind"][:, s]
+        for i, leaf in enumerate(leaves):
+            if type(leaf) is TensorLeaf or isinstance(leaf, TensorLeaf):
+                tensors.append(i)
+                tensor_leaves.append(leaf)
+            elif leaf is None:
+                kinds[i] = NULL
+            elif leaf is not ABSENT_LEAF:
+                assert isinstance(leaf, ValueLeaf)
+                kinds[i] = VALUE
+                c["side_dtype"][i, s] = code(leaf.type)
+                c["side_value"][i, s] = code(repr(leaf.value))
+        if not tensors:
+            return
+        index = np.asarray(tensors, dtype=np.int64)
+        kinds[index] = TENSOR
+        c["side_dtype"][index, s] = [code(leaf.dtype) for leaf in tensor_leaves]
+        c["side_shape"][index, s] = [shape_code(leaf.shape) for leaf in tensor_leaves]
+        c["side_md5"][index, s] = [-1 if leaf.md5 is None else code(leaf.md5) for leaf in tensor_leaves]
+        c["side_data_name"][index, s] = [
+            -1 if leaf.data_name is None else code(leaf.data_name) for leaf in tensor_leaves]
+        # None becomes NaN in a float64 array; where a NaN shows, whether it was recorded is read from the leaf
+        stats = np.array([(leaf.max, leaf.min, leaf.mean, leaf.norm) for leaf in tensor_leaves], dtype=np.float64)
+        defined = ~np.isnan(stats)
+        for j in np.flatnonzero(~defined.all(axis=1)).tolist():
+            leaf = tensor_leaves[j]
+            defined[j] = [v is not None for v in (leaf.max, leaf.min, leaf.mean, leaf.norm)]
+        c["side_stats"][index, s] = stats
+        c["side_stats_defined"][index, s] = defined
 
     def set_side_summary(self, i: int, s: int, side: SideSummary | None) -> None:
         """Side ``s`` (0 = A, 1 = B) of row ``i`` from its :class:`SideSummary` (None: the row is not on that side)."""

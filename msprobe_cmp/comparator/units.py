@@ -6,6 +6,7 @@ noise, and sum the unit up (counts, first divergent / failing row, cell roll-up)
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import NamedTuple
@@ -18,6 +19,7 @@ from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_unit_vi
 from msprobe_cmp.comparator.matching import RowPair, count_classes, match_entries, match_views
 from msprobe_cmp.comparator.outcomes import (
     Outcome,
+    _relative_floor_of,
     can_compare_as_columns,
     compare_row,
     compare_statistics_columns,
@@ -378,36 +380,44 @@ def _compare_columnar(
     builder: RowTableBuilder, pairs: tuple[RowPair, ...], index: list[int], rules: Rules,
     undefined: list[tuple[str, str]], noise: NoiseMap | None, unit_a: RankDump, unit_b: RankDump, mode: Mode,
 ) -> None:
-    """Statistics-mode rows of two tensors, compared as columns (:func:`compare_statistics_columns`); the rows whose
-    statistics are not all finite go through :func:`compare_row`, as do the verdicts of rows the columns do not pass
-    outright."""
+    """Statistics-mode rows of two tensors (``index``), compared as columns (:func:`compare_statistics_columns`) where
+    both sides hold elements and eight finite statistics; the other rows go through :func:`compare_row`, as do the
+    verdicts and reasons of rows the columns do not pass."""
     cols = builder.cols
+    table = builder.table
     idx = np.asarray(index, dtype=np.int64)
     stats = cols["side_stats"][idx]  # [m, 2, 4]
-    finite = np.isfinite(stats).all(axis=(1, 2))
-    for k in idx[~finite].tolist():
+    numel_of_shape = [math.prod(shape) for shape in table.shapes]
+    numel_list = [numel_of_shape[c] for c in cols["side_shape"][idx, 0].tolist()]
+    sized = np.array([0 < k < _LARGEST_NUMEL for k in numel_list], dtype=bool)
+    usable = sized & cols["side_stats_defined"][idx].all(axis=(1, 2)) & np.isfinite(stats).all(axis=(1, 2))
+    for k in idx[~usable].tolist():
         _record_outcome(builder, k, _judge_failing(pairs[k], compare_row(pairs[k], unit_a, unit_b, mode, rules),
                                                    undefined, noise, rules))
-    idx = idx[finite]
+    idx = idx[usable]
     if not len(idx):
         return
-    stats = stats[finite]
+    stats = stats[usable]
+    numel = np.asarray(numel_list, dtype=np.int64)[usable] if len(numel_list) else np.zeros(0, np.int64)
     m = len(idx)
-    numel = np.empty(m, np.int64)
-    floor = np.empty(m)
-    fail_above = np.empty(m)
-    suspect = np.empty(m)
-    warning_ratio = np.empty(m)
-    thresholds = []
-    for j, k in enumerate(idx.tolist()):
-        pair = pairs[k]
-        t, f = thresholds_and_floor(pair, pair.leaf_a, pair.leaf_b, rules)
-        thresholds.append((t, f))
-        numel[j] = pair.leaf_a.numel
-        floor[j] = f
-        fail_above[j] = t.max_abs_err_fail_above
-        suspect[j] = t.max_abs_err_suspect_above
-        warning_ratio[j] = t.stat_warning_ratio
+    if rules.overrides:
+        thresholds = [thresholds_and_floor(pairs[k], pairs[k].leaf_a, pairs[k].leaf_b, rules)
+                      for k in idx.tolist()]
+    else:  # one set of thresholds; the floor depends on the two dtypes only
+        t = rules.default
+        floors: dict[tuple[int, int], float] = {}
+        thresholds = []
+        text = table.text
+        for dtypes in zip(cols["side_dtype"][idx, 0].tolist(), cols["side_dtype"][idx, 1].tolist(), strict=True):
+            f = floors.get(dtypes)
+            if f is None:
+                names = (text(dtypes[0]) or "", text(dtypes[1]) or "")
+                f = floors[dtypes] = t.relative_floor or _relative_floor_of(*names)
+            thresholds.append((t, f))
+    floor = np.fromiter((f for _, f in thresholds), np.float64, m)
+    fail_above = np.fromiter((t.max_abs_err_fail_above for t, _ in thresholds), np.float64, m)
+    suspect = np.fromiter((t.max_abs_err_suspect_above for t, _ in thresholds), np.float64, m)
+    warning_ratio = np.fromiter((t.stat_warning_ratio for t, _ in thresholds), np.float64, m)
     got = compare_statistics_columns(stats[:, 0], stats[:, 1], numel, floor, fail_above, suspect, warning_ratio)
     metrics = cols["metrics"]
     state = cols["metric_state"]
@@ -429,3 +439,7 @@ def _compare_columnar(
         if out.rule.verdict == "fail":
             out = _judge_failing(pair, out, undefined, noise, rules)
         _record_outcome(builder, k, out)
+
+
+#: Tensors with more elements go through :func:`compare_row` (their count does not fit the int64 column).
+_LARGEST_NUMEL = 2**62

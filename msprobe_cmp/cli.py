@@ -568,8 +568,8 @@ def _run_render(argv: Sequence[str]) -> int:
     # the directory as given and, through symlinks, the one the file really is in
     sources = {source.parent, Path(os.path.realpath(source)).parent}  # realpath: a symlink loop is no error here
     if out.exists() and out.is_dir() and any(d.is_dir() and os.path.samefile(out, d) for d in sources):
-        raise ConfigError(f"render: -o {out}: is the directory {args.result} was saved in; its reports are the ones "
-                          "being reproduced: choose another directory")
+        raise ConfigError(f"render: --output {out}: holds the saved comparison {source} itself (and the reports it "
+                          "reproduces); give another directory")
     _check_outputs(out, args.force)
     with _render_hint():
         comparison = load_comparison(source)

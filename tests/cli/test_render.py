@@ -84,7 +84,7 @@ def test_render_refuses_its_own_directory(compared, tmp_path, capsys):
     for out in (compared, compared / ".." / compared.name):
         code, stdout, err = _run(["render", compared, "-o", out], capsys)
         assert code == 2 and stdout == ""
-        assert err.count("\n") == 1 and "choose another directory" in err
+        assert err.count("\n") == 1 and "give another directory" in err
     link = tmp_path / "link"
     link.symlink_to(compared, target_is_directory=True)
     assert _run(["render", compared / SAVED_FILE, "-o", link], capsys)[0] == 2
@@ -179,7 +179,7 @@ def test_render_refuses_its_own_directory_through_a_symlinked_file(compared, tmp
     link = tmp_path / "elsewhere" / "saved.npz"
     link.symlink_to(result / SAVED_FILE)
     code, stdout, err = _run(["render", link, "-o", result, "--force"], capsys)
-    assert code == 2 and stdout == "" and "choose another directory" in err and err.count("\n") == 1
+    assert code == 2 and stdout == "" and "give another directory" in err and err.count("\n") == 1
     assert _files(result) == before
 
 

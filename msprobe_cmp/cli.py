@@ -459,6 +459,7 @@ def _compare(argv: Sequence[str]) -> int:
         if not args.absolute_paths:
             comparison = relative_paths(comparison, [p for p in (args.target, args.baseline, args.noise) if p])
         mapping_text = None if args.write_mapping is None else _mapping_file_text(dump_a, dump_b, mapping)
+        del dump_a, dump_b, noise  # the reports need only the comparison: the dumps' records are freed first
         stages.start(f"writing reports into {args.output}")
         files = write_reports(comparison, args.output)
         if args.write_mapping is not None and mapping_text is not None:

@@ -310,6 +310,13 @@ def _differing_arguments(unit: UnitComparison, entries: set[str]) -> tuple[str, 
     return tuple(text for i in _rows_of(rows, entries) if (text := rows[i].value_difference) is not None)
 
 
+def _structural_mask(rows: RowTable) -> np.ndarray:
+    """bool [n]: the rows whose notes say they have no counterpart by construction (framework plumbing:
+    :func:`~msprobe_cmp.comparator.mapping.is_structural_note`)."""
+    plumbing = [k for k, texts in enumerate(rows.tuples) if any(is_structural_note(n) for n in texts)]
+    return np.isin(rows.notes, plumbing) if plumbing else np.zeros(len(rows), dtype=bool)
+
+
 def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
     """``"<entry> (A only)"`` for each entry inside ``cell`` (construct.json) none of whose rows found a partner (an
     entry paired through a mapping keeps one-sided intermediates: it is paired): cells first, then APIs, each in row
@@ -322,8 +329,7 @@ def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
     both = ((kinds[:, 0] != ABSENT) & (kinds[:, 1] != ABSENT)).tolist()
     paired = {entries[i] for i, ok in enumerate(both) if ok}
     # framework plumbing (MindSpore's Shape, a composite's intermediates) has no partner by construction
-    plumbing = [k for k, texts in enumerate(rows.tuples) if any(is_structural_note(n) for n in texts)]
-    structural = {entries[i] for i in np.flatnonzero(np.isin(rows.notes, plumbing)).tolist()} if plumbing else set()
+    structural = {entries[i] for i in np.flatnonzero(_structural_mask(rows)).tolist()}
     only_a = rows.class_mask("only_in_a")
     cells: dict[str, None] = {}
     apis: dict[str, None] = {}
@@ -618,10 +624,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         structural: dict[str, int] = {}
         for u in units:
             rows = u.rows
-            plumbing = [k for k, texts in enumerate(rows.tuples) if any(is_structural_note(n) for n in texts)]
-            if not plumbing:
-                continue
-            for code in rows.entry[rows.class_mask("only_in_a") & np.isin(rows.notes, plumbing)].tolist():
+            for code in rows.entry[rows.class_mask("only_in_a") & _structural_mask(rows)].tolist():
                 api = parse_name(rows.strings[code]).stem
                 structural[api] = structural.get(api, 0) + 1
         if structural:

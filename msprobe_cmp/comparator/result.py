@@ -16,9 +16,7 @@ from msprobe_cmp.comparator.matching import MatchClass
 from msprobe_cmp.comparator.rowtable import (
     COMPARED_BY,
     LOWER_BOUND_NAME,
-    MATCH_CLASS_CODE,
     METRIC_NAMES,
-    SKIP,
     STAT_METRIC_NAMES,
     TENSOR_METRIC_NAMES,
     VERDICTS,
@@ -138,8 +136,13 @@ class UnitComparison:
     @property
     def compared_count(self) -> int:
         """Number of matched rows whose values were compared (verdict other than skip)."""
-        rows = self.rows
-        return int(((rows.match_class == MATCH_CLASS_CODE["matched"]) & (rows.verdict != SKIP)).sum())
+        return self.rows.compared_count()
+
+
+def unit_verdict(first_failing: int | None, compared: int) -> OverallVerdict:
+    """A unit's verdict: ``"fail"`` when a row fails, else ``"pass"`` when some matched row was compared, else
+    ``"nothing_compared"``."""
+    return "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
 
 
 @dataclass(frozen=True)

@@ -344,27 +344,35 @@ class RowTable(Sequence["ComparisonRow"]):
     def differs_mask(self) -> np.ndarray:
         """bool [n]: rows whose two sides are known to differ, or that fail, or that are structural mismatches
         (a shape / dtype mismatch, a null on one side against data on the other): what "first divergent" and a
-        cell's "differing" count (:func:`row_differs`)."""
+        cell's "differing" count."""
         cls, verdict = self.match_class, self.verdict
         return (((cls == MATCH_CLASS_CODE["matched"]) & (self.differs == 1))
                 | (cls == MATCH_CLASS_CODE["shape_mismatch"]) | (cls == MATCH_CLASS_CODE["dtype_mismatch"])
                 | (verdict == FAIL)
                 | ((cls == MATCH_CLASS_CODE["not_captured"]) & (verdict == WARNING)))
 
+    def verdict_counts(self) -> tuple[tuple[Verdict, int], ...]:
+        """``(verdict, rows)`` for every verdict of :data:`VERDICTS`, zeros included, in that order."""
+        return tuple(zip(VERDICTS, np.bincount(self.verdict, minlength=len(VERDICTS)).tolist(), strict=True))
+
+    def class_counts(self) -> tuple[tuple[MatchClass, int], ...]:
+        """``(match class, rows)`` for every class of :data:`MATCH_CLASSES`, zeros included, in that order."""
+        counts = np.bincount(self.match_class, minlength=len(MATCH_CLASSES)).tolist()
+        return tuple(zip(MATCH_CLASSES, counts, strict=True))
+
+    def compared_count(self) -> int:
+        """Matched rows whose values were compared (verdict other than skip)."""
+        return int((self.class_mask("matched") & (self.verdict != SKIP)).sum())
+
+    def first(self, mask: np.ndarray) -> int | None:
+        """Index of the first row where ``mask`` (bool [n]) holds, or None."""
+        hits = np.flatnonzero(mask)
+        return int(hits[0]) if len(hits) else None
+
     def with_texts(self, rewrite: Callable[[str], str]) -> RowTable:
         """This table with every reason and note text passed through ``rewrite`` (the columns are shared; stacks are
         left as they are)."""
         return replace(self, tuples=tuple(tuple(rewrite(s) for s in t) for t in self.tuples))
-
-
-def row_differs(r: ComparisonRow) -> bool:
-    """One row's :meth:`RowTable.differs_mask`."""
-    return bool(
-        (r.match_class == "matched" and r.differs)
-        or r.match_class in ("shape_mismatch", "dtype_mismatch")
-        or r.verdict == "fail"
-        or (r.match_class == "not_captured" and r.verdict == "warning")
-    )
 
 
 class ComparisonRow:

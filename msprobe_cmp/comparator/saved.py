@@ -80,6 +80,7 @@ from msprobe_cmp.comparator.result import (
     RowRef,
     UnitComparison,
     UnitRef,
+    unit_verdict,
 )
 from msprobe_cmp.comparator.rowtable import COMPARED_BY, SIDE_KINDS, VERDICTS, RowTable, table_from_columns
 from msprobe_cmp.comparator.rules import OriginRules, Rules, ThresholdOverride, Thresholds
@@ -543,22 +544,20 @@ def _check_comparison(c: Comparison) -> None:
 def _check_unit(o: _Obj, u: UnitComparison) -> None:
     """A unit's counts, first rows and verdict agree with its row columns (as :func:`compare` derived them)."""
     rows = u.rows
-    verdicts = tuple(zip(VERDICTS, np.bincount(rows.verdict, minlength=len(VERDICTS)).tolist(), strict=True))
+    verdicts = rows.verdict_counts()
     if u.verdict_counts != verdicts:
         raise _Bad(o.at("verdict_counts"), f"{_shown(_pairs(u.verdict_counts))} contradicts the verdict column "
                                            f"({_shown(_pairs(verdicts))})")
-    classes = tuple(zip(MATCH_CLASSES, np.bincount(rows.match_class, minlength=len(MATCH_CLASSES)).tolist(),
-                        strict=True))
+    classes = rows.class_counts()
     if u.counts != classes:
         raise _Bad(o.at("counts"), f"{_shown(_pairs(u.counts))} contradicts the match_class column "
                                    f"({_shown(_pairs(classes))})")
     for key, mask in (("first_failing", rows.verdict == VERDICTS.index("fail")),
                       ("first_divergent", rows.differs_mask())):
-        hits = np.flatnonzero(mask)
-        first = int(hits[0]) if len(hits) else None
+        first = rows.first(mask)
         if getattr(u, key) != first:
             raise _Bad(o.at(key), f"{_shown(getattr(u, key))} contradicts the row columns (first: {_shown(first)})")
-    expected = "fail" if u.first_failing is not None else "pass" if u.compared_count else "nothing_compared"
+    expected = unit_verdict(u.first_failing, u.compared_count)
     if u.verdict != expected:
         raise _Bad(o.at("verdict"), f"{u.verdict} contradicts the row columns ({expected})")
     # One roll-up per cell.  Their parents may form a cycle: a cyclic construct.json gives one (the compare cuts each

@@ -16,7 +16,7 @@ import numpy as np
 from msprobe_cmp.comparator.fused import fused_records, match_with_fused
 from msprobe_cmp.comparator.localise import localise
 from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_unit_views, framework_namespace
-from msprobe_cmp.comparator.matching import RowPair, count_classes, match_entries, match_views
+from msprobe_cmp.comparator.matching import RowPair, match_entries, match_views
 from msprobe_cmp.comparator.outcomes import (
     Outcome,
     _relative_floor_of,
@@ -30,40 +30,29 @@ from msprobe_cmp.comparator.outcomes import (
 from msprobe_cmp.comparator.result import (
     LOWER_BOUND_NAME,
     METRIC_NAMES,
-    VERDICTS,
     Mode,
-    OverallVerdict,
     UnitComparison,
     UnitRef,
+    unit_verdict,
 )
 from msprobe_cmp.comparator.rollup import compute_cell_rollups, parent_chains
 from msprobe_cmp.comparator.rowtable import (
     ABSENT_LEAF,
+    COMPARED_BY_CODE,
     FAIL,
+    MATCH_CLASS_CODE,
     METRIC_VALUE,
     PASS,
     STAT_DIFF_COLUMN,
-    RowTable,
     RowTableBuilder,
 )
-from msprobe_cmp.comparator.rules import RuleOutcome, Rules, Verdict
+from msprobe_cmp.comparator.rules import RuleOutcome, Rules
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
 from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, TensorLeaf
 
 #: The metric names :func:`compare_statistics_columns` fills, in its column order.
 _STAT_COLUMN_NAMES = METRIC_NAMES[STAT_DIFF_COLUMN:]
-
-
-def _first(mask: np.ndarray) -> int | None:
-    """Index of the first True of ``mask``, or None."""
-    hits = np.flatnonzero(mask)
-    return int(hits[0]) if len(hits) else None
-
-
-def _count_verdicts(rows: RowTable) -> tuple[tuple[Verdict, int], ...]:
-    counts = np.bincount(rows.verdict, minlength=len(VERDICTS)).tolist()
-    return tuple(zip(VERDICTS, counts, strict=True))
 
 
 class RowNoise(NamedTuple):
@@ -281,8 +270,6 @@ def compare_units(
     leaves_a: list[object] = []
     leaves_b: list[object] = []
     columnar: list[int] = []  # rows compared by compare_statistics_columns
-    class_code = {c: k for k, c in enumerate(("matched", "only_in_a", "only_in_b", "shape_mismatch",
-                                              "dtype_mismatch", "not_captured"))}
     last_key: tuple[str, str | None, bool, bool] | None = None
     parent = stack = stack_b = 0
     entry = -1
@@ -314,7 +301,7 @@ def compare_units(
         arg_b_codes.append(code(pair.arg_path_b))
         mapped_codes.append(code(pair.mapped_by))
         cls = pair.match_class
-        classes.append(class_code[cls])
+        classes.append(MATCH_CLASS_CODE[cls])
         leaves_a.append(la if in_a else ABSENT_LEAF)
         leaves_b.append(lb if in_b else ABSENT_LEAF)
         if (statistics and cls == "matched" and "parameters_grad" not in entry_name
@@ -349,9 +336,7 @@ def compare_units(
     chains, truncated = parent_chains(entry_names, construct)
     jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation)
     rows = builder.freeze()
-    first_failing = _first(rows.verdict == FAIL)
-    verdict: OverallVerdict = "fail" if first_failing is not None else (
-        "pass" if _compared(rows) else "nothing_compared")
+    first_failing = rows.first(rows.verdict == FAIL)
     cells, chains, _ = compute_cell_rollups(rows, construct, chains)
     if truncated:
         notes = (*notes, "construct.json nests cells more than 1,000 deep: the cell roll-up stops there")
@@ -361,19 +346,14 @@ def compare_units(
         unit_a=UnitRef.of("a", unit_a),
         unit_b=UnitRef.of("b", unit_b),
         rows=rows,
-        counts=count_classes(pairs),
-        verdict_counts=_count_verdicts(rows),
-        first_divergent=_first(rows.differs_mask()),
+        counts=rows.class_counts(),
+        verdict_counts=rows.verdict_counts(),
+        first_divergent=rows.first(rows.differs_mask()),
         first_failing=first_failing,
-        verdict=verdict,
+        verdict=unit_verdict(first_failing, rows.compared_count()),
         notes=notes,
         jumps=jumps,
     )
-
-
-def _compared(rows: RowTable) -> int:
-    """Matched rows whose values were compared (verdict other than skip)."""
-    return int((rows.class_mask("matched") & ~rows.verdict_mask("skip")).sum())
 
 
 def _compare_columnar(
@@ -423,7 +403,7 @@ def _compare_columnar(
     state = cols["metric_state"]
     metrics[idx, STAT_DIFF_COLUMN:] = got.metrics
     state[idx, STAT_DIFF_COLUMN:] = METRIC_VALUE
-    cols["compared_by"][idx] = 1  # "statistics"
+    cols["compared_by"][idx] = COMPARED_BY_CODE["statistics"]
     cols["differs"][idx] = got.differs
     cols["verdict"][idx] = PASS
     notes = [builder.tuple_code(pairs[k].notes) for k in idx.tolist()]

@@ -24,12 +24,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import numpy as np
 
@@ -52,14 +53,16 @@ from msprobe_cmp.dump.reader import (
     load_dump,
     paused_gc,
     register_tensor_loader,
+    scan_dump,
     tensor_loader_for,
     unregister_tensor_loader,
 )
-from msprobe_cmp.dump.writer import write_bytes_atomic
+from msprobe_cmp.dump.writer import write_atomic, write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
-from msprobe_cmp.reports import relative_paths, render_csv, render_html, render_junit, render_markdown
+from msprobe_cmp.reports import relative_paths, render_markdown
 from msprobe_cmp.reports.common import ReportFacts, arguments_line, judged_by_statistics, origin_line
-from msprobe_cmp.reports.tables import render_json_utf8
+from msprobe_cmp.reports.html import html_chunks
+from msprobe_cmp.reports.tables import csv_chunks, junit_chunks, write_json
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -233,28 +236,57 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
 
 
 def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
-    """Everything is made in memory first (a comparison that cannot be saved or rendered writes nothing); then an
-    earlier saved comparison in ``out`` is removed, the five reports are written and the saved comparison last.  A
-    failure midway (a full disk) so leaves reports without a saved comparison, never a saved comparison next to
-    reports of another comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the
-    reports beside it are its own."""
+    """The saved comparison's members are made first (a comparison that cannot be saved fails before anything is
+    written).  Then each report is written to a temporary file a bounded chunk of rows at a time, never whole in
+    memory (:data:`~msprobe_cmp.reports.common.CHUNK_ROWS`), and none replaces its file until every one is written
+    (a comparison that cannot be rendered writes nothing).  Then an earlier saved comparison in ``out`` is removed,
+    the five reports replace their files and the saved comparison is written last.  A failure midway (a full disk)
+    so leaves reports without a saved comparison, never a saved comparison next to reports of another comparison:
+    ``render`` cannot reproduce a stale one, and the saved file's presence says the reports beside it are its
+    own."""
     saved = saved_arrays(comparison)  # first: a comparison that cannot be saved fails before anything is written
     facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot columns), derived once
-    # backslashreplace: a lone surrogate escape ("\ud800") in a dump's names cannot be UTF-8 encoded.
-    files = {
-        "html": (out / "report.html", render_html(comparison, facts=facts).encode("utf-8", errors="backslashreplace")),
-        "json": (out / "comparison.json", render_json_utf8(comparison, facts=facts)),  # encoded the same way
-        "csv": (out / "comparison.csv", render_csv(comparison).encode("utf-8", errors="backslashreplace")),
-        "junit": (out / "junit.xml", render_junit(comparison, facts=facts).encode("utf-8", errors="backslashreplace")),
-        "markdown": (out / "summary.md",
-                     render_markdown(comparison, facts=facts).encode("utf-8", errors="backslashreplace")),
-    }
-    (out / SAVED_FILE).unlink(missing_ok=True)  # an earlier comparison's: never left beside these reports
-    for path, data in files.values():
-        write_bytes_atomic(path, data)
-    written = {k: v[0] for k, v in files.items()}
+    paths = {"csv": out / "comparison.csv", "html": out / "report.html", "json": out / "comparison.json",
+             "junit": out / "junit.xml", "markdown": out / "summary.md"}
+    _write_together([
+        (paths["csv"], lambda fh: _write_text(fh, csv_chunks(comparison))),
+        (paths["json"], lambda fh: write_json(comparison, fh, facts=facts)),
+        (paths["html"], lambda fh: _write_text(fh, html_chunks(comparison, facts=facts))),
+        (paths["junit"], lambda fh: _write_text(fh, junit_chunks(comparison, facts=facts))),
+        (paths["markdown"], lambda fh: _write_text(fh, [render_markdown(comparison, facts=facts)])),
+    ], lambda: (out / SAVED_FILE).unlink(missing_ok=True))
+    written = {k: paths[k] for k in ("html", "json", "csv", "junit", "markdown")}
     written["saved"] = write_saved(saved, out)  # last: its presence says the reports were written too
     return written
+
+
+def _write_text(fh: BinaryIO, pieces: Iterable[str]) -> None:
+    """Write ``pieces`` of text to ``fh`` as every report is encoded: UTF-8, a lone surrogate escape (``"\\ud800"``
+    in a dump's names, which UTF-8 cannot encode) written as a backslash escape."""
+    for piece in pieces:
+        fh.write(piece.encode("utf-8", errors="backslashreplace"))
+
+
+def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], then: Callable[[], object]) -> None:
+    """Write each ``(path, write)`` of ``files`` atomically (:func:`~msprobe_cmp.dump.writer.write_atomic`:
+    ``write(fh)`` fills a temporary file that then replaces ``path``), none replacing its file before all were
+    written: each is written within the one before it.  Once all are written, ``then()`` runs and the files replace
+    theirs, the last one first.  When a ``write`` or ``then`` raises, no file was replaced and every temporary
+    file is removed.
+
+    Raises:
+        OSError: a file cannot be written or replaced (files replaced before it stay replaced).
+    """
+    if not files:
+        then()
+        return
+    (path, write), rest = files[0], files[1:]
+
+    def fill(fh: BinaryIO) -> None:
+        write(fh)
+        _write_together(rest, then)
+
+    write_atomic(path, fill)
 
 
 def exit_code_for(comparison: Comparison) -> int:
@@ -411,11 +443,12 @@ def _load_pt_tensor(path: Path) -> np.ndarray:
         raise DumpFormatError(path, None, f"reading .pt tensor files needs torch: {exc}") from None
 
 
-def _load_input(path: Path, absolute: bool) -> Dump:
+def _load_input(path: Path, absolute: bool, scan: bool = False) -> Dump:
     """Load the dump at ``path`` as typed, or, when ``absolute`` (``--absolute-paths``), from its resolved
     absolute path, so every path the comparison carries (inputs, unit directories, notes) is absolute.  A
-    missing path keeps the typed form: its error names what the user wrote."""
-    return load_dump(path.resolve() if absolute and path.exists() else path)
+    missing path keeps the typed form: its error names what the user wrote.  With ``scan``, the units' headers
+    only (:func:`~msprobe_cmp.dump.reader.scan_dump`): workers read the entries."""
+    return (scan_dump if scan else load_dump)(path.resolve() if absolute and path.exists() else path)
 
 
 def _run_compare(argv: Sequence[str]) -> int:
@@ -442,41 +475,50 @@ def _compare(argv: Sequence[str]) -> int:
         _check_mapping_output(args.write_mapping, args.force, args.output,
                               [p for p in (args.target, args.baseline, args.noise) if p is not None])
     stages = _Stages(5 if args.noise is not None else 4)
+    # with workers (--jobs, --scheduler) this process reads the headers only and the workers the entries, so its
+    # memory does not grow with the dumps; --write-mapping reads the entries here
+    scan = (args.scheduler is not None or args.jobs > 1) and args.write_mapping is None
+    # a scan's units come back from their workers one at a time: their rows are kept in files meanwhile
+    spool = tempfile.TemporaryDirectory(prefix="msprobe-cmp-units-") if scan else None
     try:
-        stages.start(f"loading {args.target}")
-        dump_a = _load_input(args.target, args.absolute_paths)
-        stages.start(f"loading {args.baseline}")
-        dump_b = _load_input(args.baseline, args.absolute_paths)
-        noise = None
-        if args.noise is not None:
-            stages.start(f"loading {args.noise}")
-            with _option_input("--noise"):
-                noise = _load_input(args.noise, args.absolute_paths)
-        stages.start(f"comparing {len(dump_a.units)} unit(s) with {len(dump_b.units)}")
-        comparison = compare(dump_a, dump_b, CompareOptions(rules=rules, noise=noise, progress=stages.unit,
-                                                                mapping=mapping, jobs=args.jobs,
-                                                                scheduler=args.scheduler))
-        if not args.absolute_paths:
-            comparison = relative_paths(comparison, [p for p in (args.target, args.baseline, args.noise) if p])
-        mapping_text = None if args.write_mapping is None else _mapping_file_text(dump_a, dump_b, mapping)
-        del dump_a, dump_b, noise  # the reports need only the comparison: the dumps' records are freed first
-        stages.start(f"writing reports into {args.output}")
-        files = write_reports(comparison, args.output)
-        if args.write_mapping is not None and mapping_text is not None:
-            try:
-                write_bytes_atomic(args.write_mapping, mapping_text.encode())
-            except OSError as exc:
-                why = exc.strerror or exc
-                raise ConfigError(f"--write-mapping: {args.write_mapping}: cannot write: {why}") from None
+        try:
+            stages.start(f"{'scanning' if scan else 'loading'} {args.target}")
+            dump_a = _load_input(args.target, args.absolute_paths, scan)
+            stages.start(f"{'scanning' if scan else 'loading'} {args.baseline}")
+            dump_b = _load_input(args.baseline, args.absolute_paths, scan)
+            noise = None
+            if args.noise is not None:
+                stages.start(f"{'scanning' if scan else 'loading'} {args.noise}")
+                with _option_input("--noise"):
+                    noise = _load_input(args.noise, args.absolute_paths, scan)
+            stages.start(f"comparing {len(dump_a.units)} unit(s) with {len(dump_b.units)}")
+            options = CompareOptions(rules=rules, noise=noise, progress=stages.unit, mapping=mapping, jobs=args.jobs,
+                                     scheduler=args.scheduler, spool=None if spool is None else Path(spool.name))
+            comparison = compare(dump_a, dump_b, options)
+            if not args.absolute_paths:
+                comparison = relative_paths(comparison, [p for p in (args.target, args.baseline, args.noise) if p])
+            mapping_text = None if args.write_mapping is None else _mapping_file_text(dump_a, dump_b, mapping)
+            del dump_a, dump_b, noise  # the reports need only the comparison: the dumps' records are freed first
+            stages.start(f"writing reports into {args.output}")
+            files = write_reports(comparison, args.output)
+            if args.write_mapping is not None and mapping_text is not None:
+                try:
+                    write_bytes_atomic(args.write_mapping, mapping_text.encode())
+                except OSError as exc:
+                    why = exc.strerror or exc
+                    raise ConfigError(f"--write-mapping: {args.write_mapping}: cannot write: {why}") from None
+        finally:
+            stages.close()
+        _say(render_summary(comparison, files))
+        if args.write_mapping is not None:
+            _say(f"cell mapping written to {args.write_mapping} (edit it, then pass it with --cell-mapping)"
+                 if mapping_text is not None else
+                 f"--write-mapping: nothing written to {args.write_mapping}: the two dumps are not MindSpore against "
+                 "PyTorch, so no cell pairs were inferred")
+        return exit_code_for(comparison)
     finally:
-        stages.close()
-    _say(render_summary(comparison, files))
-    if args.write_mapping is not None:
-        _say(f"cell mapping written to {args.write_mapping} (edit it, then pass it with --cell-mapping)"
-             if mapping_text is not None else
-             f"--write-mapping: nothing written to {args.write_mapping}: the two dumps are not MindSpore against "
-             "PyTorch, so no cell pairs were inferred")
-    return exit_code_for(comparison)
+        if spool is not None:
+            spool.cleanup()
 
 
 def _check_mapping_output(path: Path, force: bool, out: Path, inputs: Sequence[Path]) -> None:

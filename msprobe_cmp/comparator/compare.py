@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -41,16 +42,14 @@ from msprobe_cmp.comparator.fused import fused_records
 from msprobe_cmp.comparator.mapping import (
     INFERRED_LABEL,
     NameMapping,
+    Namespace,
     is_structural_note,
-    label_contradiction,
-    unused_mapping_keys,
 )
 from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass
 from msprobe_cmp.comparator.metrics import STAT_NAMES
 from msprobe_cmp.comparator.outcomes import (
     _compare_statistics,
     _relative_floor_of,
-    has_checksum,
 )
 from msprobe_cmp.comparator.parallel import UnitTask, _compare_in_parallel, _registered_loaders, compare_unit_task
 from msprobe_cmp.comparator.result import (
@@ -75,10 +74,10 @@ from msprobe_cmp.comparator.result import (
 from msprobe_cmp.comparator.rollup import compute_cell_rollups
 from msprobe_cmp.comparator.rowtable import ABSENT, RowTable
 from msprobe_cmp.comparator.rules import Rules
-from msprobe_cmp.comparator.units import UNDEFINED_OUTPUTS, NoiseMap, compare_units, unit_namespaces
+from msprobe_cmp.comparator.units import UNDEFINED_OUTPUTS, NoiseMap, UnitFacts, compare_units, unit_namespaces
 from msprobe_cmp.dump.naming import parse_name
-from msprobe_cmp.dump.reader import Dump, RankDump, paused_gc
-from msprobe_cmp.dump.schema import NOT_CAPTURED_STEP, Entry, TensorLeaf
+from msprobe_cmp.dump.reader import Dump, RankDump, load_rank_dump, paused_gc
+from msprobe_cmp.dump.schema import NOT_CAPTURED_STEP
 from msprobe_cmp.errors import ConfigError
 
 ModeOption = Literal["auto", "tensor", "statistics", "md5"]
@@ -107,6 +106,11 @@ class CompareOptions:
         scheduler: the address of a Dask distributed scheduler (``tcp://host:8786``; needs the ``dask``
             extra): the unit pairs are compared on its workers instead (same function, same result),
             which must see the dump directories under the same paths.  Takes precedence over ``jobs``.
+        spool: an existing directory of this machine where, when units are compared by workers (``jobs``,
+            ``scheduler`` or scanned dumps: :func:`~msprobe_cmp.dump.reader.scan_dump`), each unit's rows are kept
+            as it comes back (:mod:`msprobe_cmp.comparator.spool`), so that this process holds a few units' rows at
+            a time; the caller removes it once done with the comparison (its units read their rows from there).
+            None (the default): the rows stay in memory.
 
     Raises:
         msprobe_cmp.errors.ConfigError: an unknown mode.
@@ -119,6 +123,7 @@ class CompareOptions:
     mapping: NameMapping = field(default_factory=NameMapping)
     jobs: int = field(default=1, compare=False)
     scheduler: str | None = field(default=None, compare=False)
+    spool: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "tensor", "statistics", "md5"):
@@ -143,6 +148,12 @@ def _gaps_text(rank_dump: RankDump) -> str:
         by_reason.setdefault(reason, []).append(what)
     parts = [f"{_listed(whats, 3)}: {reason}" if reason else _listed(whats, 3) for reason, whats in by_reason.items()]
     return _listed(parts, 3, "; ")
+
+
+def _subdirectory(directory: Path, name: str) -> Path:
+    """``directory/name``, made if missing."""
+    (directory / name).mkdir(exist_ok=True)
+    return directory / name
 
 
 def _units_of(x: Dump | RankDump) -> tuple[RankDump, ...]:
@@ -236,21 +247,49 @@ def _pair_stepless(
     return still
 
 
-def _has_md5(units: Iterable[RankDump]) -> bool:
-    """True when some tensor leaf of ``units`` carries a checksum."""
-    for u in units:
-        for e in u.entries:
-            for _, leaf in e.leaf_tuple():
-                if isinstance(leaf, TensorLeaf) and has_checksum(leaf):
-                    return True
-    return False
+class _Facts:
+    """The :class:`~msprobe_cmp.comparator.units.UnitFacts` of the units of one comparison, by unit (identity):
+    worked out here from a loaded unit, given by the worker that compared a unit, or, for a scanned unit
+    (:func:`~msprobe_cmp.dump.reader.scan_dump`) no worker read, from the unit loaded here alone and dropped."""
+
+    def __init__(self, mapping: NameMapping) -> None:
+        self.mapping = mapping
+        self.known: dict[int, tuple[RankDump, UnitFacts]] = {}  # id(unit) → (the unit, kept alive; its facts)
+
+    def put(self, unit: RankDump, facts: UnitFacts) -> None:
+        """Record ``facts`` as ``unit``'s."""
+        self.known[id(unit)] = (unit, facts)
+
+    def __call__(self, unit: RankDump) -> UnitFacts:
+        """``unit``'s facts.
+
+        Raises:
+            DumpFormatError: a scanned unit's file became unreadable since it was scanned.
+        """
+        got = self.known.get(id(unit))
+        if got is None:
+            loaded = unit if not unit.scanned else load_rank_dump(
+                unit.directory, unit.step, unit.rank, file=unit.directory / unit.json_name)
+            got = self.known[id(unit)] = (unit, UnitFacts.of(loaded, self.mapping))
+        return got[1]
+
+    def has_md5(self, units: Iterable[RankDump]) -> bool:
+        """True when some tensor leaf of ``units`` carries a checksum (a scanned unit whose bytes hold no ``"md5"``
+        key is not loaded to find out)."""
+        return any(self(u).has_md5 for u in units if u.mentions_md5 is not False)
+
+    def namespaces(self, unit_a: RankDump, unit_b: RankDump) -> tuple[Namespace | None, Namespace | None]:
+        """:func:`~msprobe_cmp.comparator.units.unit_namespaces` of two units, from their facts."""
+        return self(unit_a).namespace, self(unit_b).namespace
 
 
-def detect_mode(units_a: tuple[RankDump, ...], units_b: tuple[RankDump, ...]) -> Mode:
-    """The comparison mode of two sides' units (module docstring)."""
+def detect_mode(units_a: tuple[RankDump, ...], units_b: tuple[RankDump, ...], facts: _Facts | None = None) -> Mode:
+    """The comparison mode of two sides' units (module docstring); ``facts`` (made here when not given) are the
+    comparison's unit facts."""
     if units_a and units_b and all(u.meta.task == "tensor" for u in (*units_a, *units_b)):
         return "tensor"
-    if _has_md5(units_a) and _has_md5(units_b):
+    facts = facts or _Facts(NameMapping())
+    if facts.has_md5(units_a) and facts.has_md5(units_b):
         return "md5"
     return "statistics"
 
@@ -360,19 +399,21 @@ def likely_origin(units: tuple[UnitComparison, ...]) -> LikelyOrigin | None:
 
 def _mapping_file_notes(
     mapping: NameMapping, paired_a: tuple[RankDump, ...], paired_b: tuple[RankDump, ...],
-    units: Iterable[UnitComparison],
+    units: Iterable[UnitComparison], facts: _Facts,
 ) -> list[str]:
     """Across frameworks: user mapping keys that match no MindSpore entry (a typo is otherwise silent), and a
     hint toward ``--cell-mapping`` when cells of both sides found no partner."""
-    ms_entries: list[Entry] = []
+    ms_units: list[UnitFacts] = []
     for x, y in zip(paired_a, paired_b, strict=True):
-        namespaces = unit_namespaces(x, y)
+        namespaces = facts.namespaces(x, y)
         if set(namespaces) == {"mindspore", "pytorch"}:  # a cross-framework pair: take its MindSpore side
-            ms_entries.extend((x if namespaces[0] == "mindspore" else y).entries)
-    if not ms_entries:
+            ms_units.append(facts(x if namespaces[0] == "mindspore" else y))
+    if not ms_units:
         return []
     notes = []
-    cells, apis = unused_mapping_keys(mapping, ms_entries)
+    # a key is unused when no MindSpore unit's entry matches it: unused by every unit, in the files' order
+    cells = [k for k in ms_units[0].unused_cells if all(k in f.unused_cells for f in ms_units[1:])]
+    apis = [k for k in ms_units[0].unused_apis if all(k in f.unused_apis for f in ms_units[1:])]
     for keys, what, source in ((cells, "cell", mapping.cell_source), (apis, "API", mapping.api_source)):
         if keys:
             shown = _listed(keys, 10)
@@ -401,6 +442,7 @@ def _input_notes(
     paired_a: tuple[RankDump, ...],
     paired_b: tuple[RankDump, ...],
     mode: Mode,
+    facts: _Facts,
     mapping_sources: str = "built-in tables",
 ) -> tuple[list[str], str | None]:
     """What the reader of a comparison must know about its inputs: what the recorder could not
@@ -425,15 +467,15 @@ def _input_notes(
             f"compared in {mode} mode, on what both sides have"
         )
     for side, side_units in (("A", units_a), ("B", units_b)):
-        empty = [u.label for u in side_units if not u.entries]
+        empty = [u.label for u in side_units if not facts(u).entries]
         if empty:
             notes.append(f"warning: {side} has {len(empty)} empty unit(s) (no entries): {', '.join(empty)}")
     for side, side_units in (("A", paired_a), ("B", paired_b)):
-        contradictions = {c for u in side_units if (c := label_contradiction(u.meta.framework, u.entries))}
+        contradictions = {c for u in side_units if (c := facts(u).contradiction)}
         notes.extend(f"{side}: {c}" for c in sorted(contradictions))
     frameworks_a = sorted({u.meta.framework for u in paired_a})
     frameworks_b = sorted({u.meta.framework for u in paired_b})
-    namespaces = [unit_namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True)]
+    namespaces = [facts.namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True)]
     crossed = any(None not in ns and ns[0] != ns[1] for ns in namespaces)
     if crossed:
         notes.append(
@@ -524,10 +566,12 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     paired_a = tuple(p[0] for p in pairs)
     paired_b = tuple(p[1] for p in pairs)
     # with nothing paired, the mode of all units (the verdict line names it: "statistics" for two tensor dumps misled)
-    mode: Mode = detect_mode(paired_a or units_a, paired_b or units_b) if opts.mode == "auto" else opts.mode
+    facts = _Facts(opts.mapping)
+    mode: Mode = detect_mode(paired_a or units_a, paired_b or units_b, facts) if opts.mode == "auto" else opts.mode
     noise_by_unit: dict[tuple[int | None, int | None], NoiseMap] = {}
     if opts.noise is not None:
-        noise_opts = replace(opts, noise=None, progress=None, rules=replace(opts.rules, min_matched_share=0.0))
+        noise_opts = replace(opts, noise=None, progress=None, rules=replace(opts.rules, min_matched_share=0.0),
+                             spool=None if opts.spool is None else _subdirectory(opts.spool, "noise"))
         noise_cmp = compare(opts.noise, b, noise_opts)
         for nu in noise_cmp.units:
             noise_by_unit[(nu.unit_b.step, nu.unit_b.rank)] = _noise_of(nu)
@@ -546,10 +590,17 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
                  noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None, opts.mapping, _registered_loaders())
         for ua, ub in pairs
     ]
-    if len(pairs) > 1 and (opts.scheduler is not None or opts.jobs > 1):
-        units = _compare_in_parallel(
-            tasks, [ua.label for ua, _ in pairs], opts.jobs, opts.scheduler, opts.progress
+    scanned = any(u.scanned for pair in pairs for u in pair)
+    if scanned or (len(pairs) > 1 and (opts.scheduler is not None or opts.jobs > 1)):
+        # a scanned unit's entries were never read here: a worker reads them (this process, with jobs 1 and no
+        # scheduler)
+        results = _compare_in_parallel(
+            tasks, [ua.label for ua, _ in pairs], opts.jobs, opts.scheduler, opts.progress, opts.spool
         )
+        for (ua, ub), (_, facts_a, facts_b) in zip(pairs, results, strict=True):
+            facts.put(ua, facts_a)
+            facts.put(ub, facts_b)
+        units = tuple(unit for unit, _, _ in results)
     else:
         done: list[UnitComparison] = []
         for k, ((ua, ub), task) in enumerate(zip(pairs, tasks, strict=True)):
@@ -581,7 +632,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         )
     sources = ", ".join(["built-in tables"] + [f"user {what} mapping {src}" for what, src in (
         ("cell", opts.mapping.cell_source), ("API", opts.mapping.api_source)) if src])
-    input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode, sources)
+    input_notes, world_note = _input_notes(units_a, units_b, paired_a, paired_b, mode, facts, sources)
     notes.extend(input_notes)
     notes.extend(_mixed_recording_notes("A's", units_a) + _mixed_recording_notes("B's", units_b))
     for side, side_units in (("A", units_a), ("B", units_b)):
@@ -594,7 +645,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     if fused_records(opts.mapping) and any("name mapping" in n for n in input_notes):
         notes.append("the API mapping file's fused records apply within one name space (PyTorch against PyTorch or "
                      "mindtorch, MindSpore against MindSpore): not used between MindSpore and PyTorch")
-    notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units))
+    notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units, facts))
     if world_note:
         notes.insert(0, world_note)
     first_divergent = _first_ref(units, "first_divergent")
@@ -604,11 +655,11 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     # Rows of units found on one side only count too: a verdict on step 0 says nothing about steps 1-9.
     cross_framework = any(
         ns_a is not None and ns_b is not None and ns_a != ns_b
-        for ns_a, ns_b in (unit_namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True))
+        for ns_a, ns_b in (facts.namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True))
     )
     # Rows paired but without data (not_captured: null leaves, gaps a recorder declared) are not evidence of a
     # mispairing: the floor leaves them out.
-    unpaired_leaf_rows = sum(1 for u in (*left_a, *left_b) for e in u.entries for _ in e.leaves())
+    unpaired_leaf_rows = sum(facts(u).leaves for u in (*left_a, *left_b))
     no_data = sum(int((u.rows.class_mask("not_captured") & u.rows.verdict_mask("skip")).sum()) for u in units)
     total_rows = sum(class_totals.values()) - no_data + unpaired_leaf_rows
     share_of = "all rows"

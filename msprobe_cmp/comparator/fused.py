@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -572,7 +572,7 @@ def _rows_of(group: _Group) -> list[tuple[Entry | None, list[RowPair]]]:
     for member in group.members:
         rows = maker.member_rows(member)
         if group.note and member is group.members[0]:
-            rows = [replace(r, notes=(*r.notes, group.note)) for r in rows]
+            rows = [r._replace(notes=(*r.notes, group.note)) for r in rows]
         anchor = member.fused if group.fused_on_a else next((p for p in member.parts if p is not None), None)
         out.append((anchor, rows))
     return out

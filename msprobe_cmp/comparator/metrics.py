@@ -13,10 +13,11 @@ position, strips them when they do, and records what it did in ``notes``.
 Memory and summation order: the per-metric functions make whole-array float64 copies.
 :func:`compute_tensor_metrics` does so only for arrays of at most :data:`CHUNK_ELEMENTS` elements
 (where its results equal those functions' bit for bit); larger arrays (typically read-only
-``np.memmap`` views of npy files) are streamed in chunks of :data:`CHUNK_ELEMENTS` elements upcast
-into preallocated float64 buffers, so its memory is O(chunk) beyond the inputs.  Streamed maxima,
-counts and shares are exact; the sums behind Cosine and EucDist are added per block and chunk, in
-a fixed order that differs from one whole-array ``dot`` in the last bits (see the function).
+``np.memmap`` views of npy files) are streamed, chunk by chunk of :data:`CHUNK_ELEMENTS` elements,
+through one fused kernel compiled by numba (:func:`_fused_chunk_rows`), so its memory is O(chunk)
+beyond the inputs (plus 64 bytes per chunk).  Streamed maxima, counts and shares are exact; the sums
+behind Cosine and EucDist are added in blocks, chunks and a vectorised order that differs from one
+whole-array ``dot`` in the last bits (see the function).
 
 Relative error (used by MaxRelativeErr and the two ratios) is ``|a - b| / max(|b|, floor)``.
 msprobe adds machine epsilon (2.2e-16) to both sides where ``b == 0``, which turns a tiny absolute
@@ -29,11 +30,13 @@ relative error of ~8e-6 instead of infinity, while ``a = 1e-3`` against ``b = 0`
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -41,6 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 from msprobe_cmp.comparator.dtypes import DEFAULT_RELATIVE_FLOOR, FLOAT_EPS
 
 F64 = NDArray[np.float64]
+_T = TypeVar("_T")
 
 #: Keys of the tensor-mode metrics, in msprobe's column order (plus EucDist, as msprobe 26.x).
 TENSOR_METRIC_KEYS = (
@@ -234,18 +238,18 @@ class TensorMetrics:
         return self.nonfinite.disagreeing > 0 or (self.max_abs_err is not None and self.max_abs_err != 0.0)
 
 
-#: Elements per chunk of :func:`compute_tensor_metrics`.  2**16 measured fastest of 2**13..2**18 (float32,
-#: bench/tensor_metrics_speed.py): smaller chunks pay the ~25 numpy calls per chunk more often (2**13: 2x
-#: slower), larger ones spill the four float64 buffers out of the caches.
+#: Elements per chunk of :func:`compute_tensor_metrics`: arrays of at most this many elements are computed whole,
+#: larger ones chunk by chunk (the unit of the non-finite check, of the per-chunk sums and of the float64 buffers
+#: of dtypes the kernel does not read directly).  2**16 since issue 7 (fastest of 2**13..2**18 for the numpy
+#: passes then; with the fused kernel 2**14..2**18 measured within noise of each other, bench/RESULTS.md, issue 16).
 CHUNK_ELEMENTS = 1 << 16
 
-#: Worker threads of :func:`compute_tensor_metrics` for arrays of at least 16 chunks (numpy releases the
-#: GIL in its ufuncs and BLAS ``ddot``); results do not depend on it (see the function's docstring).
-#: 1 by default: on the project's shared 2-core machine 2 threads measured no faster (the other core
-#: was busy, and each chunk's ~25 numpy calls hand the GIL over as often); raise it where cores are idle.
+#: Worker threads of :func:`compute_tensor_metrics` for arrays of at least 16 chunks (the fused kernel releases
+#: the GIL); results do not depend on it (see the function's docstring).  1 by default: the project's 2-core
+#: machine is shared with other work; raise it where cores are idle.
 CHUNK_WORKERS = 1
 
-#: Fewest chunks per worker thread: starting a thread and its buffers costs about one chunk's work.
+#: Fewest chunks per worker thread: starting a thread (and its buffers) costs about one chunk's work.
 _CHUNKS_PER_WORKER = 8
 
 _NOTHING: tuple[None, None, None, None, None, None] = (None, None, None, None, None, None)
@@ -256,7 +260,9 @@ def compute_tensor_metrics(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_RE
 
     ``a`` and ``b`` may have any shape (they are read flattened, in C order) and any real dtype
     (float16/32/64, ml_dtypes bfloat16/fp8, ints, bools); read-only ``np.memmap`` inputs are read once
-    (float64 inputs of more than one chunk twice), chunk by chunk, and never copied whole.
+    (float64 inputs of more than one chunk twice), chunk by chunk, and never copied whole.  The formulas
+    are those of the per-metric functions above (msprobe's columns, docs/design.md §2-§3); every value is
+    upcast to float64 first; results in value units (max_abs_err, euc_dist) or dimensionless.
 
     Non-finite policy (docs/design.md §2; msprobe instead zeroes agreeing positions): when every NaN/±Inf
     of one side faces the same kind on the other, those positions are left out and the finite rest
@@ -265,32 +271,50 @@ def compute_tensor_metrics(a: ArrayLike, b: ArrayLike, floor: float = DEFAULT_RE
 
     Arrays of at most :data:`CHUNK_ELEMENTS` elements are computed whole, with the per-metric
     formulas of this module (float64 copies of both, cosine of the max-abs-scaled copies, numpy's
-    ``dot`` and ``linalg.norm``).  Larger arrays are streamed: each chunk of
-    :data:`CHUNK_ELEMENTS` elements is upcast to float64 into preallocated buffers, its non-finite
-    positions counted (and, when they agree, left out of that chunk), and it contributes its max
-    ``|a - b|``, max relative error, the two below-threshold counts, and the sums ``Σ(a-b)²``,
-    ``Σab``, ``Σa²``, ``Σb²`` (one single-threaded BLAS ``ddot`` per block of 8192 elements, see
-    :func:`_blocked_dot`).  The maxima and counts are exact, so equal to the whole-array computation
-    bit for bit; the four sums are added block by block and chunk by chunk in chunk order, so the
-    cosine and EucDist can differ from a whole-array ``dot`` in the last bits (relative error of a
-    sum of n non-negative terms ≤ ~n·2⁻⁵³ either way, ~sqrt(n)·2⁻⁵³ in practice).  Chunks run on up to
-    :data:`CHUNK_WORKERS` threads; the per-chunk results are combined in chunk order, so the result
-    is the same for any number of threads.
+    ``dot`` and ``linalg.norm``), so equal to those functions bit for bit.  Larger arrays are streamed
+    through one fused kernel (:func:`_fused_chunk_rows`, compiled by numba on first use and cached on
+    disk, see :func:`_fused_kernel`): one pass over both arrays that gives, per chunk of
+    :data:`CHUNK_ELEMENTS` elements, max ``|a - b|``, the max relative error, the two below-threshold
+    counts, and the sums ``Σ(a-b)²``, ``Σab``, ``Σa²``, ``Σb²``.  float32 and float64 arrays (C-contiguous,
+    both of the same dtype) are read by the kernel in place; other dtypes and non-contiguous arrays are
+    upcast chunk by chunk into two float64 buffers first.  A chunk whose max ``|a - b|`` is not finite
+    holds a NaN or ±Inf (or a float64 difference overflowed): its non-finite positions are counted with
+    :func:`compute_nonfinite_agreement` and, when they agree, the kernel is run again on the chunk's
+    finite positions alone.
+
+    Numerics of the streamed path: the maxima and counts are exact (each element's ``|a - b|`` and
+    relative error are the same float64 operations as numpy's, compared as numpy does), so equal to the
+    whole-array computation bit for bit.  The sums are not added in index order: each block of
+    :data:`_SUM_BLOCK` elements is summed by a loop the compiler vectorises (numba ``fastmath`` flag
+    ``reassoc`` only: no FMA contraction, no NaN/Inf assumptions, no reciprocal division), i.e. into
+    several interleaved partial sums then added together; a chunk's block sums are added in order, and
+    the chunks' sums exactly (``math.fsum``).  The order depends on the chunk and block lengths and the
+    CPU's vector width, not on the data's address, the number of threads or the run, so on one machine
+    the results are the same every time; they differ from a whole-array ``dot`` (and from another CPU's)
+    in the last bits: a relative error of ~(terms per partial sum + blocks per chunk)·2⁻⁵³ at most,
+    ~1-3e-16 measured (a whole-array ``dot``: up to ~n·2⁻⁵³).  Chunks run on up to :data:`CHUNK_WORKERS`
+    threads, each on a contiguous range of whole chunks, so the result is the same for any number of
+    threads.
 
     Cosine without overflow or underflow: a float64 (or wider) input of more than one chunk is read
-    twice, first for the max-abs of each side's compared values, then divided by it chunk by chunk
-    before the dot products, as the whole-array path does.  Other dtypes skip the scaling: their
-    magnitudes lie in [2⁻¹⁴⁹, 2⁶⁴] (float32's smallest subnormal to uint64's maximum), so a
-    product of two lies in [2⁻²⁹⁸, 2¹²⁸], normal in float64, and a sum of fewer than 2⁶³ of them
-    stays below 2¹⁹¹.
+    twice, first for the max-abs of each side's compared values, then, before the dot products,
+    multiplied by the power of two that brings that max-abs into [0.5, 1) (exact, unlike the whole-array
+    path's division by the max-abs; the cosine of the scaled values equals that of the unscaled ones
+    unless these would overflow or underflow).  Other dtypes are multiplied by 1.0: their magnitudes lie
+    in [2⁻¹⁴⁹, 2⁶⁴] (float32's smallest subnormal to uint64's maximum), so a product of two lies in
+    [2⁻²⁹⁸, 2¹²⁸], normal in float64, and a sum of fewer than 2⁶³ of them stays below 2¹⁹¹.
 
-    Memory: O(:data:`CHUNK_ELEMENTS`) beyond the inputs, i.e. per worker five buffers (four float64
-    and one bool) plus, for chunks holding non-finite values, their masks and finite parts; a
-    non-C-contiguous input is read through ``ndarray.flat`` one chunk at a time.
+    Memory: beyond the inputs, 64 bytes per chunk for the per-chunk results, plus, per worker, two
+    float64 chunk buffers (for dtypes read through buffers, and to re-read a chunk holding non-finite
+    values, with its masks and finite parts); a non-C-contiguous input is read through ``ndarray.flat``
+    one chunk at a time.  The first array of more than one chunk in a process imports numba and loads
+    the kernel: ~0.4-0.7 s and ~100 MB of resident memory once (numba, llvmlite, and scipy when
+    installed, which numba imports); see :func:`_fused_kernel`.
 
     Raises:
         ValueError: the arrays differ in size, or ``floor`` is not > 0.
         TypeError: complex / non-numeric data (see :func:`to_float64`).
+        ImportError: numba (a dependency of msprobe-cmp) is not installed, for arrays of more than one chunk.
     """
     if not floor > 0.0:
         raise ValueError(f"relative-error floor must be > 0, got {floor!r}")
@@ -364,31 +388,135 @@ def _needs_scaling(dtype: np.dtype) -> bool:
     return dtype.itemsize > 4
 
 
-@dataclass
-class _Partial:
-    """What one chunk contributes (all zero / -inf for a chunk with nothing compared)."""
+#: Elements per block of the fused kernel's sums (:func:`_fused_chunk_rows`): each block is summed on its own
+#: (by the vectorised loop), the block sums added in order.  256 keeps each partial sum short (the sums came
+#: within 1-3e-16 of exactly rounded ones on 16M float32 pairs; whole 2**16-element chunks: 3e-15) at no
+#: measurable cost (0.62-0.65 ns per element pair for blocks of 256 to 65536).
+_SUM_BLOCK = 256
 
-    count_a: int = 0
-    count_b: int = 0
-    agreeing: int = 0
-    disagreeing: int = 0
-    compared: int = 0
-    max_abs: float = -math.inf
-    max_rel: float = -math.inf
-    below_1e3: int = 0
-    below_5e3: int = 0
-    ss_diff: float = 0.0
-    dot_ab: float = 0.0
-    ss_a: float = 0.0
-    ss_b: float = 0.0
-    scale_a: float = 0.0
-    scale_b: float = 0.0
+#: Columns of the fused kernel's per-chunk rows (:func:`_fused_chunk_rows`).
+_ROW_COLUMNS = ("max_abs", "max_rel", "below_1e3", "below_5e3", "ss_diff", "dot_ab", "ss_a", "ss_b")
+_MAX_ABS, _MAX_REL, _BELOW_1E3, _BELOW_5E3, _SS_DIFF, _DOT_AB, _SS_A, _SS_B = range(len(_ROW_COLUMNS))
+
+
+def _fused_chunk_rows(
+    a: np.ndarray, b: np.ndarray, chunk: int, floor: float, mul_a: float, mul_b: float, rows: F64
+) -> None:  # pragma: no cover - run compiled by numba (see _fused_kernel); its results are tested
+    """One pass over ``a`` and ``b``: row ``k`` of ``rows`` receives what chunk ``k`` contributes.
+
+    The fused kernel of :func:`compute_tensor_metrics` (source of each formula: the per-metric functions
+    of this module; docs/design.md §2-§3), compiled by numba (:func:`_fused_kernel`).
+
+    Args:
+        a, b: 1-D C-contiguous arrays of equal size, float32 or float64 (target and baseline).
+        chunk: elements per chunk (> 0); chunk ``k`` is ``[k·chunk, min((k+1)·chunk, a.size))``.
+        floor: the relative-error floor (> 0, value units): relative error ``|a - b| / max(|b|, floor)``.
+        mul_a, mul_b: powers of two that scale ``a`` and ``b`` in the three dot products (1.0: none).
+        rows: float64, shape ``(ceil(a.size / chunk), len(_ROW_COLUMNS))``, written in
+            :data:`_ROW_COLUMNS` order: max ``|a - b|`` (value units), max relative error, the counts of
+            relative errors below 0.001 and below 0.005 (exact as float64), ``Σ(a-b)²``,
+            ``Σ(a·mul_a)(b·mul_b)``, ``Σ(a·mul_a)²``, ``Σ(b·mul_b)²``.  A chunk without elements gives zeros.
+
+    Every element is upcast to float64 (exactly) before any arithmetic; the relative error is one
+    correctly rounded division, as numpy's.  Both maxima are taken over the int64 bit patterns of
+    non-negative float64 values (``|a - b|`` and the relative error), which are ordered as the values,
+    with a NaN (its sign bit cleared by ``abs``) above +Inf: the maximum is exact and, as ``np.max``'s,
+    NaN when any value is NaN; an integer maximum also lets the loop be vectorised without assuming
+    anything about NaN.  With non-finite inputs only the max ``|a - b|`` is meaningful (NaN or +Inf):
+    the caller redoes such chunks.  The sums are taken per block of :data:`_SUM_BLOCK` elements, which the
+    compiler may reassociate (see :func:`compute_tensor_metrics`), and the block sums added in order.  Chunks
+    and blocks are sliced first so that the inner loop's index starts at 0 (a non-negative index needs no
+    wrap-around: the loop reads consecutive memory and is vectorised).
+    """
+    for k in range(rows.shape[0]):
+        ca = a[k * chunk: (k + 1) * chunk]
+        cb = b[k * chunk: (k + 1) * chunk]
+        max_abs_bits = 0
+        max_rel_bits = 0
+        below_1e3 = 0
+        below_5e3 = 0
+        ss_diff = 0.0
+        dot_ab = 0.0
+        ss_a = 0.0
+        ss_b = 0.0
+        for start in range(0, ca.size, _SUM_BLOCK):
+            ba = ca[start: start + _SUM_BLOCK]
+            bb = cb[start: start + _SUM_BLOCK]
+            block_diff = 0.0
+            block_ab = 0.0
+            block_a = 0.0
+            block_b = 0.0
+            for i in range(ba.size):
+                x = float(np.float64(ba[i]))  # exact upcast (numba's float() alone keeps a float32 a float32)
+                y = float(np.float64(bb[i]))
+                d = abs(x - y)
+                den = abs(y)
+                rel = d / (den if den > floor else floor)
+                max_abs_bits = max(max_abs_bits, int(np.float64(d).view(np.int64)))
+                max_rel_bits = max(max_rel_bits, int(np.float64(rel).view(np.int64)))
+                below_1e3 += rel < 0.001
+                below_5e3 += rel < 0.005
+                block_diff += d * d
+                xs = x * mul_a
+                ys = y * mul_b
+                block_ab += xs * ys
+                block_a += xs * xs
+                block_b += ys * ys
+            ss_diff += block_diff
+            dot_ab += block_ab
+            ss_a += block_a
+            ss_b += block_b
+        rows[k, 0] = np.int64(max_abs_bits).view(np.float64)
+        rows[k, 1] = np.int64(max_rel_bits).view(np.float64)
+        rows[k, 2] = below_1e3
+        rows[k, 3] = below_5e3
+        rows[k, 4] = ss_diff
+        rows[k, 5] = dot_ab
+        rows[k, 6] = ss_a
+        rows[k, 7] = ss_b
+
+
+_FusedKernel = Callable[[np.ndarray, np.ndarray, int, float, float, float, F64], None]
+
+
+@functools.cache
+def _fused_kernel() -> _FusedKernel:
+    """:func:`_fused_chunk_rows` compiled by numba (imported here, on the first array of more than one chunk).
+
+    ``nogil`` (worker threads run it in parallel), ``error_model="numpy"`` (a division by zero gives
+    Inf/NaN instead of raising, so the loop has no branch; the divisors are never zero), ``fastmath``
+    ``reassoc`` only (lets the loop be vectorised; see :func:`compute_tensor_metrics`), ``cache=True``:
+    the machine code for each argument type (read-only float32 and float64 arrays; ~0.3-0.8 s to
+    compile each) is written beside this file (``__pycache__/metrics._fused_chunk_rows-<line>.py311.nbi``
+    and ``.nbc``; in ``NUMBA_CACHE_DIR`` when that is set, in numba's user-wide cache directory when
+    ``__pycache__`` is not writable) and loaded from there by later processes, until this file changes.
+    """
+    import numba  # ~0.3 s: imported only when a tensor needs it
+
+    kernel: _FusedKernel = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(
+        _fused_chunk_rows
+    )
+    return kernel
+
+
+def _kernel_input(x: np.ndarray) -> np.ndarray:
+    """``x`` as the kernel takes it: a read-only ndarray view (memmaps and buffers alike, so that numba
+    compiles one version per dtype and not one per subclass or writability)."""
+    view = np.asarray(x).view(np.ndarray)
+    view.flags.writeable = False
+    return view
+
+
+#: dtypes the fused kernel reads in place (others are upcast into float64 buffers chunk by chunk).
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class _ChunkReader:
-    """Chunk ``k`` of two equal-size arrays as float64 (views into per-thread buffers).
+    """Chunks of two equal-size arrays for the fused kernel.
 
-    Buffers are per thread (``threading.local``), created on a thread's first chunk.
+    ``direct``: both are C-contiguous float32 (or both float64) and the kernel reads them in place
+    (:meth:`flat_range`); otherwise :meth:`read` upcasts chunk ``k`` of each into a float64 buffer of
+    the calling thread (``threading.local``, made on a thread's first chunk).
     """
 
     def __init__(self, arr_a: np.ndarray, arr_b: np.ndarray) -> None:
@@ -396,162 +524,137 @@ class _ChunkReader:
         self.flats = tuple(x.reshape(-1) if x.flags.c_contiguous else None for x in (arr_a, arr_b))
         self.numel = int(arr_a.size)
         self.count = -(-self.numel // CHUNK_ELEMENTS)
+        self.direct = (
+            self.flats[0] is not None and self.flats[1] is not None
+            and arr_a.dtype == arr_b.dtype and arr_a.dtype in _KERNEL_DTYPES
+        )
         self.local = threading.local()
 
-    def buffers(self) -> tuple[F64, F64, F64, F64, NDArray[np.bool_]]:
+    def flat_range(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Chunks ``first`` to ``stop - 1`` of both arrays, in place (``direct`` only)."""
+        fa, fb = self.flats
+        assert fa is not None and fb is not None
+        lo, hi = first * CHUNK_ELEMENTS, min(stop * CHUNK_ELEMENTS, self.numel)
+        return _kernel_input(fa[lo:hi]), _kernel_input(fb[lo:hi])
+
+    def read(self, k: int) -> tuple[F64, F64]:
+        """Chunk ``k`` of ``a`` and ``b`` as float64 (views into this thread's two buffers)."""
         bufs = getattr(self.local, "bufs", None)
         if bufs is None:
-            bufs = (*(np.empty(CHUNK_ELEMENTS, np.float64) for _ in range(4)), np.empty(CHUNK_ELEMENTS, np.bool_))
-            self.local.bufs = bufs
-        return bufs
-
-    def read(self, k: int) -> tuple[F64, F64, F64, F64, NDArray[np.bool_]]:
-        """Chunk ``k`` of ``a`` and ``b`` as float64, and two float64 and one bool scratch buffers."""
+            bufs = self.local.bufs = (np.empty(CHUNK_ELEMENTS, np.float64), np.empty(CHUNK_ELEMENTS, np.float64))
         start = k * CHUNK_ELEMENTS
         stop = min(start + CHUNK_ELEMENTS, self.numel)
         n = stop - start
-        buf_a, buf_b, buf_d, buf_r, buf_m = self.buffers()
-        for flat, src, buf in zip(self.flats, self.sources, (buf_a, buf_b), strict=True):
+        for flat, src, buf in zip(self.flats, self.sources, bufs, strict=True):
             np.copyto(buf[:n], flat[start:stop] if flat is not None else src.flat[start:stop], casting="unsafe")
-        return buf_a[:n], buf_b[:n], buf_d[:n], buf_r[:n], buf_m[:n]
+        return bufs[0][:n], bufs[1][:n]
 
 
-def _finite_part(ca: F64, cb: F64, part: _Partial) -> tuple[F64, F64] | None:
-    """Count the non-finite positions of a chunk into ``part``; the chunk's positions finite on both
-    sides (copies), or None when non-finite values disagree."""
+def _finite_part(ca: F64, cb: F64) -> tuple[NonFiniteAgreement, tuple[F64, F64] | None]:
+    """The non-finite agreement of a chunk, and its positions finite on both sides (copies, or the
+    chunk itself when all are finite), or None when non-finite values disagree."""
     nf = compute_nonfinite_agreement(ca, cb)
-    part.count_a, part.count_b, part.agreeing, part.disagreeing = (
-        nf.count_a, nf.count_b, nf.agreeing, nf.disagreeing)
     if nf.disagreeing:
-        return None
+        return nf, None
     if nf.agreeing:
         keep = np.isfinite(ca) & np.isfinite(cb)
-        return ca[keep], cb[keep]
-    return ca, cb
+        return nf, (ca[keep], cb[keep])
+    return nf, (ca, cb)
 
 
-def _chunk_scales(reader: _ChunkReader, k: int) -> _Partial:
-    """First pass of the scaled path: non-finite counts and max-abs of each side's compared values."""
-    ca, cb, _, _, _ = reader.read(k)
-    part = _Partial()
-    scale_a = max(float(ca.max()), -float(ca.min()))
-    scale_b = max(float(cb.max()), -float(cb.min()))
-    if not (math.isfinite(scale_a) and math.isfinite(scale_b)):
-        pair = _finite_part(ca, cb, part)
-        if pair is None or pair[0].size == 0:
-            return part
-        ca, cb = pair
-        scale_a = max(float(ca.max()), -float(ca.min()))
-        scale_b = max(float(cb.max()), -float(cb.min()))
-    part.scale_a, part.scale_b = scale_a, scale_b
-    return part
+def _max_abs(x: F64) -> float:
+    return max(float(x.max()), -float(x.min())) if x.size else 0.0
 
 
-#: Block length of :func:`_blocked_dot`: below OpenBLAS's threading threshold for ``ddot`` (10,000 elements).
-_DOT_BLOCK = 8192
+def _chunk_scales(reader: _ChunkReader, k: int) -> tuple[NonFiniteAgreement | None, float, float]:
+    """First pass of the scaled path: chunk ``k``'s non-finite agreement (None when all finite) and the
+    max-abs of each side's compared values."""
+    ca, cb = reader.read(k)
+    scale_a, scale_b = _max_abs(ca), _max_abs(cb)
+    if math.isfinite(scale_a) and math.isfinite(scale_b):
+        return None, scale_a, scale_b
+    nf, pair = _finite_part(ca, cb)
+    if pair is None:
+        return nf, 0.0, 0.0
+    return nf, _max_abs(pair[0]), _max_abs(pair[1])
 
 
-def _blocked_dot(x: F64, y: F64) -> float:
-    """``Σ x·y`` of two contiguous float64 vectors: one BLAS ``ddot`` per block of :data:`_DOT_BLOCK`
-    elements (one batched ``matmul`` call), the block sums added by ``np.sum``, then the remainder's ``ddot``.
-
-    The blocks keep each ``ddot`` single-threaded, so the summation order does not depend on
-    OpenBLAS's thread count, and worker threads do not contend for OpenBLAS's threads.
-    """
-    n = x.size
-    full = n - n % _DOT_BLOCK
-    total = 0.0
-    if full:
-        blocks = np.matmul(x[:full].reshape(-1, 1, _DOT_BLOCK), y[:full].reshape(-1, _DOT_BLOCK, 1))
-        total = float(blocks.sum())
-    if full < n:
-        total += float(np.dot(x[full:], y[full:]))
-    return total
+def _power_of_two_scale(max_abs: float) -> float:
+    """``2**-e`` with ``2**(e-1) <= max_abs < 2**e`` (multiplying by it is exact and brings ``max_abs`` into
+    [0.5, 1)), at most ``2**1023``; 1.0 for 0."""
+    if max_abs == 0.0:
+        return 1.0
+    return math.ldexp(1.0, min(-math.frexp(max_abs)[1], 1023))
 
 
-def _chunk_metrics(reader: _ChunkReader, k: int, floor: float, scales: tuple[float, float] | None) -> _Partial:
-    """Everything chunk ``k`` contributes; ``scales`` divide each side before the dot products."""
-    ca, cb, buf_d, buf_r, buf_m = reader.read(k)
-    part = _Partial()
-    d = np.subtract(ca, cb, out=buf_d)  # inf - inf gives NaN (no warning: see _map_chunks); rechecked below
-    np.abs(d, out=d)
-    max_abs = float(d.max())
-    if not math.isfinite(max_abs):  # a non-finite value on either side (or a float64 difference overflowed)
-        pair = _finite_part(ca, cb, part)
-        if pair is None or pair[0].size == 0:
-            return part
-        ca, cb = pair
-        d = np.subtract(ca, cb, out=buf_d[: ca.size])
-        np.abs(d, out=d)
-        max_abs = float(d.max())
-        buf_r, buf_m = buf_r[: ca.size], buf_m[: ca.size]
-    part.compared = int(ca.size)
-    part.max_abs = max_abs
-    part.ss_diff = _blocked_dot(d, d)
-    rel = np.abs(cb, out=buf_r)
-    if float(rel.min()) < floor:  # most chunks have no |b| below the floor: skip the slower np.maximum
-        np.maximum(rel, floor, out=rel)
-    np.divide(d, rel, out=rel)
-    part.max_rel = float(rel.max())
-    part.below_1e3 = int(np.count_nonzero(np.less(rel, 0.001, out=buf_m)))
-    part.below_5e3 = int(np.count_nonzero(np.less(rel, 0.005, out=buf_m)))
-    if scales is not None:
-        ca = np.divide(ca, scales[0], out=ca) if scales[0] > 0.0 else ca
-        cb = np.divide(cb, scales[1], out=cb) if scales[1] > 0.0 else cb
-    part.dot_ab = _blocked_dot(ca, cb)
-    part.ss_a = _blocked_dot(ca, ca)
-    part.ss_b = _blocked_dot(cb, cb)
-    return part
-
-
-def _map_chunks(reader: _ChunkReader, fn: Callable[[int], _Partial]) -> list[_Partial]:
-    """``fn`` of every chunk index, in chunk order (on up to :data:`CHUNK_WORKERS` threads)."""
-    count = reader.count
+def _map_chunk_ranges(count: int, fn: Callable[[int, int], list[_T]]) -> list[_T]:
+    """``fn(first, stop)`` over contiguous ranges of the ``count`` chunks, concatenated in chunk order
+    (on up to :data:`CHUNK_WORKERS` threads, one range each)."""
     workers = max(1, min(CHUNK_WORKERS, count // _CHUNKS_PER_WORKER))
+    bounds = [count * w // workers for w in range(workers + 1)]
 
-    def stride(first: int) -> list[_Partial]:  # chunks first, first + workers, ...
-        # NumPy's floating-point error state is per thread.  Overflow (float64 differences or sums beyond
-        # 1.8e308) and invalid operations (inf - inf in a chunk holding non-finite values, which is then
-        # rechecked) show in the results as inf / NaN, so they are not also warned about.
+    def run(w: int) -> list[_T]:
+        # NumPy's floating-point error state is per thread: overflow (float64 differences, sums or upcasts
+        # beyond 1.8e308) and invalid operations show in the results as inf / NaN and are rechecked, so they
+        # are not also warned about.
         with np.errstate(over="ignore", invalid="ignore"):
-            return [fn(k) for k in range(first, count, workers)]
+            return fn(bounds[w], bounds[w + 1])
 
     if workers == 1:
-        return stride(0)
-
-    with ThreadPoolExecutor(max_workers=workers - 1) as pool:  # this thread takes the first stride
-        others = [pool.submit(stride, first) for first in range(1, workers)]
-        strides = [stride(0), *(f.result() for f in others)]
-    return [strides[k % workers][k // workers] for k in range(count)]
+        return run(0)
+    with ThreadPoolExecutor(max_workers=workers - 1) as pool:  # this thread takes the first range
+        others = [pool.submit(run, w) for w in range(1, workers)]
+        parts = run(0)
+        for f in others:
+            parts.extend(f.result())
+    return parts
 
 
 def _tensor_metrics_streamed(arr_a: np.ndarray, arr_b: np.ndarray, floor: float) -> TensorMetrics:
     """The chunked computation (see :func:`compute_tensor_metrics`)."""
     reader = _ChunkReader(arr_a, arr_b)
-    numel = reader.numel
+    numel, count = reader.numel, reader.count
     scales: tuple[float, float] | None = None
     if _needs_scaling(arr_a.dtype) or _needs_scaling(arr_b.dtype):
-        first = _map_chunks(reader, lambda k: _chunk_scales(reader, k))
-        if any(p.disagreeing for p in first):
-            return TensorMetrics(*_NOTHING, numel, 0, _sum_nonfinite(first), floor, ())
-        scales = (max(p.scale_a for p in first), max(p.scale_b for p in first))
-    parts = _map_chunks(reader, lambda k: _chunk_metrics(reader, k, floor, scales))
-    nonfinite = _sum_nonfinite(parts)
+        first = _map_chunk_ranges(count, lambda lo, hi: [_chunk_scales(reader, k) for k in range(lo, hi)])
+        counted = [nf for nf, _, _ in first if nf is not None]
+        if any(nf.disagreeing for nf in counted):
+            return TensorMetrics(*_NOTHING, numel, 0, _sum_nonfinite(counted), floor, ())
+        scales = (max(s for _, s, _ in first), max(s for _, _, s in first))
+    mul_a, mul_b = (1.0, 1.0) if scales is None else (_power_of_two_scale(scales[0]), _power_of_two_scale(scales[1]))
+    kernel = _fused_kernel()
+    rows = np.empty((count, len(_ROW_COLUMNS)), np.float64)
+
+    def fill(lo: int, hi: int) -> list[None]:
+        if reader.direct:
+            kernel(*reader.flat_range(lo, hi), CHUNK_ELEMENTS, floor, mul_a, mul_b, rows[lo:hi])
+        else:
+            for k in range(lo, hi):
+                ca, cb = reader.read(k)
+                kernel(_kernel_input(ca), _kernel_input(cb), CHUNK_ELEMENTS, floor, mul_a, mul_b, rows[k: k + 1])
+        return []
+
+    _map_chunk_ranges(count, fill)
+    counted = []
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf while counting: see _map_chunk_ranges
+        for k in np.flatnonzero(~np.isfinite(rows[:, _MAX_ABS])).tolist():
+            # a NaN or ±Inf in the chunk (or an overflowed float64 difference: then nothing is non-finite)
+            nf, pair = _finite_part(*reader.read(k))
+            counted.append(nf)
+            if pair is not None and nf.agreeing:
+                kernel(_kernel_input(pair[0]), _kernel_input(pair[1]), CHUNK_ELEMENTS, floor, mul_a, mul_b,
+                       rows[k: k + 1])
+    nonfinite = _sum_nonfinite(counted)
     if nonfinite.disagreeing:
         return TensorMetrics(*_NOTHING, numel, 0, nonfinite, floor, ())
-    compared = sum(p.compared for p in parts)
+    compared = numel - nonfinite.agreeing
     notes: list[str] = []
     if nonfinite.agreeing:
         notes.append(_left_out_note(nonfinite.agreeing, compared))
     if compared == 0:
         return TensorMetrics(*_NOTHING, numel, 0, nonfinite, floor, tuple(notes))
-    ss_diff = dot_ab = ss_a = ss_b = 0.0
-    for p in parts:  # in chunk order
-        ss_diff += p.ss_diff
-        dot_ab += p.dot_ab
-        ss_a += p.ss_a
-        ss_b += p.ss_b
-    max_abs = max(p.max_abs for p in parts)
+    ss_diff, dot_ab, ss_a, ss_b = (math.fsum(rows[:, j].tolist()) for j in (_SS_DIFF, _DOT_AB, _SS_A, _SS_B))
+    max_abs = float(rows[:, _MAX_ABS].max())
     a_zero, b_zero = (ss_a == 0.0, ss_b == 0.0) if scales is None else (scales[0] == 0.0, scales[1] == 0.0)
     cosine: float | None
     if compared < 2 or a_zero != b_zero:
@@ -564,9 +667,9 @@ def _tensor_metrics_streamed(arr_a: np.ndarray, arr_b: np.ndarray, floor: float)
     return TensorMetrics(
         cosine=cosine,
         max_abs_err=max_abs,
-        max_relative_err=max(p.max_rel for p in parts),
-        one_thousandth_err_ratio=sum(p.below_1e3 for p in parts) / compared,
-        five_thousandths_err_ratio=sum(p.below_5e3 for p in parts) / compared,
+        max_relative_err=float(rows[:, _MAX_REL].max()),
+        one_thousandth_err_ratio=int(rows[:, _BELOW_1E3].sum()) / compared,
+        five_thousandths_err_ratio=int(rows[:, _BELOW_5E3].sum()) / compared,
         euc_dist=math.sqrt(ss_diff),
         numel=numel,
         compared=compared,
@@ -576,7 +679,7 @@ def _tensor_metrics_streamed(arr_a: np.ndarray, arr_b: np.ndarray, floor: float)
     )
 
 
-def _sum_nonfinite(parts: list[_Partial]) -> NonFiniteAgreement:
+def _sum_nonfinite(parts: list[NonFiniteAgreement]) -> NonFiniteAgreement:
     return NonFiniteAgreement(
         sum(p.count_a for p in parts), sum(p.count_b for p in parts),
         sum(p.agreeing for p in parts), sum(p.disagreeing for p in parts),

@@ -6,14 +6,16 @@ Each worker reads its pair again from the unit directories (:class:`UnitTask`, e
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from msprobe_cmp.comparator.mapping import NameMapping
 from msprobe_cmp.comparator.result import Mode, UnitComparison
 from msprobe_cmp.comparator.rules import Rules
-from msprobe_cmp.comparator.units import NoiseMap, compare_units
+from msprobe_cmp.comparator.spool import spool_rows
+from msprobe_cmp.comparator.units import NoiseMap, UnitFacts, compare_units
 from msprobe_cmp.dump.reader import (
     TensorLoader,
     load_rank_dump,
@@ -53,9 +55,13 @@ def _registered_loaders() -> tuple[tuple[str, TensorLoader], ...]:
     return tuple((suffix, loader) for suffix in (".pt",) if (loader := tensor_loader_for(suffix)) is not None)
 
 
-def compare_unit_task(task: UnitTask) -> UnitComparison:
+def compare_unit_task(task: UnitTask) -> tuple[UnitComparison, UnitFacts, UnitFacts]:
     """Read the unit pair of ``task`` from disk and compare it (:func:`compare_units`): the function a worker
     runs for ``--jobs`` / ``--scheduler``.  Deterministic: the same pair gives the same result in any process.
+
+    Returns:
+        The unit comparison and the :class:`~msprobe_cmp.comparator.units.UnitFacts` of A's and B's unit (what the
+        parent sums up without reading the entries itself).
 
     Raises:
         msprobe_cmp.errors.DumpFormatError: a unit's files became unreadable since the parent read them.
@@ -66,7 +72,8 @@ def compare_unit_task(task: UnitTask) -> UnitComparison:
     with paused_gc():
         unit_a = load_rank_dump(Path(task.dir_a), task.step_a, task.rank_a)
         unit_b = load_rank_dump(Path(task.dir_b), task.step_b, task.rank_b)
-        return compare_units(unit_a, unit_b, task.mode, task.rules, noise=task.noise, mapping=task.mapping)
+        compared = compare_units(unit_a, unit_b, task.mode, task.rules, noise=task.noise, mapping=task.mapping)
+        return compared, UnitFacts.of(unit_a, task.mapping), UnitFacts.of(unit_b, task.mapping)
 
 
 def _compare_in_parallel(
@@ -75,37 +82,53 @@ def _compare_in_parallel(
     jobs: int,
     scheduler: str | None,
     progress: Callable[[int, int, str], None] | None,
-) -> tuple[UnitComparison, ...]:
-    """:func:`compare_unit_task` of every task on ``scheduler`` (Dask) or a ``spawn`` pool of ``jobs``
-    processes (fork can hang once MindSpore or torch ran in the parent), results in task order.
+    spool: Path | None = None,
+) -> tuple[tuple[UnitComparison, UnitFacts, UnitFacts], ...]:
+    """:func:`compare_unit_task` of every task on ``scheduler`` (Dask), in a ``spawn`` pool of ``jobs``
+    processes (fork can hang once MindSpore or torch ran in the parent), or, with ``jobs`` 1 and no scheduler, one
+    after the other in this process; results in task order.
 
-    ``labels`` name the tasks' units for ``progress``; ``jobs``, ``scheduler`` and ``progress`` are those of
-    :class:`msprobe_cmp.comparator.compare.CompareOptions`."""
+    ``labels`` name the tasks' units for ``progress``; ``jobs``, ``scheduler``, ``progress`` and ``spool`` are those
+    of :class:`msprobe_cmp.comparator.compare.CompareOptions`: with ``spool``, each unit's rows are written to a file
+    there as the unit comes back (:func:`~msprobe_cmp.comparator.spool.spool_rows`) and the unit keeps the file's
+    stand-in, so that only one unit's rows at a time are held here."""
     total = len(tasks)
     if progress is not None:
         progress(0, total, labels[0])
-    results: list[UnitComparison] = []
+    results: list[tuple[UnitComparison, UnitFacts, UnitFacts]] = []
+    for k, (unit, facts_a, facts_b) in enumerate(_results_in_order(tasks, jobs, scheduler)):
+        if spool is not None:
+            unit = replace(unit, rows=spool_rows(unit.rows, spool, f"unit{k:07d}.pkl"))  # type: ignore[arg-type]
+        results.append((unit, facts_a, facts_b))
+        if progress is not None and k + 1 < total:
+            progress(k + 1, total, labels[k + 1])
+    if progress is not None:
+        progress(total, total, "")
+    return tuple(results)
+
+
+def _results_in_order(
+    tasks: list[UnitTask], jobs: int, scheduler: str | None
+) -> Iterator[tuple[UnitComparison, UnitFacts, UnitFacts]]:
+    """:func:`compare_unit_task` of each task, in task order, on Dask, in a process pool or here
+    (:func:`_compare_in_parallel`).  A Dask result is released on the cluster once received."""
     if scheduler is not None:
         try:
             from distributed import Client
         except ImportError:
             raise ConfigError("--scheduler needs Dask: pip install 'msprobe-cmp[dask]'") from None
         with Client(scheduler) as client:
-            futures = client.map(compare_unit_task, tasks, pure=False)
-            for k, future in enumerate(futures):
-                results.append(future.result())
-                if progress is not None and k + 1 < total:
-                    progress(k + 1, total, labels[k + 1])
+            futures: list[Any] = client.map(compare_unit_task, tasks, pure=False)
+            for k in range(len(futures)):
+                future, futures[k] = futures[k], None
+                yield future.result()
+                future.release()
+    elif jobs == 1:
+        for task in tasks:
+            yield compare_unit_task(task)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        workers = min(jobs, total)
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for k, unit in enumerate(pool.map(compare_unit_task, tasks)):
-                results.append(unit)
-                if progress is not None and k + 1 < total:
-                    progress(k + 1, total, labels[k + 1])
-    if progress is not None:
-        progress(total, total, "")
-    return tuple(results)
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            yield from pool.map(compare_unit_task, tasks)

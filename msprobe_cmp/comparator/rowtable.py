@@ -270,6 +270,25 @@ class RowTable(Sequence["ComparisonRow"]):
         """Every column by name (:attr:`COLUMNS` order)."""
         return {name: getattr(self, name) for name in self.COLUMNS}
 
+    def window(self, start: int, stop: int) -> RowTable:
+        """The rows ``start`` to ``stop`` (exclusive; clipped to the table, as a slice is) as a table of their own:
+        its columns are views of this table's (nothing is copied) and it shares the string, tuple, stack and shape
+        tables, so every code means what it means here.  Row ``k`` of the window is row ``start + k`` of this
+        table.  For code that reads a large table a bounded chunk of rows at a time (the reports)."""
+        return RowTable(self.strings, self.tuples, self.stacks, self.shapes,
+                        **{name: column[start:stop] for name, column in self.columns().items()})
+
+    def take(self, rows: np.ndarray) -> RowTable:
+        """The rows ``rows`` (int [m]: row indexes, in the order given) as a table of their own: its columns are
+        copies of theirs (``column[rows]``) and it shares the string, tuple, stack and shape tables.  Row ``k`` of the
+        result is row ``rows[k]`` of this table.
+
+        Raises:
+            IndexError: an index out of range.
+        """
+        return RowTable(self.strings, self.tuples, self.stacks, self.shapes,
+                        **{name: column[rows] for name, column in self.columns().items()})
+
     # -- decoding helpers -------------------------------------------------------------------------------------------
     def text(self, code: int) -> str | None:
         """The string of ``code`` (None for -1)."""

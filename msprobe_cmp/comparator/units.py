@@ -8,14 +8,21 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from msprobe_cmp.comparator.fused import fused_records, match_with_fused
 from msprobe_cmp.comparator.localise import localise
-from msprobe_cmp.comparator.mapping import NameMapping, Namespace, build_unit_views, framework_namespace
+from msprobe_cmp.comparator.mapping import (
+    NameMapping,
+    Namespace,
+    build_unit_views,
+    framework_namespace,
+    label_contradiction,
+    unused_mapping_keys,
+)
 from msprobe_cmp.comparator.matching import RowPair, match_entries, match_views
 from msprobe_cmp.comparator.outcomes import (
     Outcome,
@@ -23,6 +30,7 @@ from msprobe_cmp.comparator.outcomes import (
     can_compare_as_columns,
     compare_row,
     compare_statistics_columns,
+    has_checksum,
     judge_zero_gradient,
     statistics_outcome_of_failing,
     thresholds_and_floor,
@@ -97,6 +105,56 @@ def _within_noise(metrics: tuple[tuple[str, float | None], ...], noise: RowNoise
     cos_text = "" if noise.cosine is None else f", Cosine {noise.cosine:.6g}"
     return (f"within run-to-run noise: the rerun of B differs from B by "
             f"{_noise_mae_text(noise_mae, noise.lower_bound)}{cos_text} (tolerance {factor:g}x)")
+
+
+@dataclass(frozen=True)
+class UnitFacts:
+    """What summing up a comparison of many units needs to know of one unit beyond its header, worked out where
+    the unit's entries are read: in the comparing process, or on the worker that compares the unit
+    (:func:`~msprobe_cmp.comparator.parallel.compare_unit_task`), so that a parent handing units to workers never
+    holds their entries.
+
+    Attributes:
+        entries: number of entries.
+        leaves: number of leaves (the rows the unit gives when it has no partner).
+        has_md5: whether some tensor leaf carries a checksum (md5 mode needs both sides to).
+        namespace: the unit's name space (:func:`~msprobe_cmp.comparator.mapping.framework_namespace`).
+        contradiction: the sentence of :func:`~msprobe_cmp.comparator.mapping.label_contradiction`, or None.
+        unused_cells, unused_apis: for a MindSpore unit, the user's mapping keys that match none of its entries
+            (:func:`~msprobe_cmp.comparator.mapping.unused_mapping_keys`); () for any other unit.
+    """
+
+    entries: int
+    leaves: int
+    has_md5: bool
+    namespace: Namespace | None
+    contradiction: str | None = None
+    unused_cells: tuple[str, ...] = ()
+    unused_apis: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, unit: RankDump, mapping: NameMapping | None = None) -> UnitFacts:
+        """The facts of the loaded ``unit`` (its entries read), with ``mapping``'s keys checked against it.
+
+        Raises:
+            ValueError: ``unit`` is a scanned unit (:func:`~msprobe_cmp.dump.reader.scan_dump`), without entries.
+        """
+        if unit.scanned:
+            raise ValueError(f"{unit.label}: only the header was read; its facts come from the unit's entries")
+        leaves = 0
+        has_md5 = False
+        for e in unit.entries:
+            flat = e.leaf_tuple()
+            leaves += len(flat)
+            if not has_md5:
+                has_md5 = any(isinstance(leaf, TensorLeaf) and has_checksum(leaf) for _, leaf in flat)
+        namespace = framework_namespace(unit.meta.framework, unit.entries)
+        cells: list[str] = []
+        apis: list[str] = []
+        if namespace == "mindspore" and mapping is not None and (mapping.cells or mapping.apis):
+            cells, apis = unused_mapping_keys(mapping, unit.entries)
+        return cls(len(unit.entries), leaves, has_md5, namespace,
+                   label_contradiction(unit.meta.framework, unit.entries), tuple(cells), tuple(apis))
 
 
 def unit_namespaces(unit_a: RankDump, unit_b: RankDump) -> tuple[Namespace | None, Namespace | None]:
@@ -177,7 +235,7 @@ def _apply_declared_gaps(
             if reason is not None:
                 note = f"{missing_side}'s recorder declared it could not capture this"
                 note += f": {reason}" if reason else ""
-                pair = replace(pair, match_class="not_captured", notes=(note, *pair.notes))
+                pair = pair._replace(match_class="not_captured", notes=(note, *pair.notes))
         out.append(pair)
     return tuple(out)
 
@@ -247,7 +305,13 @@ def compare_units(
         mapping: the user's mapping files; when the units are different frameworks (MindSpore against
             PyTorch / mindtorch) their entries are paired through the built-in tables and these files
             (:mod:`msprobe_cmp.comparator.mapping`), otherwise by name.
+
+    Raises:
+        ValueError: a unit of :func:`~msprobe_cmp.dump.reader.scan_dump` (its entries were not read).
     """
+    for unit in (unit_a, unit_b):
+        if unit.scanned:
+            raise ValueError(f"{unit.label}: only the header was read (scan_dump): load the unit to compare it")
     pairs = _apply_declared_gaps(
         _match_unit(unit_a, unit_b, mapping), unit_a.meta.not_captured_items, unit_b.meta.not_captured_items
     )

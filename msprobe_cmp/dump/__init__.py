@@ -1,7 +1,7 @@
 """The dump format: the contract shared by the recorder (writes it) and the comparator (reads it)."""
 
 from msprobe_cmp.dump.naming import ParsedName, api_name, cell_name, parameters_grad_name, parse_name, tensor_file_name
-from msprobe_cmp.dump.reader import Dump, RankDump, load_dump
+from msprobe_cmp.dump.reader import Dump, RankDump, load_dump, scan_dump
 from msprobe_cmp.dump.schema import STAT_KEYS, DumpMeta, Entry, JsonObject, Map, Node, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.dump.writer import DumpWriter
 
@@ -22,6 +22,7 @@ __all__ = [
     "api_name",
     "cell_name",
     "load_dump",
+    "scan_dump",
     "parameters_grad_name",
     "parse_name",
     "tensor_file_name",

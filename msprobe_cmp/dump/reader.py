@@ -167,18 +167,135 @@ def _parse_json(file: Path, raw: bytes) -> Any:
 
 def _parse_json_stdlib(file: Path, raw: bytes) -> Any:
     """:func:`_parse_json` by the standard library's decoder, for what msgspec's refuses or drops."""
+    text = _utf8(file, raw)
+    with _json_errors(file):
+        return json.loads(text, object_pairs_hook=_reject_duplicates(file))
+
+
+def _utf8(file: Path, raw: bytes) -> str:
+    """``raw`` decoded from UTF-8; raises DumpFormatError naming the first bad byte."""
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DumpFormatError(file, None, f"not UTF-8 (byte {exc.start})") from None
+
+
+@contextmanager
+def _json_errors(file: Path) -> Iterator[None]:
+    """Turn the standard library decoder's errors inside the block into DumpFormatError naming ``file`` (line and
+    column of a syntax error; an integer literal too long; nesting too deep for the interpreter)."""
     try:
-        return json.loads(text, object_pairs_hook=_reject_duplicates(file))
+        yield
     except json.JSONDecodeError as exc:
         raise DumpFormatError(file, None, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except ValueError as exc:  # e.g. an integer literal longer than Python's int-string limit
         raise DumpFormatError(file, None, f"invalid JSON: {str(exc)[:120]}") from None
     except RecursionError:
         raise DumpFormatError(file, None, "JSON nested too deeply") from None
+
+
+#: An object's members, their values left undecoded (msgspec still checks their syntax).
+_decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+
+
+def _colons(raw: bytes) -> int:
+    """The ``:`` of ``raw``, each ``\\u003a`` escape counted as one more (see :func:`read_dump_json`)."""
+    colons = raw.count(b":")
+    if b"\\u003" in raw:
+        colons += raw.count(b"\\u003a") + raw.count(b"\\u003A")
+    return colons
+
+
+#: What :func:`read_dump_json` gives: the top level without ``data``, and ``data``'s members one at a time.
+DumpJson = tuple[Any, "Iterator[tuple[str, Any]] | None"]
+
+
+def read_dump_json(file: Path, raw: bytes | None = None) -> DumpJson:
+    """Parse a dump.json with the guarantees of :func:`read_json`, but one ``data`` member at a time: the file's
+    Python tree is never built whole; the bytes, the header and the entry being read are all that is held.
+
+    msgspec splits the file (``dict[str, msgspec.Raw]``: its syntax is checked, the values are left as byte spans),
+    then decodes the header values and, as they are asked for, each entry's span.  A file it refuses (``NaN`` or
+    ``Infinity`` tokens, invalid JSON, a top level that is not an object, deep nesting) is read by the standard
+    library's decoder instead, the same way (:func:`_read_dump_json_stdlib`), which reads the tokens as floats
+    and gives the errors with line and column.  An entry msgspec refuses after the split (a number beyond float
+    range, say) is read by the standard library's decoder, once that has read the whole file without error.
+
+    Duplicate keys (msgspec keeps a repeated key's last value): every object member is written with exactly one
+    ``:`` outside strings, and msgspec's encoder writes no ``:`` but one per member and the ones inside strings,
+    unescaped.  So when no member was dropped anywhere, the file's colons (a ``\\u003a`` escape counted as one)
+    equal the sum, over the pieces decoded, of the colons of their encoding: per entry its encoding's, per object
+    split here (the top level, ``data``) its member count and the colons in its keys.  A dropped member takes its
+    own ``:`` with it, so a repeated key anywhere makes the counts differ; then the standard library's decoder
+    reads the whole file and names the key (an escaped backslash before ``u003a`` only makes the counts differ
+    too: then the file is found sound).  The counts are complete when the last entry has been read.
+
+    Args:
+        file: the file, read unless ``raw`` holds its bytes already.
+
+    Returns:
+        ``(top, entries)``.  When the top level is an object with a ``data`` object: ``top`` its members but
+        ``data``, parsed (dicts, lists, str, int, float, bool, None) and ``entries`` an iterator of ``(entry name,
+        parsed value)`` in file order.  Otherwise ``entries`` is None and ``top`` is the parsed file.
+
+    Raises:
+        DumpFormatError: what :func:`read_json` raises for the file, here or while iterating: an error in an entry,
+            or a repeated key anywhere, may be raised only when the iterator reaches it or its end, so exhaust it
+            (then every error :func:`read_json` would raise has been raised, the one it would have raised first).
+    """
+    if raw is None:
+        raw = _read_bytes(file)
+    try:
+        top = _decode_members(raw)
+        data = top.pop("data", None)
+        header = {key: _decode(value) for key, value in top.items()}
+        counted = len(top) + sum(key.count(":") + _encode(value).count(b":") for key, value in header.items())
+        members = None
+        if data is not None:
+            try:
+                members = _decode_members(data)
+            except msgspec.ValidationError:  # data is not an object
+                header["data"] = _decode(data)
+                counted += 1 + _encode(header["data"]).count(b":")  # the member "data" and its value
+    except (msgspec.DecodeError, RecursionError):  # msgspec.ValidationError (no object) is a DecodeError
+        return _read_dump_json_stdlib(file, raw)
+    if members is None:
+        if counted != _colons(raw):
+            _read_dump_json_stdlib(file, raw)  # raises the repeated key's error
+        return header, None
+    counted += 1 + len(members) + sum(name.count(":") for name in members)
+    return header, _entries(file, raw, members, counted)
+
+
+def _entries(file: Path, raw: bytes, members: dict[str, msgspec.Raw], counted: int) -> Iterator[tuple[str, Any]]:
+    """The ``(name, parsed value)`` of each member of ``data`` (:func:`read_dump_json`): ``members`` the spans,
+    ``counted`` the colons counted outside them so far."""
+    checked = False  # whether the standard library's decoder has read the whole file without error
+    for name, part in members.items():
+        try:
+            value = _decode(part)
+        except (msgspec.DecodeError, RecursionError):
+            if not checked:
+                _read_dump_json_stdlib(file, raw)  # raises the file's first error, if it has one
+                checked = True
+            value = _parse_json_stdlib(file, bytes(part))  # e.g. a number beyond float range: read as json reads it
+        else:
+            if not checked:
+                counted += _encode(value).count(b":")
+        yield name, value
+    if not checked and counted != _colons(raw):
+        _read_dump_json_stdlib(file, raw)  # raises the repeated key's error
+
+
+def _read_dump_json_stdlib(file: Path, raw: bytes) -> DumpJson:
+    """:func:`read_dump_json` by the standard library's decoder (:func:`_parse_json_stdlib`, which reads ``NaN`` and
+    ``Infinity`` tokens as floats, names a repeated key and gives line and column of a syntax error).  It builds the
+    file's tree whole: only the files msgspec refuses come here."""
+    obj = _parse_json_stdlib(file, raw)
+    if isinstance(obj, dict) and isinstance(obj.get("data"), dict):
+        data = obj.pop("data")
+        return obj, iter(data.items())
+    return obj, None
 
 
 def _load_stack(file: Path) -> Mapping[str, tuple[str, ...]]:
@@ -234,13 +351,17 @@ class RankDump:
         step: the step number from ``step<N>``, or None when the dump has no step directory.
         rank: the rank from ``rank<R>``, or None for a non-distributed ``rank`` / ``proc<pid>`` directory.
         meta: the dump.json header.
-        entries: the entries in file order (execution order, as recorded).
+        entries: the entries in file order (execution order, as recorded); empty for a unit of :func:`scan_dump`,
+            whose entries were not read (:attr:`scanned`; ``stack`` and ``construct`` are then empty too).
         stack: entry name → call-stack lines (forward entries).
         construct: entry name → parent cell entry name (None for top-level).
         json_name: the file the entries were read from (``dump.json``, or ``debug.json`` for the debug level).
         unread_json: when the directory holds both ``dump.json`` and ``debug.json`` (files of two recordings), the
             one not read, else None.  Only :attr:`json_name` is read: dump.json when the directory was given,
             debug.json when that file itself was given (or the directory holds no dump.json).
+        scanned: True for a unit of :func:`scan_dump`: only its header was read.
+        mentions_md5: for a unit of :func:`scan_dump` only, whether the file's bytes hold an ``"md5"`` key anywhere
+            (False: no leaf of it carries a checksum; True: some may); None for a loaded unit.
     """
 
     directory: Path
@@ -252,6 +373,8 @@ class RankDump:
     construct: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
     json_name: str = DUMP_JSON
     unread_json: str | None = None
+    scanned: bool = False
+    mentions_md5: bool | None = None
 
     @property
     def label(self) -> str:
@@ -261,7 +384,7 @@ class RankDump:
         return f"{step}/{rank}"
 
     def entry(self, name: str) -> Entry | None:
-        """The entry called ``name``, or None."""
+        """The entry called ``name``, or None (None too for a unit of :func:`scan_dump`)."""
         for e in self.entries:
             if e.name == name:
                 return e
@@ -463,18 +586,15 @@ def load_rank_dump(
     Raises:
         DumpFormatError: on any malformed file (naming the file and field).
     """
-    if file is None:
-        file = directory / DUMP_JSON
-        if not file.is_file() and (directory / DEBUG_JSON).is_file():
-            file = directory / DEBUG_JSON
-    obj = read_json(file)
-    if not isinstance(obj, dict):
-        raise DumpFormatError(file, None, "expected a JSON object at the top level")
-    data = obj.get("data")
-    if not isinstance(data, dict):
-        raise DumpFormatError(file, "data", "missing or not an object")
-    meta = meta_from_json(obj, file)
-    entries = entries_from_json(data, file, debug=file.name == DEBUG_JSON)
+    file = _unit_file(directory, file)
+    top, pairs = _read_unit_json(file, _read_bytes(file))
+    try:
+        meta = meta_from_json(top, file)
+        entries = entries_from_json(pairs, file, debug=file.name == DEBUG_JSON)
+    except DumpFormatError:
+        for _ in pairs:  # an error in the JSON further on is the one to give, as when the file is parsed whole
+            pass
+        raise
     return RankDump(
         directory=directory,
         step=step,
@@ -484,8 +604,7 @@ def load_rank_dump(
         stack=_load_stack(directory / STACK_JSON),
         construct=_load_construct(directory / CONSTRUCT_JSON),
         json_name=file.name,
-        unread_json=next((other for other in (DUMP_JSON, DEBUG_JSON)
-                          if other != file.name and file.parent == directory and (directory / other).is_file()), None),
+        unread_json=_unread_json(directory, file),
     )
 
 
@@ -496,6 +615,62 @@ def _rank_dirs(step_dir: Path) -> list[tuple[Path, int | None]]:
         if ok and child.is_dir() and ((child / DUMP_JSON).is_file() or (child / DEBUG_JSON).is_file()):
             found.append((child, rank))
     return found
+
+
+def scan_rank_dump(
+    directory: Path, step: int | None = None, rank: int | None = None, *, file: Path | None = None
+) -> RankDump:
+    """The unit :func:`load_rank_dump` loads, without its entries, stack.json and construct.json: the header only,
+    read without building the ``data`` object (the comparison of many ranks on Dask workers: the parent pairs the
+    units and picks the mode; the workers read the entries).
+
+    Returns:
+        A :class:`RankDump` whose ``scanned`` is True, ``entries`` empty and ``mentions_md5`` says whether the
+        file's bytes hold an ``"md5"`` key.
+
+    Raises:
+        DumpFormatError: the file cannot be read, is not a JSON object, has no ``data`` object or a malformed header
+            (:func:`read_dump_json`: a file msgspec refuses, with ``NaN`` tokens say, is parsed whole by the standard
+            library's decoder, once).  An error inside an entry, or a repeated key, is found by the worker that
+            loads the unit.
+    """
+    file = _unit_file(directory, file)
+    raw = _read_bytes(file)
+    top, _ = _read_unit_json(file, raw)  # the entries are left unread
+    return RankDump(
+        directory=directory, step=step, rank=rank, meta=meta_from_json(top, file), entries=(), scanned=True,
+        json_name=file.name, unread_json=_unread_json(directory, file), mentions_md5=b'"md5"' in raw,
+    )
+
+
+def _unit_file(directory: Path, file: Path | None) -> Path:
+    """The dump JSON of a unit: ``file`` when given, else ``<directory>/dump.json``, or its debug.json when it has
+    no dump.json."""
+    if file is None:
+        file = directory / DUMP_JSON
+        if not file.is_file() and (directory / DEBUG_JSON).is_file():
+            file = directory / DEBUG_JSON
+    return file
+
+
+def _read_unit_json(file: Path, raw: bytes) -> tuple[dict[str, Any], Iterator[tuple[str, Any]]]:
+    """:func:`read_dump_json` of a unit's file, whose bytes are ``raw``: its header and its entries' iterator.
+
+    Raises:
+        DumpFormatError: as :func:`read_dump_json`; or the top level is not an object, or has no ``data`` object.
+    """
+    top, pairs = read_dump_json(file, raw)
+    if not isinstance(top, dict):
+        raise DumpFormatError(file, None, "expected a JSON object at the top level")
+    if pairs is None:
+        raise DumpFormatError(file, "data", "missing or not an object")
+    return top, pairs
+
+
+def _unread_json(directory: Path, file: Path) -> str | None:
+    """:attr:`RankDump.unread_json` of a unit read from ``file`` in ``directory``."""
+    return next((other for other in (DUMP_JSON, DEBUG_JSON)
+                 if other != file.name and file.parent == directory and (directory / other).is_file()), None)
 
 
 def load_dump(path: str | Path) -> Dump:
@@ -509,10 +684,21 @@ def load_dump(path: str | Path) -> Dump:
             or any file is malformed.
     """
     with paused_gc():
-        return _load_dump(Path(path))
+        return _load_dump(Path(path), load_rank_dump)
 
 
-def _load_dump(p: Path) -> Dump:
+def scan_dump(path: str | Path) -> Dump:
+    """:func:`load_dump` with each unit's header only (:func:`scan_rank_dump`): the same units, steps and ranks,
+    found the same way, ``scanned`` and without entries.  For a parent that hands the units to workers (``--scheduler``,
+    ``--jobs``): its memory then does not grow with the size of the dumps.
+
+    Raises:
+        DumpFormatError: as :func:`load_dump`, for what the headers and the directory layout show.
+    """
+    return _load_dump(Path(path), scan_rank_dump)
+
+
+def _load_dump(p: Path, load: Callable[..., RankDump]) -> Dump:
     if not p.exists():
         raise DumpFormatError(p, None, "does not exist")
     if not (p.is_file() or p.is_dir()):
@@ -520,27 +706,27 @@ def _load_dump(p: Path) -> Dump:
     if p.is_file():
         if p.name != DUMP_JSON and p.suffix != ".json":
             raise DumpFormatError(p, None, "expected a dump.json or a dump directory")
-        return Dump(p, (_load_unit_with_context(p.parent, p),))
+        return Dump(p, (_load_unit_with_context(p.parent, p, load),))
     for name in (DUMP_JSON, DEBUG_JSON):
         if (p / name).is_file():
-            return Dump(p, (_load_unit_with_context(p, p / name),))
+            return Dump(p, (_load_unit_with_context(p, p / name, load),))
     step = _parse_step(p.name)
     ranks = _rank_dirs(p)
     if ranks:
-        return Dump(p, tuple(load_rank_dump(d, step, r) for d, r in ranks))
+        return Dump(p, tuple(load(d, step, r) for d, r in ranks))
     units: list[RankDump] = []
     for child in sorted(p.iterdir()):
         s = _parse_step(child.name)
         if s is None or not child.is_dir():
             continue
-        units.extend(load_rank_dump(d, s, r) for d, r in _rank_dirs(child))
+        units.extend(load(d, s, r) for d, r in _rank_dirs(child))
     if not units:
         raise DumpFormatError(p, None, "no dump.json or debug.json found (expected step<N>/rank<R>/dump.json below it)")
     units.sort(key=lambda u: (-1 if u.step is None else u.step, -1 if u.rank is None else u.rank))
     return Dump(p, tuple(units))
 
 
-def _load_unit_with_context(directory: Path, file: Path) -> RankDump:
+def _load_unit_with_context(directory: Path, file: Path, load: Callable[..., RankDump]) -> RankDump:
     ok, rank = _parse_rank(directory.name)
     step = _parse_step(directory.parent.name) if ok else None
-    return load_rank_dump(directory, step, rank if ok else None, file=file)
+    return load(directory, step, rank if ok else None, file=file)

@@ -1,4 +1,4 @@
-"""Typed records of the dump format (frozen dataclasses of plain values).
+"""Typed records of the dump format (frozen, slotted dataclasses of plain values).
 
 The on-disk layout is msprobe's (docs/design.md §1).  One ``dump.json`` holds a header
 (:class:`DumpMeta`) and ``data``: a mapping of entry names to :class:`Entry` records.  An
@@ -8,15 +8,16 @@ entry's fields hold nested nodes: :class:`Seq` (a JSON list), :class:`Map` (a JS
 input that needs none).
 
 Everything here is immutable and framework-free; conversion from and to JSON lives in
-:mod:`msprobe_cmp.dump.serde`.
+:mod:`msprobe_cmp.dump.serde`.  The records are built through their constructors and have ``__slots__`` (no
+per-instance ``__dict__``): a 100k-entry dump holds 300k tensor leaves, ~230 bytes each with their statistics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TypeVar, Union
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Union
 
 #: Format version our writer stamps into dump.json as ``msprobe_cmp_format`` (msprobe ignores the key).
 FORMAT_VERSION = 1
@@ -60,27 +61,20 @@ NOT_CAPTURED_STEP = "step"
 ENTRY_FLAG_FIELDS = frozenset({"is_recompute"})
 
 
-T = TypeVar("T")
-
-
-def build_frozen(cls: type[T], values: dict[str, object]) -> T:
-    """An instance of the frozen dataclass ``cls`` holding ``values`` (every field, by name), made without the
-    generated ``__init__``, whose per-field ``object.__setattr__`` makes it ~5x slower: for records built by
-    the hundred thousand (leaves, rows).  Equal to ``cls(**values)`` in every respect (fields, equality, hash,
-    repr); only for dataclasses without ``__post_init__``, ``__slots__`` or field validation.
-    """
-    obj = object.__new__(cls)
-    obj.__dict__.update(values)
-    return obj
-
-
 def compute_nonfinite_counts(extra: tuple[tuple[str, object], ...], numel: int) -> tuple[int, int, int] | None:
     """``(NaN, +Inf, -Inf)`` from a leaf's extra fields (:data:`NONFINITE_COUNT_KEYS`), or None when a count is
     absent or not a non-negative integer at most ``numel`` (an integral float such as ``1.0`` is accepted).
 
-    The rule of :attr:`TensorLeaf.nonfinite_counts`; the reader's fast path calls it once per leaf while
-    loading.  A key given twice counts with its last value.
+    The rule of :attr:`TensorLeaf.nonfinite_counts`.  A key given twice counts with its last value.
     """
+    if len(extra) == 3:  # what our recorder writes: the three counts, in order, as plain ints
+        (k0, n), (k1, p), (k2, m) = extra
+        if (
+            (k0, k1, k2) == NONFINITE_COUNT_KEYS
+            and type(n) is int and type(p) is int and type(m) is int
+            and 0 <= n <= numel and 0 <= p <= numel and 0 <= m <= numel
+        ):
+            return (n, p, m)
     values = dict(extra)
     counts: list[int] = []
     for key in NONFINITE_COUNT_KEYS:
@@ -93,8 +87,19 @@ def compute_nonfinite_counts(extra: tuple[tuple[str, object], ...], numel: int) 
     return (counts[0], counts[1], counts[2])
 
 
-@dataclass(frozen=True)
-class TensorLeaf:
+class _CountsCache:
+    """Base of :class:`TensorLeaf` holding one slot, ``_counts``, that is not a dataclass field: the cache of
+    :attr:`TensorLeaf.nonfinite_counts` (unset until first read; not part of equality, hash or repr)."""
+
+    __slots__ = ("_counts",)
+    _counts: tuple[int, int, int] | None
+
+
+_set_counts = _CountsCache.__dict__["_counts"].__set__  # the slot's own setter (the record is frozen)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorLeaf(_CountsCache):
     """Summary of one tensor argument, as one dump.json leaf.
 
     Attributes:
@@ -107,6 +112,8 @@ class TensorLeaf:
         data_name: file name of the saved tensor in ``dump_tensor_data/`` (tensor task), if any.
         requires_grad: PyTorch's ``requires_grad`` when recorded (MindSpore dumps have none).
         extra: any other keys of the leaf, kept for round-tripping, as ``(key, value)`` pairs.
+
+    Frozen, with ``__slots__`` (about 120 bytes besides the values); equality, hash and repr over the fields above.
     """
 
     type: str
@@ -129,16 +136,20 @@ class TensorLeaf:
             n *= d
         return n
 
-    @cached_property
+    @property
     def nonfinite_counts(self) -> tuple[int, int, int] | None:
         """``(NaN, +Inf, -Inf)`` counts when the recorder wrote them (:data:`NONFINITE_COUNT_KEYS`), else None.
 
         None too when a count is not a non-negative integer at most :attr:`numel` (an integral float is
-        accepted): such counts are not trusted (:attr:`has_invalid_nonfinite_counts`).
+        accepted): such counts are not trusted (:attr:`has_invalid_nonfinite_counts`).  Worked out on first read
+        (:func:`compute_nonfinite_counts`) and kept.
         """
-        if not self.extra:
-            return None
-        return compute_nonfinite_counts(self.extra, self.numel)
+        try:
+            return self._counts
+        except AttributeError:
+            counts = compute_nonfinite_counts(self.extra, self.numel) if self.extra else None
+            _set_counts(self, counts)
+            return counts
 
     @property
     def has_invalid_nonfinite_counts(self) -> bool:
@@ -154,14 +165,54 @@ class TensorLeaf:
         return (self.max, self.min, self.mean, self.norm)
 
 
-@dataclass(frozen=True)
+def _tensor_leaf_init() -> Callable[..., None]:
+    """:class:`TensorLeaf`'s ``__init__``: the dataclass's (same parameters, same defaults, every field set), with
+    each field set through its slot's own setter rather than ``object.__setattr__`` (about twice as fast; a dump's
+    leaves are built by the hundred thousand).  Checked against the dataclass's fields when the module loads."""
+    names = ("type", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "requires_grad", "extra")
+    if tuple(f.name for f in fields(TensorLeaf)) != names:  # pragma: no cover - a field was added or moved
+        raise AssertionError("TensorLeaf's fields changed: update _tensor_leaf_init")
+    (s_type, s_dtype, s_shape, s_max, s_min, s_mean, s_norm, s_md5, s_data_name, s_requires_grad,
+     s_extra) = (getattr(TensorLeaf, name).__set__ for name in names)
+
+    def __init__(
+        self: TensorLeaf, type: str, dtype: str, shape: tuple[int, ...], max: float | None = None,  # noqa: A002
+        min: float | None = None, mean: float | None = None, norm: float | None = None,  # noqa: A002
+        md5: str | None = None, data_name: str | None = None, requires_grad: bool | None = None,
+        extra: tuple[tuple[str, object], ...] = (),
+    ) -> None:
+        s_type(self, type)
+        s_dtype(self, dtype)
+        s_shape(self, shape)
+        s_max(self, max)
+        s_min(self, min)
+        s_mean(self, mean)
+        s_norm(self, norm)
+        s_md5(self, md5)
+        s_data_name(self, data_name)
+        s_requires_grad(self, requires_grad)
+        s_extra(self, extra)
+
+    generated = inspect.signature(TensorLeaf.__init__).parameters.values()
+    if [(p.name, p.default) for p in generated] != [
+        (p.name, p.default) for p in inspect.signature(__init__).parameters.values()
+    ]:  # pragma: no cover
+        raise AssertionError("TensorLeaf's defaults changed: update _tensor_leaf_init")
+    __init__.__qualname__ = "TensorLeaf.__init__"
+    return __init__
+
+
+TensorLeaf.__init__ = _tensor_leaf_init()  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True, slots=True)
 class JsonObject:
     """An arbitrary JSON object kept inside a record (e.g. an unknown leaf field), as ordered pairs."""
 
     items: tuple[tuple[str, object], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ValueLeaf:
     """A non-tensor argument: ``{"type": "int", "value": 3}``, a slice, a dtype, a string...
 
@@ -175,14 +226,14 @@ class ValueLeaf:
     value: object
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Seq:
     """A JSON list of nodes (positional arguments, outputs, a nested tuple)."""
 
     items: tuple[Node, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Map:
     """A JSON object of nodes (keyword arguments, parameters), in file order."""
 
@@ -225,8 +276,19 @@ def iter_leaves(node: Node, path: str) -> Iterator[tuple[str, Leaf]]:
         yield path, node
 
 
-@dataclass(frozen=True)
-class Entry:
+class _LeavesCache:
+    """Base of :class:`Entry` holding one slot, ``_leaves``, that is not a dataclass field: the entry's flattened
+    leaves (:meth:`Entry.leaf_tuple`), unset until first asked for; not part of equality, hash or repr."""
+
+    __slots__ = ("_leaves",)
+    _leaves: tuple[tuple[str, Leaf], ...]
+
+
+_set_leaves = _LeavesCache.__dict__["_leaves"].__set__  # the slot's own setter (the record is frozen)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(_LeavesCache):
     """One record of ``dump.json``'s ``data``: an API, cell or parameters_grad entry.
 
     Attributes:
@@ -305,21 +367,18 @@ class Entry:
         ``<name>.<k>``.  Flags about the call rather than its data (:data:`ENTRY_FLAG_FIELDS`, e.g.
         msprobe's ``is_recompute``) are kept in :attr:`fields` but are not leaves.
         """
-        # Flattened once per entry (the comparator walks an entry's leaves several times); the cache is not a
-        # field, so equality, hashing and repr are unchanged.
-        cached: tuple[tuple[str, Leaf], ...] | None = self.__dict__.get("_leaves")
-        if cached is None:
-            cached = tuple(self._flatten())
-            object.__setattr__(self, "_leaves", cached)
-        return iter(cached)
+        return iter(self.leaf_tuple())
 
     def leaf_tuple(self) -> tuple[tuple[str, Leaf], ...]:
         """:meth:`leaves` as a tuple (the cached flattening itself: do not rely on its identity)."""
-        cached: tuple[tuple[str, Leaf], ...] | None = self.__dict__.get("_leaves")
-        if cached is None:
+        # Flattened once per entry (the comparator walks an entry's leaves several times); the cache is a slot, not
+        # a field, so equality, hashing and repr are unchanged.
+        try:
+            return self._leaves
+        except AttributeError:
             cached = tuple(self._flatten())
-            object.__setattr__(self, "_leaves", cached)
-        return cached
+            _set_leaves(self, cached)
+            return cached
 
     def _flatten(self) -> list[tuple[str, Leaf]]:
         out: list[tuple[str, Leaf]] = []

@@ -15,13 +15,12 @@ the file and the whole path (``data['X'].input_args[0].Max``).  Well-formed valu
 
 from __future__ import annotations
 
-from operator import itemgetter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from msprobe_cmp.dump.schema import (
     FORMAT_VERSION,
-    NONFINITE_COUNT_KEYS,
     TENSOR_TYPES,
     DumpMeta,
     Entry,
@@ -31,8 +30,6 @@ from msprobe_cmp.dump.schema import (
     Seq,
     TensorLeaf,
     ValueLeaf,
-    build_frozen,
-    compute_nonfinite_counts,
 )
 from msprobe_cmp.errors import DumpFormatError
 
@@ -150,65 +147,45 @@ def _kept_extra(extra: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, object],
         raise exc.under(f".{key}") from None
 
 
-#: The fields a tensor object's layout picks, in this order (see :class:`_Layout`); our recorder's counts last.
-_PICKED = ("dtype", "shape", "Max", "Min", "Mean", "Norm", "md5", "data_name", "requires_grad", *NONFINITE_COUNT_KEYS)
+class _Memo:
+    """What the tensor leaves of one file repeat, held once (one per file read, dropped with it).
 
-
-class _Layout:
-    """Where each field sits in the values of tensor objects whose keys are ``keys``, in that order.
-
-    A dump holds few distinct layouts (one or two per writer), so each is worked out once: :attr:`pick` takes the
-    :data:`_PICKED` fields from ``(*obj.values(), None)`` in one call (an absent key picks the trailing None, as
-    ``dict.get`` would give), :attr:`extra_keys` are the keys that are not :data:`_LEAF_KEYS` and :attr:`extra`
-    picks their values.  Cheaper per tensor than a dozen ``dict.get`` calls and a scan of the keys.
-
-    When the extra keys are exactly our recorder's three counts (:data:`NONFINITE_COUNT_KEYS`), tensors whose counts
-    are the same plain ints share one ``extra`` tuple (:meth:`counts_extra`): most tensors have the same counts (no
-    NaN, no Inf), so this saves building four tuples per tensor, and their memory.
+    ``shared`` maps a value to the first equal one met: the ``type`` and ``dtype`` strings and the shapes (tuples
+    of ints) of the leaves, and their ``extra`` tuples when every value in them is an int (our recorder's NaN/Inf
+    counts, mostly zeros): 300k leaves of a 100k-entry dump then hold a few hundred distinct ones, not 300k each
+    (~200 bytes a leaf).  Only ints, strings and tuples of them are shared: for them equal means the same (``1``,
+    ``1.0`` and ``True`` are equal but not the same, ``0.0`` and ``-0.0`` too).  ``extra_keys`` maps a tensor
+    object's key tuple to its keys that are not :data:`_LEAF_KEYS` (a dump holds few distinct key tuples).
     """
 
-    __slots__ = ("counts_only", "extra", "extra_keys", "pick", "shared")
+    __slots__ = ("extra_keys", "shared")
 
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        where = {k: i for i, k in enumerate(keys)}
-        absent = len(keys)
-        self.pick = itemgetter(*(where.get(k, absent) for k in _PICKED))
-        self.extra_keys = tuple(k for k in keys if k not in _LEAF_KEY_SET)
-        self.extra = itemgetter(*(where[k] for k in self.extra_keys), absent)  # the None: a tuple even for one key
-        self.counts_only = sorted(self.extra_keys) == sorted(NONFINITE_COUNT_KEYS)
-        self.shared: dict[tuple[int, int, int], tuple[tuple[str, object], ...]] = {}
+    def __init__(self) -> None:
+        self.shared: dict[Any, Any] = {}
+        self.extra_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
 
-    def counts_extra(self, n: int, p: int, m: int) -> tuple[tuple[str, object], ...]:
-        """The ``extra`` of a tensor of this layout (:attr:`counts_only`) whose counts are the ints ``n, p, m``."""
-        extra = self.shared.get((n, p, m))
-        if extra is None:
-            value = dict(zip(NONFINITE_COUNT_KEYS, (n, p, m), strict=True))
-            extra = tuple((k, value[k]) for k in self.extra_keys)  # in this layout's order
-            if len(self.shared) < _MAX_SHARED:
-                self.shared[(n, p, m)] = extra
+    def add_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """Note and return the keys of ``keys`` (a tensor object's) that are not :data:`_LEAF_KEYS`, in order."""
+        extra_keys = self.extra_keys[keys] = tuple([k for k in keys if k not in _LEAF_KEY_SET])
+        return extra_keys
+
+    def add_extra(self, keys: tuple[str, ...], values: tuple[int, ...]) -> tuple[tuple[str, object], ...]:
+        """Note and return the ``extra`` of a tensor object with the extra keys ``keys``, whose values are the ints
+        ``values``."""
+        extra = self.shared[(keys, values)] = tuple(zip(keys, values, strict=True))
         return extra
 
 
-_LAYOUTS: dict[tuple[str, ...], _Layout] = {}
-_MAX_LAYOUTS = 1024  # a file of many odd leaves must not grow the cache without bound
-_MAX_SHARED = 4096  # distinct counts shared per layout
+_INT = frozenset({int})
 
 
-def _layout(keys: tuple[str, ...]) -> _Layout:
-    """The :class:`_Layout` of tensor objects with ``keys``, from the cache or worked out now."""
-    layout = _LAYOUTS.get(keys)
-    if layout is None:
-        if len(_LAYOUTS) >= _MAX_LAYOUTS:
-            _LAYOUTS.clear()
-        layout = _LAYOUTS[keys] = _Layout(keys)
-    return layout
+#: The fields :func:`_tensor_leaf` picks from a tensor object, in its order (an absent one is None).
+_PICKED = ("dtype", "shape", "Max", "Min", "Mean", "Norm", "md5", "data_name", "requires_grad")
 
 
-def _tensor_leaf(obj: dict[str, Any], type_: object) -> TensorLeaf:
+def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> TensorLeaf:
     """:func:`tensor_leaf_from_json` without the file: raises :class:`_Invalid`."""
-    layout = _layout(tuple(obj))
-    values = (*obj.values(), None)
-    dtype, shape, mx, mn, me, no, md5, data_name, rg, n, p, m = layout.pick(values)
+    dtype, shape, mx, mn, me, no, md5, data_name, rg = map(obj.get, _PICKED)
     if type(dtype) is not str:
         raise _Invalid(f"expected a string, got {dtype!r:.40}", ".dtype")
     numel = 1
@@ -230,42 +207,29 @@ def _tensor_leaf(obj: dict[str, Any], type_: object) -> TensorLeaf:
         raise _Invalid("expected a string", ".data_name")
     if rg is not None and type(rg) is not bool:
         raise _Invalid("expected true or false", ".requires_grad")
+    shared = memo.shared
     extra: tuple[tuple[str, object], ...] = ()
-    counts: tuple[int, int, int] | None = None
-    if layout.extra_keys:
-        plain = type(n) is int and type(p) is int and type(m) is int
-        if plain and layout.counts_only:
-            extra = layout.counts_extra(n, p, m)
+    if not _LEAF_KEY_SET.issuperset(obj):  # keys other than msprobe's (our recorder's counts): kept as written
+        keys = tuple(obj)
+        extra_keys = memo.extra_keys.get(keys) or memo.add_keys(keys)
+        values = tuple(map(obj.__getitem__, extra_keys))
+        if _INT.issuperset(map(type, values)):  # only ints: shared with the leaves before (see _Memo)
+            extra = shared.get((extra_keys, values)) or memo.add_extra(extra_keys, values)
         else:
-            extra_values = layout.extra(values)
-            extra = tuple(zip(layout.extra_keys, extra_values, strict=False))  # without extra_values' trailing None
-            for v in extra_values:
-                if type(v) is list or type(v) is dict:
-                    extra = _kept_extra(extra)
-                    break
-        # The nonfinite_counts property's value, computed once, here: compute_nonfinite_counts decides every case;
-        # the three plain in-range ints our recorder writes are that function's value as they are.
-        if plain and 0 <= n <= numel and 0 <= p <= numel and 0 <= m <= numel:
-            counts = (n, p, m)
-        else:
-            counts = compute_nonfinite_counts(extra, numel)
-    # build_frozen: the generated __init__ of a frozen dataclass sets each of the 11 fields through
-    # object.__setattr__, which costs as much as all the checks above; this runs once per tensor (300k times for
-    # a 100k-entry dump).  The cache of the nonfinite_counts property is filled at the same time.
-    return build_frozen(TensorLeaf, {
-        "type": str(type_),
-        "dtype": dtype,
-        "shape": tuple(shape),
-        "max": mx if type(mx) is float else _stat(mx, ".Max"),
-        "min": mn if type(mn) is float else _stat(mn, ".Min"),
-        "mean": me if type(me) is float else _stat(me, ".Mean"),
-        "norm": no if type(no) is float else _stat(no, ".Norm"),
-        "md5": md5,
-        "data_name": data_name,
-        "requires_grad": rg,
-        "extra": extra,
-        "nonfinite_counts": counts,
-    })
+            extra = _kept_extra(tuple(zip(extra_keys, values, strict=True)))
+    return TensorLeaf(
+        shared.setdefault(type_, type_),
+        shared.setdefault(dtype, dtype),
+        shared.setdefault(shape := tuple(shape), shape),
+        mx if type(mx) is float else _stat(mx, ".Max"),
+        mn if type(mn) is float else _stat(mn, ".Min"),
+        me if type(me) is float else _stat(me, ".Mean"),
+        no if type(no) is float else _stat(no, ".Norm"),
+        md5,
+        data_name,
+        rg,
+        extra,
+    )
 
 
 def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> TensorLeaf:
@@ -280,7 +244,7 @@ def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> 
             ints, a statistic is not a number/null, or ``data_name``/``md5`` are not strings.
     """
     try:
-        return _tensor_leaf(obj, obj.get("type"))
+        return _tensor_leaf(obj, str(obj.get("type")), _Memo())
     except _Invalid as exc:
         raise exc.error(file, where) from None
 
@@ -306,11 +270,11 @@ def _thaw(value: object) -> Any:
     return value
 
 
-def _node(obj: Any, depth: int) -> Node:
+def _node(obj: Any, depth: int, memo: _Memo) -> Node:
     """:func:`node_from_json` of a value at ``depth`` (at most :data:`_MAX_DEPTH`): raises :class:`_Invalid`."""
     t = type(obj)
     if t is dict:
-        return _object(obj, depth)
+        return _object(obj, depth, memo)
     if t is list:
         if obj and depth >= _MAX_DEPTH:
             raise _Invalid(_TOO_DEEP, "[0]")
@@ -320,13 +284,13 @@ def _node(obj: Any, depth: int) -> Node:
                 if type(v) is dict:
                     type_ = v.get("type")
                     if type(type_) is str and type_ in TENSOR_TYPES:  # the common item: a tensor leaf
-                        items.append(_tensor_leaf(v, type_))
+                        items.append(_tensor_leaf(v, type_, memo))
                     else:
-                        items.append(_object(v, depth + 1))
+                        items.append(_object(v, depth + 1, memo))
                 elif v is None:
                     items.append(None)
                 else:
-                    items.append(_node(v, depth + 1))
+                    items.append(_node(v, depth + 1, memo))
         except _Invalid as exc:
             raise exc.under(f"[{len(items)}]") from None
         return Seq(tuple(items))
@@ -342,13 +306,13 @@ def _node(obj: Any, depth: int) -> Node:
     return ValueLeaf("str", str(obj))
 
 
-def _object(obj: dict[str, Any], depth: int) -> Node:
+def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Node:
     """:func:`_node` of a JSON object: a tensor leaf, a value leaf (``{"type": ..., "value": ...}``) or a map."""
     type_ = obj.get("type")
     if type(type_) is str:
         if type_ in TENSOR_TYPES or ("dtype" in obj and "shape" in obj and "value" not in obj):
             # msprobe's tensor types, and the tensor-like types of other tool versions: a dtype and a shape
-            return _tensor_leaf(obj, type_)
+            return _tensor_leaf(obj, type_, memo)
         if len(obj) == 2 and "value" in obj:
             try:
                 return ValueLeaf(type_, _freeze(obj["value"], depth))
@@ -362,7 +326,7 @@ def _object(obj: dict[str, Any], depth: int) -> Node:
     key = ""
     try:
         for key, v in obj.items():
-            items.append((key, _node(v, depth + 1)))
+            items.append((key, _node(v, depth + 1, memo)))
     except _Invalid as exc:
         raise exc.under(f".{key}") from None
     return Map(tuple(items))
@@ -388,7 +352,7 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
     try:
         if depth > _MAX_DEPTH:
             raise _Invalid(_TOO_DEEP)
-        return _node(obj, depth)
+        return _node(obj, depth, _Memo())
     except _Invalid as exc:
         raise exc.error(file, where) from None
 
@@ -420,7 +384,7 @@ def _json_type(value: Any) -> str:
     return "a number"
 
 
-def _entry_fields(obj: Any) -> tuple[tuple[str, Node], ...]:
+def _entry_fields(obj: Any, memo: _Memo) -> tuple[tuple[str, Node], ...]:
     """The fields of a dump.json entry ``obj``: raises :class:`_Invalid`.  A known field of the wrong JSON type is
     named before a malformed value of any field."""
     if type(obj) is not dict:
@@ -432,7 +396,7 @@ def _entry_fields(obj: Any) -> tuple[tuple[str, Node], ...]:
             expected = _FIELD_TYPES.get(key)
             if expected is not None and value is not None and not isinstance(value, expected[0]):
                 raise _Invalid(f"expected {expected[1]}, got {_json_type(value)}")
-            fields.append((key, _node(value, 0)))
+            fields.append((key, _node(value, 0, memo)))
     except _Invalid as exc:
         wrong = _wrong_field_type(obj)
         raise (wrong if wrong is not None else exc.under(f".{key}")) from None
@@ -452,28 +416,33 @@ def _wrong_field_type(obj: dict[str, Any]) -> _Invalid | None:
 DEBUG_FIELD = "tensor"
 
 
-def _debug_fields(obj: Any) -> tuple[tuple[str, Node], ...]:
+def _debug_fields(obj: Any, memo: _Memo) -> tuple[tuple[str, Node], ...]:
     """The one field (:data:`DEBUG_FIELD`) of a debug.json entry ``obj``: raises :class:`_Invalid`."""
-    return ((DEBUG_FIELD, _node(obj, 0)),)
+    return ((DEBUG_FIELD, _node(obj, 0, memo)),)
 
 
-def entries_from_json(data: dict[str, Any], file: str | Path, *, debug: bool = False) -> tuple[Entry, ...]:
+def entries_from_json(
+    data: Mapping[str, Any] | Iterable[tuple[str, Any]], file: str | Path, *, debug: bool = False
+) -> tuple[Entry, ...]:
     """Build the entries of a dump.json's ``data`` object (or, with ``debug``, a debug.json's), in file order.
 
     Args:
-        data: the parsed ``data`` object (entry name → parsed entry); file: the file, for messages.
+        data: the parsed ``data`` object (entry name → parsed entry), or its ``(name, parsed entry)`` pairs as an
+            iterable (:func:`msprobe_cmp.dump.reader.read_dump_json` parses one entry at a time: each is built and
+            dropped before the next is parsed); file: the file, for messages.
         debug: build debug.json entries (:func:`debug_entry_from_json`) instead of :func:`entry_from_json`'s.
 
     Raises:
         DumpFormatError: naming the file and the path of the first malformed field, as :func:`entry_from_json`
-            and :func:`debug_entry_from_json` do.
+            and :func:`debug_entry_from_json` do (and whatever the iterable raises).
     """
     build = _debug_fields if debug else _entry_fields
+    memo = _Memo()
     entries: list[Entry] = []
     name = ""
     try:
-        for name, obj in data.items():
-            entries.append(Entry(name, build(obj)))
+        for name, obj in data.items() if isinstance(data, Mapping) else data:
+            entries.append(Entry(name, build(obj, memo)))
     except _Invalid as exc:
         raise exc.error(file, f"data[{name!r}]") from None
     return tuple(entries)

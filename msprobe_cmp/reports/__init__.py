@@ -1,5 +1,6 @@
 """Reports: render a finished Comparison as HTML, JSON, CSV, JUnit XML or Markdown text (no computing, no
-file writing)."""
+file handling: the large reports are also given in pieces, a bounded chunk of rows at a time, or written to a binary
+stream the caller opened)."""
 
 from msprobe_cmp.reports.html import render_html
 from msprobe_cmp.reports.paths import relative_paths

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -640,6 +640,48 @@ def side_texts(t: RowTable, s: int, rows: Sequence[int]) -> list[str]:
     return out
 
 
+#: How many rows the large reports (comparison.json, comparison.csv, junit.xml, the page's row data) render at a
+#: time: each chunk of rows is rendered, written and let go before the next, so memory stays bounded (a few MB of
+#: text) whatever the number of rows.
+CHUNK_ROWS = 4096
+
+
+def row_windows(table: RowTable, chunk_rows: int = CHUNK_ROWS) -> Iterator[tuple[int, RowTable]]:
+    """``(start, window)`` for each chunk of at most ``chunk_rows`` rows of ``table``, in row order: ``window`` is
+    :meth:`RowTable.window` of rows ``start`` to ``start + chunk_rows``.  Nothing for an empty table.
+
+    Raises:
+        ValueError: ``chunk_rows`` is not positive.
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+    for start in range(0, len(table), chunk_rows):
+        yield start, table.window(start, start + chunk_rows)
+
+
+def dumps_standard(doc: Any) -> str:
+    """``doc`` as compact JSON text written by the standard library (no spaces, non-ASCII characters as they are, a
+    lone surrogate kept): what :func:`dumps_compact` writes when orjson refuses ``doc``.
+
+    Raises:
+        ValueError: a non-finite float in ``doc`` (they must already be strings).
+        TypeError: a value JSON cannot hold.
+    """
+    return json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def compact_encoder(sample: Any) -> Callable[[Any], str]:
+    """The encoder :func:`dumps_compact` would use for ``sample``, for a document written in parts that must read as
+    one encoder's output: orjson's (decoded) when orjson encodes ``sample``, else the standard library's (their
+    floats differ in form: ``1e-5`` against ``1e-05``).  The parts written with it must hold nothing orjson refuses
+    that ``sample`` does not (a lone surrogate, an integer beyond 64 bits), else orjson's error is raised."""
+    try:
+        orjson.dumps(sample)
+    except (orjson.JSONEncodeError, TypeError):
+        return dumps_standard
+    return lambda doc: orjson.dumps(doc).decode("utf-8")
+
+
 def dumps_compact(doc: Any) -> str:
     """``doc`` as compact JSON text (no spaces), written by orjson (about 7x faster than the standard library's
     encoder on a large comparison); the standard library writes what orjson refuses (strings holding lone
@@ -650,4 +692,4 @@ def dumps_compact(doc: Any) -> str:
     try:
         return orjson.dumps(doc).decode("utf-8")
     except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        return dumps_standard(doc)

@@ -21,7 +21,8 @@ outside the row table (largest disagreements, first divergent / failing row, "No
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import secrets
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain as _chain
 from typing import Any
@@ -36,6 +37,7 @@ from msprobe_cmp.comparator.rowtable import (
     ABSENT,
     COMPARED_BY,
     FAIL,
+    METRIC_ABSENT,
     METRIC_INDEX,
     METRIC_NAMES,
     METRIC_VALUE,
@@ -47,10 +49,12 @@ from msprobe_cmp.reports.common import (
     ALSO_NAMES_LISTED,
     ALSO_NAMES_SHOWN,
     ARGUMENTS_SHOWN,
+    CHUNK_ROWS,
     RANKING,
     REASON_CHARS,
     TOP_ROWS,
     ReportFacts,
+    compact_encoder,
     cut_text,
     differing_arguments,
     dumps_compact,
@@ -132,6 +136,18 @@ def format_full(value: float | None) -> str:
     return "" if value is None else repr(value)
 
 
+#: What :func:`render_script_json` writes as an escape: ``<``, ``>``, ``&`` and the JavaScript line separators.
+_SCRIPT_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+
+
+def _script_safe(text: str) -> str:
+    """JSON text with :data:`_SCRIPT_ESCAPES` applied (character by character: a text in pieces may be escaped piece
+    by piece)."""
+    for ch, esc in _SCRIPT_ESCAPES:
+        text = text.replace(ch, esc)
+    return text
+
+
 def render_script_json(data: object) -> Markup:
     """``data`` as JSON text safe inside ``<script type="application/json">``.
 
@@ -139,11 +155,7 @@ def render_script_json(data: object) -> Markup:
     escapes (still the same JSON value), so no string can close the script element or open a comment;
     non-finite numbers must already be strings (``allow_nan=False``).
     """
-    text = dumps_compact(data)
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                    ("\u2029", "\\u2029")):
-        text = text.replace(ch, esc)
-    return Markup(text)  # escaped above for the script-data context
+    return Markup(_script_safe(dumps_compact(data)))  # escaped for the script-data context
 
 
 def _page_number(x: float | None) -> float | str | None:
@@ -273,17 +285,17 @@ def _metric_keys(comparison: Comparison) -> list[str]:
     (:data:`~msprobe_cmp.comparator.rowtable.METRIC_NAMES` order), new ones appended, over every row of every unit."""
     keys: list[str] = []
     for u in comparison.units:
-        for pattern in u.rows.metric_patterns()[0]:
-            for k in pattern:
-                if METRIC_NAMES[k] not in keys:
-                    keys.append(METRIC_NAMES[k])
+        present = u.rows.metric_state != METRIC_ABSENT  # bool [n, K]
+        first = present.argmax(axis=0).tolist()  # the first row having each metric (the row of its first pattern)
+        for k in sorted(np.flatnonzero(present.any(axis=0)).tolist(), key=lambda k: (first[k], k)):
+            if METRIC_NAMES[k] not in keys:
+                keys.append(METRIC_NAMES[k])
     return keys
 
 
-def _page_sides(t: RowTable, s: int, rows: np.ndarray, shape_texts: list[str | None]
-                ) -> tuple[list[Any], ...]:
+def _page_side_texts(t: RowTable, s: int, rows: np.ndarray, shape_texts: list[str | None]) -> tuple[list[Any], ...]:
     """Side ``s`` of the rows ``rows`` of ``t``, decoded for the page: kind (None where absent), dtype, shape text,
-    md5, file name and value (None where the side has none), and its four statistics as the page shows them."""
+    md5, file name and value (None where the side has none)."""
     sc = t.side_columns(s)
     strings = [*t.strings, None]  # code -1 -> None
     kinds = [None if k == ABSENT else SIDE_KINDS[k] for k in range(len(SIDE_KINDS))]
@@ -294,185 +306,273 @@ def _page_sides(t: RowTable, s: int, rows: np.ndarray, shape_texts: list[str | N
         [strings[c] for c in sc.md5[rows].tolist()],
         [strings[c] for c in sc.data_name[rows].tolist()],
         [strings[c] for c in sc.value[rows].tolist()],
-        _page_matrix(sc.stats[rows], sc.stats_defined[rows]),
     )
+
+
+@dataclass
+class _PageUnit:
+    """One unit's kept rows of the page, their texts already numbered (indexes into the page's ``strings``, stack
+    indexes into its ``stacks``), one list item per kept row: what :meth:`PageData.row_chunks` makes the rows of."""
+
+    index: int
+    table: RowTable
+    kept: np.ndarray
+    entries: list[int]
+    paths: list[int]
+    families: list[int]
+    directions: list[int]
+    parents: list[int]
+    stacks: list[int]
+    stacks_b: list[int]
+    names_b: list[int]
+    chains: list[int]
+    reasons: list[int]
+    notes: list[int]
+    texts: dict[int, list[int]]  # reasons / notes tuple code -> its strings' indexes
+    sides: tuple[tuple[list[Any], ...], ...]  # A's, B's: kinds, then the dtype ... value indexes
+
+
+class PageData:
+    """The JSON document the page's script renders (:func:`build_page_data`), its rows made a chunk at a time.
+
+    Making it numbers every text of the kept rows (strings in the order the rows meet them, stacks and their frames
+    likewise), which the document lists before the rows; the rows themselves, the bulk of the document, are made
+    by :meth:`row_chunks` when they are written.
+
+    Args:
+        comparison: the comparison.
+        max_rows: at most this many rows in execution order are kept, plus every failing row.
+        max_stack_chars: budget of call-stack text kept.
+    """
+
+    def __init__(self, comparison: Comparison, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS
+                 ) -> None:
+        s = _Strings([], {})
+        frames = _Strings([], {})
+        metric_keys = _metric_keys(comparison)
+        self.metric_columns = np.array([METRIC_INDEX[k] for k in metric_keys], dtype=np.int64)
+        metric_index = {k: j for j, k in enumerate(metric_keys)}
+        total = 0
+        stacks: list[list[int]] = []
+        stack_of: dict[tuple[str, ...], int] = {}
+        stack_chars = 0
+        stacks_left_out = 0
+        families: dict[str, str] = {}
+        family_of: dict[str, tuple[str, int]] = {}
+        ref = _Interned(s.table)
+        s.index = ref  # the same mapping, with None -> -1
+        self.units: list[_PageUnit] = []
+
+        def stack_ref(stack: tuple[str, ...]) -> int:
+            """Index of ``stack`` in ``stacks`` (interned), -1 when empty or over the text budget."""
+            nonlocal stack_chars, stacks_left_out
+            if not stack:
+                return -1
+            found = stack_of.get(stack)
+            if found is None:
+                size = sum(len(f) for f in stack if f not in frames.index)
+                if stack_chars + size > max_stack_chars:
+                    stacks_left_out += 1
+                    return -1
+                stack_chars += size
+                found = stack_of[stack] = len(stacks)
+                stacks.append([frames.ref(f) for f in stack])
+            return found
+
+        shapes: dict[tuple[int, ...], str] = {}
+        direction_index = {d: k for k, d in enumerate(_DIRECTIONS)}
+        kept_rows = 0
+        for ui, u in enumerate(comparison.units):
+            t = u.rows
+            n = len(t)
+            kept = np.flatnonzero((np.arange(total, total + n) < max_rows) | (t.verdict == FAIL))
+            total += n
+            if not len(kept):
+                continue
+            kept_rows += len(kept)
+            strings = t.strings
+            table_stacks = t.stacks
+            stack_ids: dict[int, int] = {}  # stack code -> its index, for stacks already kept
+
+            def stack_id_of(code: int, stack_ids: dict[int, int] = stack_ids,
+                            table_stacks: Sequence[tuple[str, ...]] = table_stacks) -> int:
+                found = stack_ids.get(code)
+                if found is None:
+                    found = stack_ref(table_stacks[code])
+                    if found >= 0:
+                        stack_ids[code] = found
+                return found
+
+            shape_texts: list[str | None] = []
+            for shape in t.shapes:
+                text = shapes.get(shape)
+                if text is None:
+                    text = shapes[shape] = str(list(shape))
+                shape_texts.append(text)
+            shape_texts.append(None)  # code -1
+            names = [*strings, None]  # code -1 -> None
+            tuples = t.tuples
+            parent_chains = u.parent_chains
+            entries = [strings[c] for c in t.entry[kept].tolist()]
+            paths = [strings[c] for c in t.arg_path[kept].tolist()]
+            chain_of: dict[str, str | None] = {}
+            for entry in dict.fromkeys(entries):  # each entry once
+                chain = parent_chains.get(entry, ())
+                chain_of[entry] = " < ".join(chain) if chain else None
+                if entry not in family_of:
+                    name, direction = _family_and_direction(entry)
+                    families[entry] = name
+                    family_of[entry] = (name, direction_index[direction])
+            chains = [chain_of[e] for e in entries]
+            family_names = [family_of[e][0] for e in entries]
+            parents = [names[c] for c in t.parent_cell[kept].tolist()]
+            reasons = t.reasons[kept].tolist()
+            notes = t.notes[kept].tolist()
+            names_b = [f"{names[eb] or e}.{names[pb]}" if names[pb] else names[eb]
+                       for e, eb, pb in zip(entries, t.entry_b[kept].tolist(), t.arg_path_b[kept].tolist(),
+                                            strict=True)]
+            side_a = _page_side_texts(t, 0, kept, shape_texts)
+            side_b = _page_side_texts(t, 1, kept, shape_texts)
+            # Strings are numbered in the order the rows meet them: per row the parent chain, entry, argument path,
+            # family, parent cell, A's dtype, shape, md5, file name and value, B's, the reasons, the notes and B's
+            # name (a reasons / notes tuple stands for its strings, in order).
+            met = dict.fromkeys(_chain.from_iterable(zip(
+                chains, entries, paths, family_names, parents, *side_a[1:], *side_b[1:],
+                [tuples[c] for c in reasons], [tuples[c] for c in notes], names_b, strict=True)))
+            get = ref.__getitem__  # a string not met before is numbered
+            for key in met:
+                if type(key) is tuple:
+                    for x in key:
+                        get(x)
+                else:
+                    get(key)
+            stack_column: list[int] = []
+            stack_b_column: list[int] = []
+            for stack, stack_b in zip(t.stack[kept].tolist(), t.stack_b[kept].tolist(), strict=True):
+                # A's stack, then B's: frames numbered in that order; -2: B's is the same as A's
+                stack_column.append(stack_id_of(stack))
+                stack_b_column.append(-2 if stack_b == stack or table_stacks[stack_b] == table_stacks[stack]
+                                      else stack_id_of(stack_b))
+            self.units.append(_PageUnit(
+                index=ui, table=t, kept=kept, entries=list(map(get, entries)), paths=list(map(get, paths)),
+                families=list(map(get, family_names)), directions=[family_of[e][1] for e in entries],
+                parents=list(map(get, parents)), stacks=stack_column, stacks_b=stack_b_column,
+                names_b=list(map(get, names_b)), chains=list(map(get, chains)), reasons=reasons, notes=notes,
+                texts={c: [ref[x] for x in tuples[c]] for c in {*reasons, *notes}},
+                sides=tuple((side[0], *(list(map(get, column)) for column in side[1:]))
+                            for side in (side_a, side_b)),
+            ))
+        rows_left_out = total - kept_rows
+        cells = []
+        for u in comparison.units:
+            position = {c.cell: k for k, c in enumerate(u.cells)}
+            cells.append([
+                [
+                    s.ref(c.cell),
+                    position.get(c.parent, -1) if c.parent is not None else -1,
+                    c.depth,
+                    c.rows,
+                    c.failing,
+                    c.differing,
+                    _page_number(c.min_cosine),
+                    _page_number(c.max_abs_err),
+                    VERDICTS.index(c.worst_verdict),
+                    -1 if c.first_divergent is None else c.first_divergent,
+                ]
+                for c in u.cells
+            ])
+        left_out = []
+        if rows_left_out:
+            left_out.append(f"{rows_left_out} of {total} rows are not in this page (it holds at most {max_rows} rows "
+                            "in execution order, and every failing row); comparison.json and comparison.csv hold "
+                            "them all")
+        if stacks_left_out:
+            left_out.append(f"the call stacks of {stacks_left_out} entries are not in this page (at most "
+                            f"{max_stack_chars} characters of stack text are kept); comparison.json holds them")
+        #: What the document lists before its rows, in order.
+        self.before_rows: dict[str, Any] = {
+            "units": [[u.unit_a.label, u.unit_b.label] for u in comparison.units],
+            "classes": list(MATCH_CLASSES),
+            "verdicts": list(VERDICTS),
+            "directions": list(_DIRECTIONS),
+            "metrics": metric_keys,
+            "columns": [[h, metric_index.get(k, -1)] for h, k in HTML_COLUMNS[comparison.mode]],
+            "families": sorted(set(families.values())),
+            "strings": s.table,
+            "frames": frames.table,
+            "stacks": stacks,
+        }
+        #: What the document lists after its rows, in order.
+        self.after_rows: dict[str, Any] = {"cells": cells, "total_rows": total, "left_out": left_out}
+
+    @property
+    def left_out(self) -> list[str]:
+        """What the page leaves out (rows beyond the cap, stacks beyond the budget), one sentence each."""
+        return self.after_rows["left_out"]
+
+    def row_chunks(self, chunk_rows: int = CHUNK_ROWS) -> Iterator[list[list[Any]]]:
+        """The document's ``rows``, at most ``chunk_rows`` at a time, in order: each row a list (``ROW_FIELDS`` in
+        the template's script), its numbers as the page shows them (rounded in bulk: :func:`_page_matrix`)."""
+        for u in self.units:
+            for j in range(0, len(u.kept), chunk_rows):
+                yield self._rows(u, j, j + chunk_rows)
+
+    def _rows(self, u: _PageUnit, start: int, stop: int) -> list[list[Any]]:
+        """The rows of ``u``'s kept rows ``start`` to ``stop``."""
+        rows = u.kept[start:stop]
+        w = u.table.take(rows)
+        part = slice(start, stop)
+        sides = []
+        for s, (kinds, dtypes, shapes, md5s, files, values) in enumerate(u.sides):
+            sc = w.side_columns(s)
+            sides.append([
+                None if k is None else [k, d, sh, *st, m, f, v]
+                for k, d, sh, m, f, v, st in zip(kinds[part], dtypes[part], shapes[part], md5s[part], files[part],
+                                                 values[part], _page_matrix(sc.stats, sc.stats_defined), strict=True)
+            ])
+        metric_values = _page_matrix(w.metrics[:, self.metric_columns],
+                                     w.metric_state[:, self.metric_columns] == METRIC_VALUE)
+        texts = u.texts
+        return [
+            [u.index, i, entry, path, cls, verdict, differs, family, direction, parent, stack, a, b, metrics,
+             texts[reason], texts[note], name_b, COMPARED_BY[by], chain, stack_b]
+            for (i, entry, path, cls, verdict, differs, family, direction, parent, stack, a, b, metrics, reason, note,
+                 name_b, by, chain, stack_b) in zip(
+                rows.tolist(), u.entries[part], u.paths[part], w.match_class.tolist(), w.verdict.tolist(),
+                w.differs.tolist(), u.families[part], u.directions[part], u.parents[part], u.stacks[part], sides[0],
+                sides[1], metric_values, u.reasons[part], u.notes[part], u.names_b[part], w.compared_by.tolist(),
+                u.chains[part], u.stacks_b[part], strict=True)
+        ]
+
+    def json_chunks(self) -> Iterator[str]:
+        """The document as compact JSON text in pieces (:func:`render_script_json`'s text of
+        :func:`build_page_data`, escaped the same way), its rows a chunk at a time.
+
+        The encoder is chosen on the fields before the rows (:func:`~msprobe_cmp.reports.common.compact_encoder`):
+        they hold every text of the document but the fixed words (class, verdict, kind names) and the sentences of
+        ``left_out``; the rows and the cells hold numbers (ints within 64 bits), indexes and those words.
+        """
+        dumps = compact_encoder(self.before_rows)
+        yield _script_safe(dumps(self.before_rows)[:-1] + ',"rows":[')
+        first = True
+        for rows in self.row_chunks():
+            yield _script_safe(("" if first else ",") + dumps(rows)[1:-1])
+            first = False
+        yield _script_safe("]," + dumps(self.after_rows)[1:])
 
 
 def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
                     max_stack_chars: int = MAX_STACK_CHARS) -> dict[str, Any]:
     """The JSON document the page's script renders: rows, cells, stacks (interned strings, numbers as
-    the page shows them), plus what was left out.
+    the page shows them), plus what was left out (:class:`PageData`, its rows all made).
 
     Each row is a list (see ``ROW_FIELDS`` in the template's script); strings are indexes into
     ``strings`` (numbered in the order the rows meet them); stacks are lists of indexes into ``frames``.  Each
     unit's kept rows are read from its columns: the numbers rounded in bulk (:func:`page_numbers`' rounding), the
     names and texts decoded once per table.
     """
-    s = _Strings([], {})
-    frames = _Strings([], {})
-    metric_keys = _metric_keys(comparison)
-    metric_index = {k: j for j, k in enumerate(metric_keys)}
-    metric_columns = np.array([METRIC_INDEX[k] for k in metric_keys], dtype=np.int64)
-    total = 0
-    stacks: list[list[int]] = []
-    stack_of: dict[tuple[str, ...], int] = {}
-    stack_chars = 0
-    stacks_left_out = 0
-    families: dict[str, str] = {}
-    family_of: dict[str, tuple[str, int]] = {}
-    rows: list[list[Any]] = []
-    ref = _Interned(s.table)
-    s.index = ref  # the same mapping, with None -> -1
-
-    def stack_ref(stack: tuple[str, ...]) -> int:
-        """Index of ``stack`` in ``stacks`` (interned), -1 when empty or over the text budget."""
-        nonlocal stack_chars, stacks_left_out
-        if not stack:
-            return -1
-        found = stack_of.get(stack)
-        if found is None:
-            size = sum(len(f) for f in stack if f not in frames.index)
-            if stack_chars + size > max_stack_chars:
-                stacks_left_out += 1
-                return -1
-            stack_chars += size
-            found = stack_of[stack] = len(stacks)
-            stacks.append([frames.ref(f) for f in stack])
-        return found
-
-    shapes: dict[tuple[int, ...], str] = {}
-    direction_index = {d: k for k, d in enumerate(_DIRECTIONS)}
-    for ui, u in enumerate(comparison.units):
-        t = u.rows
-        n = len(t)
-        kept = np.flatnonzero((np.arange(total, total + n) < max_rows) | (t.verdict == FAIL))
-        total += n
-        if not len(kept):
-            continue
-        strings = t.strings
-        table_stacks = t.stacks
-        stack_ids: dict[int, int] = {}  # stack code -> its index, for stacks already kept
-
-        def stack_id_of(code: int, stack_ids: dict[int, int] = stack_ids,
-                        table_stacks: Sequence[tuple[str, ...]] = table_stacks) -> int:
-            found = stack_ids.get(code)
-            if found is None:
-                found = stack_ref(table_stacks[code])
-                if found >= 0:
-                    stack_ids[code] = found
-            return found
-
-        shape_texts: list[str | None] = []
-        for shape in t.shapes:
-            text = shapes.get(shape)
-            if text is None:
-                text = shapes[shape] = str(list(shape))
-            shape_texts.append(text)
-        shape_texts.append(None)  # code -1
-        names = [*strings, None]  # code -1 -> None
-        tuples = t.tuples
-        parent_chains = u.parent_chains
-        entries = [strings[c] for c in t.entry[kept].tolist()]
-        paths = [strings[c] for c in t.arg_path[kept].tolist()]
-        chain_of: dict[str, str | None] = {}
-        for entry in dict.fromkeys(entries):  # each entry once
-            chain = parent_chains.get(entry, ())
-            chain_of[entry] = " < ".join(chain) if chain else None
-            if entry not in family_of:
-                name, direction = _family_and_direction(entry)
-                families[entry] = name
-                family_of[entry] = (name, direction_index[direction])
-        chains = [chain_of[e] for e in entries]
-        family_names = [family_of[e][0] for e in entries]
-        parents = [names[c] for c in t.parent_cell[kept].tolist()]
-        reasons = t.reasons[kept].tolist()
-        notes = t.notes[kept].tolist()
-        names_b = [f"{names[eb] or e}.{names[pb]}" if names[pb] else names[eb]
-                   for e, eb, pb in zip(entries, t.entry_b[kept].tolist(), t.arg_path_b[kept].tolist(), strict=True)]
-        side_a = _page_sides(t, 0, kept, shape_texts)
-        side_b = _page_sides(t, 1, kept, shape_texts)
-        # Strings are numbered in the order the rows meet them: per row the parent chain, entry, argument path,
-        # family, parent cell, A's dtype, shape, md5, file name and value, B's, the reasons, the notes and B's name
-        # (a reasons / notes tuple stands for its strings, in order).
-        met = dict.fromkeys(_chain.from_iterable(zip(
-            chains, entries, paths, family_names, parents, *side_a[1:6], *side_b[1:6],
-            [tuples[c] for c in reasons], [tuples[c] for c in notes], names_b, strict=True)))
-        get = ref.__getitem__  # a string not met before is numbered
-        for key in met:
-            if type(key) is tuple:
-                for x in key:
-                    get(x)
-            else:
-                get(key)
-        texts = {c: [ref[x] for x in tuples[c]] for c in {*reasons, *notes}}
-        sides = []
-        for side in (side_a, side_b):
-            sides.append([
-                None if k is None else [k, get(d), get(sh), *st, get(m), get(f), get(v)]
-                for k, d, sh, m, f, v, st in zip(*side, strict=True)
-            ])
-        stack_codes, stack_b_codes = t.stack[kept].tolist(), t.stack_b[kept].tolist()
-        stack_column: list[int] = []
-        stack_b_column: list[int] = []
-        for stack, stack_b in zip(stack_codes, stack_b_codes, strict=True):  # A's stack, then B's: frames in order
-            stack_column.append(stack_id_of(stack))
-            # -2: the same as A's
-            stack_b_column.append(-2 if stack_b == stack or table_stacks[stack_b] == table_stacks[stack]
-                                  else stack_id_of(stack_b))
-        metric_values = _page_matrix(t.metrics[kept][:, metric_columns],
-                                     t.metric_state[kept][:, metric_columns] == METRIC_VALUE)
-        rows += [
-            [ui, i, entry_ref, arg_ref, cls, verdict, differs, family_ref, family_of[entry][1], parent_ref, stack_id,
-             a, b, metrics, texts[reason], texts[note], name_b_ref, COMPARED_BY[by], chain_ref, stack_b_id]
-            for (i, entry, entry_ref, arg_ref, cls, verdict, differs, family_ref, parent_ref, stack_id, a, b, metrics,
-                 reason, note, name_b_ref, by, chain_ref, stack_b_id) in zip(
-                kept.tolist(), entries, map(get, entries), map(get, paths), t.match_class[kept].tolist(),
-                t.verdict[kept].tolist(), t.differs[kept].tolist(), map(get, family_names), map(get, parents),
-                stack_column, sides[0], sides[1], metric_values, reasons, notes, map(get, names_b),
-                t.compared_by[kept].tolist(), map(get, chains), stack_b_column, strict=True)
-        ]
-    rows_left_out = total - len(rows)
-    cells = []
-    for u in comparison.units:
-        position = {c.cell: k for k, c in enumerate(u.cells)}
-        cells.append([
-            [
-                s.ref(c.cell),
-                position.get(c.parent, -1) if c.parent is not None else -1,
-                c.depth,
-                c.rows,
-                c.failing,
-                c.differing,
-                _page_number(c.min_cosine),
-                _page_number(c.max_abs_err),
-                VERDICTS.index(c.worst_verdict),
-                -1 if c.first_divergent is None else c.first_divergent,
-            ]
-            for c in u.cells
-        ])
-    left_out = []
-    if rows_left_out:
-        left_out.append(f"{rows_left_out} of {total} rows are not in this page (it holds at most {max_rows} rows "
-                        "in execution order, and every failing row); comparison.json and comparison.csv hold them all")
-    if stacks_left_out:
-        left_out.append(f"the call stacks of {stacks_left_out} entries are not in this page (at most "
-                        f"{max_stack_chars} characters of stack text are kept); comparison.json holds them")
-    return {
-        "units": [[u.unit_a.label, u.unit_b.label] for u in comparison.units],
-        "classes": list(MATCH_CLASSES),
-        "verdicts": list(VERDICTS),
-        "directions": list(_DIRECTIONS),
-        "metrics": metric_keys,
-        "columns": [[h, metric_index.get(k, -1)] for h, k in HTML_COLUMNS[comparison.mode]],
-        "families": sorted(set(families.values())),
-        "strings": s.table,
-        "frames": frames.table,
-        "stacks": stacks,
-        "rows": rows,
-        "cells": cells,
-        "total_rows": total,
-        "left_out": left_out,
-    }
+    page = PageData(comparison, max_rows, max_stack_chars)
+    return {**page.before_rows, "rows": [row for rows in page.row_chunks() for row in rows], **page.after_rows}
 
 
 def _dtype(side: SideSummary | None) -> str:
@@ -537,9 +637,11 @@ def _not_comparable(comparison: Comparison, facts: ReportFacts
     return out
 
 
-def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS,
-                facts: ReportFacts | None = None) -> str:
-    """The comparison as one self-contained HTML page (summary, plots, cell tree, every row).
+def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS,
+                facts: ReportFacts | None = None) -> Iterator[str]:
+    """:func:`render_html`'s page in pieces, in order: the page before its row data, the data
+    (:meth:`PageData.json_chunks`: its rows a chunk at a time), the page after it.  The page around the data is
+    rendered whole by the template, with a marker where the data goes.
 
     Args:
         comparison: the finished comparison.
@@ -548,6 +650,9 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         max_stack_chars: budget of call-stack text embedded in the page.
         facts: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`),
             made here when not given.
+
+    Raises:
+        RuntimeError: the rendered template does not hold the marker exactly once (a template fault).
     """
     facts = ReportFacts.of(comparison, facts)
     t = comparison.rules.default
@@ -573,10 +678,11 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         ("rounding-noise magnitude: below this many ulps of its call's largest tensor",
          format_number(loc.noise_magnitude_ulps)),
     ]
-    data = build_page_data(comparison, max_rows, max_stack_chars)
+    page = PageData(comparison, max_rows, max_stack_chars)
     template = _environment().get_template("report.html.j2")
     compared, unit_compared = facts.compared_counts()
-    return template.render(
+    marker = f"page-data-{secrets.token_hex(16)}"  # no text of the page can hold it by chance
+    html = template.render(
         c=comparison,
         compared=compared,
         unit_compared=unit_compared,
@@ -597,11 +703,33 @@ def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         arguments=differing_arguments(comparison),
         arguments_shown=ARGUMENTS_SHOWN,
         examples_cap=NOT_COMPARABLE_EXAMPLES,
-        left_out=data["left_out"],
-        data_json=render_script_json(data),
+        left_out=page.left_out,
+        data_json=Markup(marker),
         plots=(render_trace_svg(comparison, facts), render_scatter_svg(comparison, facts),
                render_histogram_svg(comparison, facts)),
     )
+    parts = html.split(marker)
+    if len(parts) != 2:
+        raise RuntimeError(f"report.html.j2 shows the page data {len(parts) - 1} times, not once")
+    yield parts[0]
+    yield from page.json_chunks()
+    yield parts[1]
+
+
+def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS,
+                facts: ReportFacts | None = None) -> str:
+    """The comparison as one self-contained HTML page (summary, plots, cell tree, every row): :func:`html_chunks`
+    joined.
+
+    Args:
+        comparison: the finished comparison.
+        max_rows: at most this many rows are embedded (plus every failing row); the page says how many
+            were left out.
+        max_stack_chars: budget of call-stack text embedded in the page.
+        facts: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`),
+            made here when not given.
+    """
+    return "".join(html_chunks(comparison, max_rows=max_rows, max_stack_chars=max_stack_chars, facts=facts))
 
 
 __all__ = [
@@ -609,11 +737,13 @@ __all__ = [
     "MAX_ROWS",
     "MAX_STACK_CHARS",
     "NOTHING_COMPARED_CLASS",
+    "PageData",
     "STATISTICS_ONLY_CLASS",
     "build_page_data",
     "format_full",
     "format_number",
     "format_side",
+    "html_chunks",
     "render_html",
     "render_script_json",
     "select_largest_disagreements",

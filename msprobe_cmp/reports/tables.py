@@ -37,9 +37,11 @@ import io
 import json
 import math
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from importlib import resources
-from typing import Any
+from itertools import chain as _chain
+from typing import Any, BinaryIO
 from xml.sax import saxutils
 
 import numpy as np
@@ -79,8 +81,10 @@ from msprobe_cmp.reports.common import (
     also_recorded_as,
     differing_arguments,
     dumps_compact,
+    dumps_standard,
     format_number,
     origin_text,
+    row_windows,
     side_texts,
 )
 
@@ -222,14 +226,14 @@ def _json_sides(t: RowTable, s: int) -> list[dict[str, Any] | None]:
     from that side, else ``{"kind", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "value"}``."""
     sc = t.side_columns(s)
     strings = [*t.strings, None]  # code -1 -> None
-    shapes = [*(list(shape) for shape in t.shapes), None]
     kinds = [None if k == ABSENT else SIDE_KINDS[k] for k in range(len(SIDE_KINDS))]
     stats = _json_numbers(sc.stats, sc.stats_defined).tolist()
+    shapes = t.shapes
     return [
         None if kind is None else {
-            "kind": kind, "dtype": strings[dtype], "shape": shapes[shape], "max": st[0], "min": st[1],
-            "mean": st[2], "norm": st[3], "md5": strings[md5], "data_name": strings[data_name],
-            "value": strings[value],
+            "kind": kind, "dtype": strings[dtype], "shape": None if shape < 0 else list(shapes[shape]),
+            "max": st[0], "min": st[1], "mean": st[2], "norm": st[3], "md5": strings[md5],
+            "data_name": strings[data_name], "value": strings[value],
         }
         for kind, dtype, shape, st, md5, data_name, value in zip(
             [kinds[k] for k in sc.kind.tolist()], sc.dtype.tolist(), sc.shape.tolist(), stats, sc.md5.tolist(),
@@ -260,8 +264,9 @@ def _json_metrics(t: RowTable) -> list[dict[str, Any]]:
     return out
 
 
-def _json_rows(t: RowTable) -> list[dict[str, Any]]:
-    """Every row of ``t`` as comparison.json writes it, read from the columns."""
+def _json_rows(t: RowTable, first: int = 0) -> list[dict[str, Any]]:
+    """Every row of ``t`` as comparison.json writes it, read from the columns; ``first``: the unit's index of the
+    table's first row (``t`` is a :meth:`~msprobe_cmp.comparator.rowtable.RowTable.window` of the unit's rows)."""
     entries, paths = t.names("entry"), t.names("arg_path")
     differs = (None, False, True)
     return [
@@ -288,7 +293,7 @@ def _json_rows(t: RowTable) -> list[dict[str, Any]]:
         in enumerate(zip(
             entries, paths, t.names("entry_b"), t.names("arg_path_b"), t.names("mapped_by"), t.match_class.tolist(),
             t.compared_by.tolist(), _json_sides(t, 0), _json_sides(t, 1), _json_metrics(t), t.verdict.tolist(),
-            t.texts("reasons"), t.texts("notes"), t.differs.tolist(), t.names("parent_cell"), strict=True))
+            t.texts("reasons"), t.texts("notes"), t.differs.tolist(), t.names("parent_cell"), strict=True), first)
     ]
 
 
@@ -309,28 +314,32 @@ def _json_stacks(t: RowTable) -> tuple[dict[str, list[str]], dict[str, list[str]
     return stacks, stacks_b
 
 
-def _json_unit(unit: UnitComparison, compared: int | None = None) -> dict[str, Any]:
+def _json_unit_fields(unit: UnitComparison, compared: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A unit of comparison.json but its ``rows`` (:func:`_json_rows`): the fields before them and the fields after
+    them, in the document's order."""
     stacks, stacks_b = _json_stacks(unit.rows)
-    return {
+    before = {
         "a": _json_unit_ref(unit.unit_a),
         "b": _json_unit_ref(unit.unit_b),
         "verdict": unit.verdict,
         "class_counts": dict(unit.counts),
         "verdict_counts": dict(unit.verdict_counts),
-        "compared_count": unit.compared_count if compared is None else compared,
+        "compared_count": compared,
         "first_divergent": unit.first_divergent,
         "first_failing": unit.first_failing,
         "notes": list(unit.notes),
-        "rows": _json_rows(unit.rows),
+    }
+    after = {
         "cells": [_json_cell(c) for c in unit.cells],
         "stacks": stacks,
         "stacks_b": stacks_b,
         "parent_chains": {entry: list(chain) for entry, chain in unit.parent_chains.items() if chain},
     }
+    return before, after
 
 
-def _json_document(comparison: Comparison, facts: ReportFacts | None = None) -> dict[str, Any]:
-    compared, unit_compared = ReportFacts.of(comparison, facts).compared_counts()
+def _json_head(comparison: Comparison, compared: int) -> dict[str, Any]:
+    """comparison.json but its ``units`` (the last field)."""
     return {
         "schema": JSON_SCHEMA,
         "version": JSON_VERSION,
@@ -357,19 +366,76 @@ def _json_document(comparison: Comparison, facts: ReportFacts | None = None) -> 
         ],
         "unpaired": [_json_unit_ref(u) for u in comparison.unpaired],
         "notes": list(comparison.notes),
-        "units": [_json_unit(u, n) for u, n in zip(comparison.units, unit_compared, strict=True)],
     }
 
 
-def render_json_utf8(comparison: Comparison, *, facts: ReportFacts | None = None) -> bytes:
-    """``render_json(comparison).encode("utf-8", errors="backslashreplace")`` (how the CLI writes the file),
-    without the text copy in between when orjson writes the document (its bytes are that encoding).
-    ``facts``: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`)."""
-    doc = _json_document(comparison, facts)
+def _json_document(comparison: Comparison, facts: ReportFacts | None = None) -> dict[str, Any]:
+    """The whole of comparison.json as one value (:func:`render_json`; the file is written in parts by
+    :func:`write_json`, from the same fields)."""
+    compared, unit_compared = ReportFacts.of(comparison, facts).compared_counts()
+    units = []
+    for unit, n in zip(comparison.units, unit_compared, strict=True):
+        before, after = _json_unit_fields(unit, n)
+        units.append({**before, "rows": _json_rows(unit.rows), **after})
+    return {**_json_head(comparison, compared), "units": units}
+
+
+def _json_parts(comparison: Comparison, facts: ReportFacts | None, dumps: Callable[[Any], bytes]
+                ) -> Iterator[bytes | memoryview]:
+    """comparison.json in parts, each encoded by ``dumps`` (compact JSON as bytes): the fields before the rows, then
+    each unit's rows :data:`~msprobe_cmp.reports.common.CHUNK_ROWS` at a time, then the fields after them.  Joined,
+    the parts are ``dumps`` of :func:`_json_document`: compact JSON of a list or object is its items' JSON joined
+    by commas between its brackets."""
+    compared, unit_compared = ReportFacts.of(comparison, facts).compared_counts()
+    yield dumps(_json_head(comparison, compared))[:-1] + b',"units":['
+    for k, (unit, n) in enumerate(zip(comparison.units, unit_compared, strict=True)):
+        before, after = _json_unit_fields(unit, n)
+        yield (b"," if k else b"") + dumps(before)[:-1] + b',"rows":['
+        for start, window in row_windows(unit.rows):
+            if start:
+                yield b","
+            yield memoryview(dumps(_json_rows(window, start)))[1:-1]  # the items, without copying them
+        yield b"]," + dumps(after)[1:]
+    yield b"]}"
+
+
+def _dumps_standard_utf8(doc: Any) -> bytes:
+    """``doc`` as the standard library writes it compactly (:func:`~msprobe_cmp.reports.common.dumps_compact`'s
+    fallback), encoded as the CLI writes every report (UTF-8, a lone surrogate as a backslash escape)."""
+    return dumps_standard(doc).encode("utf-8", errors="backslashreplace")
+
+
+def write_json(comparison: Comparison, fh: BinaryIO, *, facts: ReportFacts | None = None) -> None:
+    """Write comparison.json (:func:`render_json`'s document, compact) to the binary file ``fh`` from its current
+    position, a bounded number of rows at a time: the bytes ``render_json(comparison).encode("utf-8",
+    errors="backslashreplace")`` gives, without the whole text in memory.
+
+    orjson writes the document; should it refuse a part (a lone surrogate in a name, an integer beyond 64 bits), the
+    file is cut back to where it started and the standard library writes the whole document instead (so every
+    float is in one encoder's form), as :func:`~msprobe_cmp.reports.common.dumps_compact` does.  ``facts``: what the
+    reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`).
+
+    Raises:
+        OSError: ``fh`` cannot be written (or, after a refused part, cannot be rewound: it must be seekable).
+    """
+    start = fh.tell()
     try:
-        return orjson.dumps(doc)
+        for part in _json_parts(comparison, facts, orjson.dumps):
+            fh.write(part)
     except (orjson.JSONEncodeError, TypeError):
-        return dumps_compact(doc).encode("utf-8", errors="backslashreplace")
+        fh.seek(start)
+        fh.truncate()
+        for part in _json_parts(comparison, facts, _dumps_standard_utf8):
+            fh.write(part)
+
+
+def render_json_utf8(comparison: Comparison, *, facts: ReportFacts | None = None) -> bytes:
+    """``render_json(comparison).encode("utf-8", errors="backslashreplace")``: the bytes :func:`write_json` writes
+    (how the CLI writes the file), in memory.  ``facts``: what the reports of this comparison share
+    (:class:`~msprobe_cmp.reports.common.ReportFacts`)."""
+    buf = io.BytesIO()
+    write_json(comparison, buf, facts=facts)
+    return buf.getvalue()
 
 
 def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
@@ -420,80 +486,96 @@ def _csv_number_column(values: np.ndarray, defined: np.ndarray) -> list[object]:
     return out
 
 
-def _csv_columns(unit: UnitComparison) -> list[list[object]]:
-    """The cells of every row of ``unit``, column by column (:data:`CSV_COLUMNS`), read from the row table: metrics
-    and statistics as the text the csv module writes for their floats, the other numbers as numbers, texts
-    neutralised (:func:`neutralize_cell`), ``""`` for a missing value.
+class _CsvCells:
+    """Makes the CSV cells of a unit's rows (:data:`CSV_COLUMNS`), a window of rows at a time: what the cells are
+    made of that belongs to the unit's tables (its strings as they are and neutralised, its shapes as text, the
+    value cells and ``Err_message`` texts met so far) is made once per unit, and a column's cells are picked from it
+    by the column's codes."""
 
-    Row names are ``<entry>.<arg path>``; ``Bench Name`` / ``NPU Name`` are empty when the row is absent from that
-    side.  ``Step`` and ``Rank`` are A's ids (empty when None).
-    """
-    t = unit.rows
-    n = len(t)
-    strings = t.strings
-    texts = [*(neutralize_cell(x) for x in strings), ""]  # code -1 -> ""
-    a, b = t.side_columns(0), t.side_columns(1)
-    entries, paths = t.names("entry"), t.names("arg_path")
-    entries_b, paths_b = t.names("entry_b"), t.names("arg_path_b")
-    names_a: list[object] = [
-        "" if k == ABSENT else neutralize_cell(f"{e}.{p}")
-        for k, e, p in zip(a.kind.tolist(), entries, paths, strict=True)
-    ]
-    names_b: list[object] = [
-        "" if k == ABSENT else neutralize_cell(f"{eb or e}.{pb or p}")
-        for k, e, p, eb, pb in zip(b.kind.tolist(), entries, paths, entries_b, paths_b, strict=True)
-    ]
-    shape_texts = [*(str(list(shape)) for shape in t.shapes), ""]
-    columns: list[list[object]] = [
-        names_a, names_b,
-        [texts[c] for c in a.dtype.tolist()], [texts[c] for c in b.dtype.tolist()],
-        [shape_texts[c] for c in a.shape.tolist()], [shape_texts[c] for c in b.shape.tolist()],
-    ]
-    state = t.metric_state
-    blank: list[object] = [""] * n
-    for k in range(len(METRIC_COLUMNS)):
-        defined = state[:, k] == METRIC_VALUE
-        columns.append(_csv_number_column(t.metrics[:, k], defined) if defined.any() else blank)
-    for side in (a, b):
-        for k in range(4):
-            defined = side.stats_defined[:, k]
-            columns.append(_csv_number_column(side.stats[:, k], defined) if defined.any() else blank)
-    columns += [[texts[c] for c in a.md5.tolist()], [texts[c] for c in b.md5.tolist()]]
-    for side in (a, b):
-        cells: dict[tuple[int, int], object] = {}
-        values: list[object] = []
-        for dtype, value in zip(side.dtype.tolist(), side.value.tolist(), strict=True):
-            cell = cells.get((dtype, value))
-            if cell is None:
-                cell = cells[(dtype, value)] = _value_cell(None if dtype < 0 else strings[dtype],
-                                                           None if value < 0 else strings[value])
-            values.append(cell)
-        columns.append(values)
-    columns.append([VERDICTS[v] for v in t.verdict.tolist()])
-    whys: dict[tuple[int, int], str] = {}
-    why_column: list[object] = []
-    tuples = t.tuples
-    for r, m in zip(t.reasons.tolist(), t.notes.tolist(), strict=True):
-        why = whys.get((r, m))
-        if why is None:
-            why = whys[(r, m)] = _text("; ".join((*tuples[r], *tuples[m])) or None)
-        why_column.append(why)
-    columns.append(why_column)
-    columns.append([MATCH_CLASSES[c] for c in t.match_class.tolist()])
-    columns.append([COMPARED_BY[c] for c in t.compared_by.tolist()])
-    step, rank = unit.unit_a.step, unit.unit_a.rank
-    columns += [["" if step is None else step] * n, ["" if rank is None else rank] * n]
-    columns.append([texts[c] for c in t.parent_cell.tolist()])
-    raw = [*strings, ""]
-    columns.append([texts[da] if raw[da] else texts[db]  # A's file name, else B's (an empty name counts as none)
-                    for da, db in zip(a.data_name.tolist(), b.data_name.tolist(), strict=True)])
-    return columns
+    def __init__(self, unit: UnitComparison) -> None:
+        t = unit.rows
+        self.strings, self.tuples = t.strings, t.tuples
+        # object [S + 1] arrays indexed by a string code; the last item stands for code -1 (None)
+        self.raw = np.array([*t.strings, ""], dtype=object)
+        self.texts = np.array([*(neutralize_cell(x) for x in t.strings), ""], dtype=object)
+        self.has_text = np.array([*(bool(x) for x in t.strings), False])  # an empty name counts as none
+        self.shape_texts = np.array([*(str(list(shape)) for shape in t.shapes), ""], dtype=object)
+        self.value_cells: dict[tuple[int, int], object] = {}
+        self.whys: dict[tuple[int, int], object] = {}
+        step, rank = unit.unit_a.step, unit.unit_a.rank
+        self.step: object = "" if step is None else step
+        self.rank: object = "" if rank is None else rank
+
+    def _value_cell(self, dtype: int, value: int) -> object:
+        """:func:`_value_cell` of a side's dtype and value codes."""
+        strings = self.strings
+        return _value_cell(None if dtype < 0 else strings[dtype], None if value < 0 else strings[value])
+
+    def _why(self, reasons: int, notes: int) -> object:
+        """The ``Err_message`` cell of a row's reasons and notes codes: the texts joined with ``"; "``, neutralised."""
+        tuples = self.tuples
+        return _text("; ".join((*tuples[reasons], *tuples[notes])) or None)
+
+    @staticmethod
+    def _pair_cells(first: np.ndarray, second: np.ndarray, cells: dict[tuple[int, int], object],
+                    make: Callable[[int, int], object]) -> list[object]:
+        """``make(first[i], second[i])`` for every row ``i`` (int [n] codes each), made once per distinct pair
+        (``cells`` keeps them for the next window)."""
+        if not len(first):
+            return []
+        pairs, which = np.unique(np.stack((first, second), axis=1), axis=0, return_inverse=True)
+        made = np.empty(len(pairs), dtype=object)
+        for k, (x, y) in enumerate(pairs.tolist()):
+            cell = cells.get((x, y))
+            made[k] = cell if cell is not None else cells.setdefault((x, y), make(x, y))
+        return made[which.reshape(-1)].tolist()
+
+    def columns(self, t: RowTable) -> list[list[object]]:
+        """The cells of the rows of ``t`` (a :meth:`~msprobe_cmp.comparator.rowtable.RowTable.window` of the unit's
+        rows), column by column (:data:`CSV_COLUMNS`): metrics and statistics as the text the csv module writes for
+        their floats, the other numbers as numbers, texts neutralised (:func:`neutralize_cell`), ``""`` for a
+        missing value.
+
+        A row name ``<entry>.<arg path>`` is neutralised as its entry name is (the name starts with it, or with
+        the dot when it is empty); B's uses B's own entry name and argument path where they are names.
+        """
+        n = len(t)
+        texts, raw, has_text, shape_texts = self.texts, self.raw, self.has_text, self.shape_texts
+        a, b = t.side_columns(0), t.side_columns(1)
+        entry_b = np.where(has_text[t.entry_b], t.entry_b, t.entry)
+        path_b = np.where(has_text[t.arg_path_b], t.arg_path_b, t.arg_path)
+        columns: list[list[object]] = [
+            np.where(a.kind == ABSENT, "", texts[t.entry] + "." + raw[t.arg_path]).tolist(),
+            np.where(b.kind == ABSENT, "", texts[entry_b] + "." + raw[path_b]).tolist(),
+            texts[a.dtype].tolist(), texts[b.dtype].tolist(),
+            shape_texts[a.shape].tolist(), shape_texts[b.shape].tolist(),
+        ]
+        state = t.metric_state
+        blank: list[object] = [""] * n
+        for k in range(len(METRIC_COLUMNS)):
+            defined = state[:, k] == METRIC_VALUE
+            columns.append(_csv_number_column(t.metrics[:, k], defined) if defined.any() else blank)
+        for side in (a, b):
+            for k in range(4):
+                defined = side.stats_defined[:, k]
+                columns.append(_csv_number_column(side.stats[:, k], defined) if defined.any() else blank)
+        columns += [texts[a.md5].tolist(), texts[b.md5].tolist()]
+        for side in (a, b):
+            columns.append(self._pair_cells(side.dtype, side.value, self.value_cells, self._value_cell))
+        columns.append([VERDICTS[v] for v in t.verdict.tolist()])
+        columns.append(self._pair_cells(t.reasons, t.notes, self.whys, self._why))
+        columns.append([MATCH_CLASSES[c] for c in t.match_class.tolist()])
+        columns.append([COMPARED_BY[c] for c in t.compared_by.tolist()])
+        columns += [[self.step] * n, [self.rank] * n]
+        columns.append(texts[t.parent_cell].tolist())
+        # A's file name, else B's
+        columns.append(texts[np.where(has_text[a.data_name], a.data_name, b.data_name)].tolist())
+        return columns
 
 
 def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[object]:
-    """The cells of one row of ``unit`` (:func:`_csv_columns`' cells of ``row``; the whole unit's columns are read for
-    it: for tests and single rows)."""
-    return [column[row.index] for column in _csv_columns(unit)]
+    """The cells of one row of ``unit`` (:meth:`_CsvCells.columns` of that row alone: for tests and single rows)."""
+    return [column[0] for column in _CsvCells(unit).columns(unit.rows.window(row.index, row.index + 1))]
 
 
 # A text cell holding one of these makes the csv module quote it (QUOTE_MINIMAL: the delimiter, the quote
@@ -527,25 +609,30 @@ def _csv_text_column(cells: list[object]) -> list[str]:
     return [get(x, x) for x in out]
 
 
+def csv_chunks(comparison: Comparison) -> Iterator[str]:
+    """:func:`render_csv`'s text in pieces, in order: the header line, then the lines of
+    :data:`~msprobe_cmp.reports.common.CHUNK_ROWS` rows at a time (each piece ends with a newline), so that no more
+    than a chunk's text is in memory at once."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(CSV_COLUMNS)
+    yield buf.getvalue()
+    for unit in comparison.units:
+        cells = _CsvCells(unit)
+        for _, window in row_windows(unit.rows):
+            columns = [_csv_text_column(column) for column in cells.columns(window)]
+            yield "\n".join(map(",".join, zip(*columns, strict=True))) + "\n"
+
+
 def render_csv(comparison: Comparison) -> str:
-    """Every row of every unit as CSV text with :data:`CSV_COLUMNS` (module docstring).
+    """Every row of every unit as CSV text with :data:`CSV_COLUMNS` (module docstring): :func:`csv_chunks` joined.
 
     Row names are ``<entry>.<arg path>``; ``Bench Name`` / ``NPU Name`` are empty when the row is
     absent from that side.  ``Step`` and ``Rank`` are A's ids (empty when None).
 
-    The text is what ``csv.writer(lineterminator="\\n")`` writes for the cells (:func:`_csv_columns`), byte for
+    The text is what ``csv.writer(lineterminator="\\n")`` writes for the cells (:meth:`_CsvCells.columns`), byte for
     byte: each column is written as text (:func:`_csv_text_column`) and the lines joined.
     """
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    lines = [buf.getvalue()]
-    for unit in comparison.units:
-        if len(unit.rows):
-            columns = [_csv_text_column(column) for column in _csv_columns(unit)]
-            lines.append("\n".join(map(",".join, zip(*columns, strict=True))))
-            lines.append("\n")
-    return "".join(lines)
+    return "".join(csv_chunks(comparison))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -617,12 +704,24 @@ def _xml_element(tag: str, attrs: dict[str, str], text: str | None = None) -> st
     return f"<{tag}{head} />"
 
 
+def _xml_parent_parts(tag: str, attrs: dict[str, str], chunks: Iterable[list[str]], level: int) -> Iterator[str]:
+    """:func:`_xml_parent`'s text in pieces, its children given as lists of written children (chunks), each list
+    rendered when its turn comes."""
+    head = "".join(f' {k}="{_xml_attr(v)}"' for k, v in attrs.items())
+    inner = "\n" + " " * (level + 1)
+    yield f"<{tag}{head}>"
+    empty = True
+    for chunk in chunks:
+        if chunk:
+            yield inner + inner.join(chunk)
+            empty = False
+    yield f"{inner if empty else ''}\n{' ' * level}</{tag}>"
+
+
 def _xml_parent(tag: str, attrs: dict[str, str], children: list[str], level: int) -> str:
     """An element holding ``children`` (already written), indented as ``ElementTree.indent(space=" ")`` does at
     nesting ``level``: each child on its own line one space deeper, the end tag on a line of its own."""
-    head = "".join(f' {k}="{_xml_attr(v)}"' for k, v in attrs.items())
-    inner = "\n" + " " * (level + 1)
-    return f"<{tag}{head}>{inner}{inner.join(children)}\n{' ' * level}</{tag}>"
+    return "".join(_xml_parent_parts(tag, attrs, [children], level))
 
 
 def _suite_attrs(name: str, tests: int, failures: int, skipped: int) -> dict[str, str]:
@@ -676,23 +775,11 @@ def _junit_cases(t: RowTable, attrs: dict[str, str]) -> list[str]:
     return cases
 
 
-def render_junit(comparison: Comparison, *, facts: ReportFacts | None = None) -> str:
-    """The comparison as JUnit XML (module docstring): CI systems show failing rows as failed tests.
-
-    Written as text, element by element, in the form ``xml.etree.ElementTree`` gives the same tree after
-    ``ElementTree.indent(space=" ")``: attributes in the order given, elements without content as
-    ``<tag ... />``, one space of indentation per level.  ``facts``: what the reports of this comparison share
-    (:class:`~msprobe_cmp.reports.common.ReportFacts`).
-    """
-    suites: list[str] = []
-    totals = [0, 0, 0]
-
-    def suite(name: str, tests: int, failures: int, skipped: int, children: list[str]) -> None:
-        suites.append(_xml_parent("testsuite", _suite_attrs(name, tests, failures, skipped), children, 1))
-        totals[0] += tests
-        totals[1] += failures
-        totals[2] += skipped
-
+def junit_chunks(comparison: Comparison, *, facts: ReportFacts | None = None) -> Iterator[str]:
+    """:func:`render_junit`'s text in pieces, in order: a unit's test cases are written
+    :data:`~msprobe_cmp.reports.common.CHUNK_ROWS` rows at a time, so that no more than a chunk's text is in memory
+    at once.  ``facts``: what the reports of this comparison share
+    (:class:`~msprobe_cmp.reports.common.ReportFacts`)."""
     compared = ReportFacts.of(comparison, facts).compared_counts()[0]
     props = [_xml_element("property", {"name": name, "value": value}) for name, value in (
         ("verdict", comparison.verdict), ("mode", comparison.mode), ("input_a", comparison.input_a),
@@ -707,27 +794,44 @@ def render_junit(comparison: Comparison, *, facts: ReportFacts | None = None) ->
         case = _xml_parent("testcase", case_attrs, [failure], 2)
     else:
         case = _xml_element("testcase", case_attrs)
-    suite("msprobe-cmp verdict", 1, int(failed), 0, [_xml_parent("properties", {}, props, 2), case])
-
+    # every suite as (name, tests, failures, skipped, its children in chunks); the root's totals come first
+    suites: list[tuple[str, int, int, int, Iterable[list[str]]]] = [
+        ("msprobe-cmp verdict", 1, int(failed), 0, [[_xml_parent("properties", {}, props, 2), case]])]
     attrs: dict[str, str] = {}  # entry name or argument path -> its attribute value, written
     for u in comparison.units:
         props = [_xml_element("property", {"name": name, "value": value}) for name, value in (
             ("verdict", u.verdict), ("directory_a", u.unit_a.directory), ("directory_b", u.unit_b.directory))]
-        children = [_xml_parent("properties", {}, props, 2), *_junit_cases(u.rows, attrs)]
-        failures, skipped = int(u.rows.verdict_mask("fail").sum()), int(u.rows.verdict_mask("skip").sum())
-        suite(f"{u.unit_a.label} vs {u.unit_b.label}", len(u.rows), failures, skipped, children)
-
+        cases = (_junit_cases(window, attrs) for _, window in row_windows(u.rows))
+        suites.append((f"{u.unit_a.label} vs {u.unit_b.label}", len(u.rows), int(u.rows.verdict_mask("fail").sum()),
+                       int(u.rows.verdict_mask("skip").sum()), _chain([[_xml_parent("properties", {}, props, 2)]],
+                                                                       cases)))
     if comparison.unpaired:
-        children = [
+        unpaired = [
             _xml_parent("testcase", {"classname": "unpaired", "name": f"{ref.side.upper()} {ref.label}", "time": "0"},
                         [_xml_element("skipped", {"message": "no partner unit on the other side: not compared"})], 2)
             for ref in comparison.unpaired
         ]
         n = len(comparison.unpaired)
-        suite("unpaired units", n, 0, n, children)
+        suites.append(("unpaired units", n, 0, n, [unpaired]))
+    totals = (sum(s[1] for s in suites), sum(s[2] for s in suites), sum(s[3] for s in suites))
+    # the root as _xml_parent writes it (it always holds the verdict's suite), each suite in pieces
+    root = "".join(f' {k}="{_xml_attr(v)}"' for k, v in _suite_attrs("msprobe-cmp", *totals).items())
+    yield f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuites{root}>'
+    for name, tests, failures, skipped, children in suites:
+        yield "\n "
+        yield from _xml_parent_parts("testsuite", _suite_attrs(name, tests, failures, skipped), children, 1)
+    yield "\n</testsuites>\n"
 
-    root = _xml_parent("testsuites", _suite_attrs("msprobe-cmp", *totals), suites, 0)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + root + "\n"
+
+def render_junit(comparison: Comparison, *, facts: ReportFacts | None = None) -> str:
+    """The comparison as JUnit XML (module docstring): CI systems show failing rows as failed tests.
+
+    Written as text, element by element, in the form ``xml.etree.ElementTree`` gives the same tree after
+    ``ElementTree.indent(space=" ")``: attributes in the order given, elements without content as
+    ``<tag ... />``, one space of indentation per level: :func:`junit_chunks` joined.  ``facts``: what the reports
+    of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`).
+    """
+    return "".join(junit_chunks(comparison, facts=facts))
 
 
 # --------------------------------------------------------------------------------------------------

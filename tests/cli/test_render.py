@@ -212,21 +212,33 @@ def test_numbers_beyond_64_bits_compare_and_render_byte_for_byte(compared, tmp_p
 def test_a_failed_write_never_leaves_an_earlier_saved_comparison_beside_new_reports(compared, tmp_path, capsys,
                                                                                     monkeypatch):
     import msprobe_cmp.cli as cli
+    from msprobe_cmp.dump.writer import write_atomic
 
     out = tmp_path / "out"
     shutil.copytree(compared, out)
-    written = []
+    before = _files(out)
+    calls = []
 
-    def failing(path, data, **kw):
-        if written:
+    def failing_second(path, write, **kw):  # the disk fills while the second report is written
+        calls.append(path)
+        if len(calls) == 2:
             raise OSError(28, "No space left on device", str(path))
-        written.append(path)
-        path.write_bytes(data)
+        return write_atomic(path, write, **kw)
 
-    monkeypatch.setattr(cli, "write_bytes_atomic", failing)
+    monkeypatch.setattr(cli, "write_atomic", failing_second)
+    code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)
+    assert code == 2 and "No space left on device" in err
+    assert _files(out) == before  # no report replaced: the earlier reports and their saved comparison, as they were
+    monkeypatch.undo()
+
+    def failing_save(path, write, **kw):  # every report written, then the disk fills
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr("msprobe_cmp.dump.writer.write_atomic", failing_save)
     code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)
     assert code == 2 and "No space left on device" in err
     assert not (out / SAVED_FILE).exists()  # the tensor comparison's file is gone: render cannot show it
+    assert (out / "comparison.json").read_bytes() != before["comparison.json"]  # the new reports replaced theirs
 
     def unsavable(comparison):
         raise OverflowError("cannot save")

@@ -389,3 +389,25 @@ def test_a_part_without_its_backward_leaves_the_backward_rows_one_sided(tmp_path
     assert backward[0].notes[0].startswith("not recorded by some of its parts: not combined")
     # the forward call still pairs as a whole
     assert {r.match_class for r in rows if r.entry_name == "Module.attn.qkv_proj.Linear.forward.0"} == {"matched"}
+
+
+def test_parts_calling_other_apis_inside_pair_as_usual_and_say_why(tmp_path: Path) -> None:
+    """v_proj calls Functional.matmul inside where the fused call calls Functional.linear: the inner calls are not
+    paired through the record, and the fused call's rows say why."""
+    fused = _fused_dump(tmp_path / "fused", "statistics")
+    w = _Writer(tmp_path / "parts", "statistics")
+    w.relu(0, X)
+    apis = ("Functional.linear.0", "Functional.linear.1", "Functional.matmul.0")
+    for name, weight, gy, api in zip(("q_proj", "k_proj", "v_proj"), (WQ, WK, WV), np.split(GY, np.cumsum([H, KV]), -1),
+                                     apis, strict=True):
+        w.linear(f"Module.attn.{name}.Linear", weight, X, gy, api)
+    w.relu(1, X)
+    result = compare(load_dump(fused), load_dump(w.write()), CompareOptions(mapping=_mapping(tmp_path)))
+    rows = list(result.units[0].rows)
+    why = ("the API calls inside the fused call and its parts differ, so they are paired as usual: "
+           "Functional.linear against Functional.linear; Functional.linear; Functional.matmul")
+    module_rows = [r for r in rows if r.entry_name == "Module.attn.qkv_proj.Linear.forward.0"]
+    assert module_rows and all(why in r.notes for r in module_rows)
+    # the module's own rows still pair through the record: the weight against the three parts' concatenated
+    weight = next(r for r in module_rows if r.arg_path == "parameters.weight")
+    assert weight.match_class == "matched" and weight.b.shape == (H + 2 * KV, D)

@@ -2,9 +2,10 @@
 
 References: plain numpy float64 over the whole arrays for the maxima and counts (which must be equal bit for
 bit: they do not depend on the order of operations), and ``math.fsum`` (exactly rounded sums) for the four
-sums behind the cosine and EucDist.  The streamed sums add per-block ``ddot`` results (blocks of at most
-8192 elements) chunk by chunk; the error of a floating-point sum of n terms is bounded by ~n·2⁻⁵³ times the
-sum of their magnitudes, and is ~sqrt(n)·2⁻⁵³ for these random data, so for ≤ 10⁶ terms a relative tolerance
+sums behind the cosine and EucDist.  The streamed sums are each chunk's sum in the order of the fused kernel's
+vectorised loop (interleaved partial sums), the chunks' sums then added exactly; the error of a floating-point
+sum of n terms is bounded by ~n·2⁻⁵³ times the sum of their magnitudes, and is ~sqrt(n)·2⁻⁵³ for these random
+data, so for ≤ 10⁶ terms a relative tolerance
 of 1e-12 on EucDist (a sum of non-negative terms) and an absolute one of 1e-12 on the cosine (whose error
 is that of Σab relative to ‖a‖‖b‖) leave a margin of ~100x over what was observed while still catching any
 lost, doubled or misplaced chunk (which changes the results in the 4th digit or more).
@@ -31,9 +32,9 @@ EUC_REL = 1e-12
 
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
-    """Chunks of 1000 elements and dot blocks of 96, so that small arrays span many chunks and blocks."""
+    """Chunks of 1000 elements, so that small arrays span many chunks (and each chunk's vectorised loop has
+    a remainder)."""
     monkeypatch.setattr(metrics, "CHUNK_ELEMENTS", 1000)
-    monkeypatch.setattr(metrics, "_DOT_BLOCK", 96)
     return 1000
 
 
@@ -113,6 +114,68 @@ def test_non_contiguous_input_is_read_in_c_order(small_chunks: int):
     assert compute_tensor_metrics(at, b.reshape(70, 60)) == compute_tensor_metrics(a, b)
     strided = np.repeat(a, 2)[::2]
     assert compute_tensor_metrics(strided, b) == compute_tensor_metrics(a, b)
+
+
+def test_results_do_not_depend_on_the_arrays_address(small_chunks: int):
+    """The fused kernel's summation order depends on the chunk length only: the same values one element
+    further into memory give the same results bit for bit."""
+    a, b = _noisy_pair(9 * small_chunks + 333, seed=20)
+    room_a, room_b = np.empty(a.size + 3, np.float32), np.empty(b.size + 3, np.float32)
+    for offset in (1, 2, 3):
+        room_a[offset: offset + a.size], room_b[offset: offset + b.size] = a, b
+        assert compute_tensor_metrics(room_a[offset: offset + a.size], room_b[offset: offset + b.size]) == (
+            compute_tensor_metrics(a, b))
+
+
+def test_relative_error_thresholds_and_floor_are_exact(small_chunks: int):
+    """Elements whose relative error is exactly 0.001 or 0.005 (not counted: the shares count errors strictly
+    below), and |b| at, just below and just above the floor, in a late chunk and a block's tail."""
+    a, b = _noisy_pair(5 * small_chunks + 17, dtype=np.float64, seed=21)
+    k = 4 * small_chunks + 3
+    b[k: k + 4] = 1000.0
+    a[k: k + 4] = [1001.0, 1005.0, np.nextafter(1001.0, 0.0), np.nextafter(1005.0, 0.0)]
+    floor = 2.0**-10
+    b[k + 4: k + 7] = [floor, np.nextafter(floor, 0.0), np.nextafter(floor, 1.0)]
+    a[k + 4: k + 7] = b[k + 4: k + 7] + 2.0**-20
+    a[-1], b[-1] = 9.0, floor / 4  # the largest relative error, the array's last element
+    ref = _reference(a, b, floor)
+    m = compute_tensor_metrics(a, b, floor)
+    _assert_matches(m, ref)
+    rel = np.abs(a - b) / np.maximum(np.abs(b), floor)
+    assert rel[k] == 0.001 and rel[k + 1] == 0.005  # the exact thresholds are there, and not counted
+    assert m.max_relative_err == rel[-1] == (9.0 - floor / 4) / floor
+
+
+def test_float64_power_of_two_scaling_is_exact(small_chunks: int):
+    """The float64 path scales by powers of two: the same values times 2**k give the same cosine bit for bit,
+    and EucDist exactly times 2**k."""
+    a, b = _noisy_pair(6 * small_chunks + 5, dtype=np.float64, seed=22)
+    m = compute_tensor_metrics(a, b)
+    for k in (-900, -100, 100, 900):
+        s = 2.0**k
+        mk = compute_tensor_metrics(a * s, b * s)
+        assert mk.cosine == m.cosine
+        assert mk.max_abs_err == m.max_abs_err * s
+        assert mk.max_relative_err == m.max_relative_err or k < 0  # tiny values meet the floor
+        if abs(k) <= 100:  # Σ(a-b)² itself is not scaled: within range only up to ~2**±500
+            assert mk.euc_dist == m.euc_dist * s  # type: ignore[operator]
+
+
+def test_float64_difference_overflow_is_not_a_nonfinite_value(small_chunks: int):
+    a, b = _noisy_pair(3 * small_chunks, dtype=np.float64, seed=23)
+    a[small_chunks + 5], b[small_chunks + 5] = 1.5e308, -1.5e308  # a - b overflows to inf
+    m = compute_tensor_metrics(a, b)
+    assert m.max_abs_err == math.inf and m.euc_dist == math.inf and m.compared == a.size
+    assert (m.nonfinite.count_a, m.nonfinite.count_b, m.notes) == (0, 0, ())
+    assert m.cosine == pytest.approx(-1.0, rel=0, abs=COS_ABS)  # the (1.5e308, -1.5e308) pair outweighs the rest
+
+
+def test_mixed_dtypes_are_read_through_buffers(small_chunks: int):
+    a, b = _noisy_pair(4 * small_chunks + 9, dtype=np.float64, seed=24)
+    b32 = b.astype(np.float32)
+    _assert_matches(compute_tensor_metrics(a, b32), _reference(a, b32))
+    _assert_matches(compute_tensor_metrics(b32, a), _reference(b32, a))
+    _assert_matches(compute_tensor_metrics(b32.astype(">f4"), a), _reference(b32, a))  # not the native order
 
 
 # ---------------------------------------------------------------- dtypes
@@ -289,8 +352,15 @@ def _memmap_pair(tmp_path: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
 def test_memory_stays_bounded_by_the_chunk_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int):
     """tracemalloc sees numpy's data allocations; memmapped file pages are not allocations."""
     monkeypatch.setattr(metrics, "CHUNK_WORKERS", workers)
-    chunk_buffers = (4 * 8 + 1) * metrics.CHUNK_ELEMENTS  # four float64 buffers and one bool buffer
+    # float32 memmaps are read in place; a chunk holding NaN is re-read into two float64 buffers, then its
+    # masks (bool) and its finite parts (two float64 copies) are made: within four float64 chunks and one bool
+    chunk_buffers = (4 * 8 + 1) * metrics.CHUNK_ELEMENTS
     bound = 2 * workers * chunk_buffers + 256 * 1024
+    # numba's one-time import and the kernel's loading (float32, and float64 for the NaN chunk's finite parts)
+    # are not the data's memory: done before tracing
+    warm_a, warm_b = _noisy_pair(2 * metrics.CHUNK_ELEMENTS)
+    warm_a[0] = warm_b[0] = np.nan
+    assert compute_tensor_metrics(warm_a, warm_b).compared == warm_a.size - 1
     peaks = []
     for n in (3_000_000, 9_000_000):  # 12 and 36 MB per side
         a, b = _memmap_pair(tmp_path, n)

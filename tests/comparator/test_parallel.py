@@ -10,6 +10,7 @@ import pytest
 from msprobe_cmp.cli import main
 from msprobe_cmp.comparator import CompareOptions, compare
 from msprobe_cmp.comparator.compare import UnitTask, compare_unit_task, compare_units
+from msprobe_cmp.comparator.units import UnitFacts
 from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf, ValueLeaf, load_dump
 from msprobe_cmp.errors import ConfigError
 
@@ -48,7 +49,12 @@ def test_unit_task_gives_the_in_process_result(dumps: tuple[Path, Path]) -> None
     serial = compare_units(ua, ub, "statistics", CompareOptions().rules)
     task = UnitTask(str(ua.directory), ua.step, ua.rank, str(ub.directory), ub.step, ub.rank, "statistics",
                     CompareOptions().rules, None, CompareOptions().mapping)
-    assert compare_unit_task(task) == serial
+    compared, facts_a, facts_b = compare_unit_task(task)
+    assert compared == serial
+    assert (facts_a, facts_b) == (UnitFacts.of(ua), UnitFacts.of(ub))
+    # the facts, counted independently: every leaf of the unit's entries, no checksums in a statistics dump
+    assert facts_a.entries == len(ua.entries) and facts_a.leaves == sum(len(list(e.leaves())) for e in ua.entries)
+    assert not facts_a.has_md5 and facts_a.namespace == "mindspore"
     assert serial.verdict == "fail" and serial.rows[serial.first_failing or 0].entry_name == "Functional.op1.2.forward"
 
 

@@ -149,6 +149,40 @@ def test_a_repeated_key_anywhere_in_dump_json_is_a_one_line_error(tmp_path, wher
     assert str(info.value) == f"{rank / 'dump.json'}: {key!r}: duplicate key"
 
 
+@pytest.mark.parametrize("nan_elsewhere", [False, True])
+@pytest.mark.parametrize(("header", "first"), [
+    ('"task": "statistics", ', '{"output": [LEAF_BAD]}'),  # a malformed leaf before the repeat
+    ('"level": "L1", ', '{"output": [LEAF]}'),  # no task: a malformed header before the repeat
+])
+def test_a_repeated_key_further_on_is_the_error_given(tmp_path, nan_elsewhere, header, first):
+    """dump.json is parsed one entry at a time, but the error is the one of a parse of the whole file: a repeated key
+    (or invalid JSON) anywhere before a malformed record or header."""
+    first = first.replace("LEAF_BAD", json.dumps(_leaf(Max="bad"))).replace("LEAF", json.dumps(_leaf()))
+    data = f'"{NAME}": {first}, "Functional.g.0.forward": {{"output": [{{"x": 1, "x": 2}}]}}'
+    if nan_elsewhere:
+        data += ', "Functional.nan.0.forward": {"output": [' + json.dumps(_leaf())[:-1] + ', "x": NaN}]}'
+    rank = _write(tmp_path, text="{" + header + '"data": {' + data + "}}")
+    with pytest.raises(DumpFormatError) as info:
+        load_dump(rank)
+    assert str(info.value) == f"{rank / 'dump.json'}: 'x': duplicate key"
+
+
+@pytest.mark.parametrize("nan_elsewhere", [False, True])
+def test_values_msgspec_refuses_inside_an_entry_are_read_as_json_reads_them(tmp_path, nan_elsewhere):
+    """A number beyond float range, an integer beyond 64 bits, a lone surrogate, a header after ``data``."""
+    leaf = json.dumps(_leaf())[:-1]
+    no_max = json.dumps({k: v for k, v in _leaf().items() if k != "Max"})[:-1]
+    no_min = json.dumps({k: v for k, v in _leaf().items() if k != "Min"})[:-1]
+    data = f'"{NAME}": {{"output": [{no_max}, "Max": 1e400}}, {no_min}, "Min": {BIG}}}, "\\ud800"]}}'
+    if nan_elsewhere:
+        data += ', "Functional.nan.0.forward": {"output": [' + leaf + ', "x": NaN}]}'
+    rank = _write(tmp_path, text='{"data": {' + data + '}, "task": "tensor", "x:y": {"a:b": "\\u003a"}}')
+    unit = load_dump(rank).units[0]
+    leaves = [leaf for _, leaf in unit.entries[0].leaves()]
+    assert leaves[0].max == math.inf and leaves[1].min == float(BIG) and leaves[2] == ValueLeaf("str", "\ud800")
+    assert unit.meta.task == "tensor" and unit.meta.extra == (("x:y", JsonObject((("a:b", ":"),))),)
+
+
 @pytest.mark.parametrize("file", ["stack.json", "construct.json"])
 def test_a_repeated_key_in_stack_or_construct_json_is_refused(tmp_path, file):
     text = '{"A.0.forward": ["File a.py"], "A.0.forward": ["File b.py"]}' if file == "stack.json" else (
@@ -295,13 +329,23 @@ def test_leaves_of_many_layouts_in_one_file_keep_their_own_fields(tmp_path):
         assert got[8].has_invalid_nonfinite_counts
 
 
-def test_the_layout_cache_stays_bounded():
-    from msprobe_cmp.dump import serde
+def test_leaves_of_one_file_share_only_values_that_are_the_same():
+    """The per-file memo of the builder shares the strings, shapes and all-int extras leaves repeat, never an equal
+    value of another type (0, False and 0.0; 0.0 and -0.0), and keeps nothing after the file."""
 
-    for i in range(3 * serde._MAX_LAYOUTS):
-        leaf = tensor_leaf_from_json(_leaf(**{f"k{i}": i}), "f", "w")
-        assert leaf.extra == ((f"k{i}", i),)
-    assert len(serde._LAYOUTS) <= serde._MAX_LAYOUTS
+    objs = [_leaf(nan_count=0, pos_inf_count=0, neg_inf_count=0), _leaf(nan_count=0, pos_inf_count=0, neg_inf_count=0),
+            _leaf(nan_count=False, pos_inf_count=0, neg_inf_count=0), _leaf(nan_count=0.0, pos_inf_count=0,
+                                                                               neg_inf_count=0),
+            _leaf(nan_count=-0.0, pos_inf_count=0, neg_inf_count=0), _leaf(pos_inf_count=0, nan_count=0),
+            *(_leaf(**{f"k{i}": i}) for i in range(50))]
+    (entry,) = entries_from_json({NAME: {"input_args": objs}}, "f")
+    got = [leaf for _, leaf in entry.leaves()]
+    assert got == [tensor_leaf_from_json(obj, "f", "w") for obj in objs]
+    assert got[0].extra is got[1].extra and got[0].shape is got[1].shape and got[0].dtype is got[1].dtype
+    assert [type(leaf.extra[0][1]) for leaf in got[:5]] == [int, int, bool, float, float]
+    assert math.copysign(1.0, got[4].extra[0][1]) == -1.0
+    assert got[5].extra == (("pos_inf_count", 0), ("nan_count", 0))
+    assert [leaf.extra for leaf in got[6:]] == [((f"k{i}", i),) for i in range(50)]
 
 
 @pytest.mark.parametrize("depth", [63, 64, 65])

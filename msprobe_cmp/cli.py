@@ -47,7 +47,7 @@ from msprobe_cmp.comparator.mapping import (
 )
 from msprobe_cmp.comparator.rules import Rules
 from msprobe_cmp.comparator.rules_file import load_rules
-from msprobe_cmp.comparator.saved import SAVED_FILE, load_comparison, saved_arrays, saved_file, write_saved
+from msprobe_cmp.comparator.saved import SAVED_FILE, load_comparison, saved_file, write_saved
 from msprobe_cmp.dump.reader import (
     Dump,
     load_dump,
@@ -236,28 +236,26 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
 
 
 def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
-    """The saved comparison's members are made first (a comparison that cannot be saved fails before anything is
-    written).  Then each report is written to a temporary file a bounded chunk of rows at a time, never whole in
-    memory (:data:`~msprobe_cmp.reports.common.CHUNK_ROWS`), and none replaces its file until every one is written
-    (a comparison that cannot be rendered writes nothing).  Then an earlier saved comparison in ``out`` is removed,
-    the five reports replace their files and the saved comparison is written last.  A failure midway (a full disk)
-    so leaves reports without a saved comparison, never a saved comparison next to reports of another comparison:
-    ``render`` cannot reproduce a stale one, and the saved file's presence says the reports beside it are its
-    own."""
-    saved = saved_arrays(comparison)  # first: a comparison that cannot be saved fails before anything is written
+    """The saved comparison and then each report are written to a temporary file, a unit or a bounded chunk of rows
+    at a time, never whole in memory (:data:`~msprobe_cmp.reports.common.CHUNK_ROWS`): the saved comparison first (a
+    comparison that cannot be saved fails before any report is rendered).  None replaces its file until every one
+    is written (a comparison that cannot be saved or rendered writes nothing).  Then an earlier saved comparison in
+    ``out`` is removed, the five reports replace their files and the saved comparison replaces its own last.  A
+    failure midway (a full disk) so leaves reports without a saved comparison, never a saved comparison next to
+    reports of another comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the
+    reports beside it are its own."""
     facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot columns), derived once
     paths = {"csv": out / "comparison.csv", "html": out / "report.html", "json": out / "comparison.json",
-             "junit": out / "junit.xml", "markdown": out / "summary.md"}
+             "junit": out / "junit.xml", "markdown": out / "summary.md", "saved": out / SAVED_FILE}
     _write_together([
+        (paths["saved"], lambda fh: write_saved(fh, comparison)),  # replaced last (the first written replaces last)
         (paths["csv"], lambda fh: _write_text(fh, csv_chunks(comparison))),
         (paths["json"], lambda fh: write_json(comparison, fh, facts=facts)),
         (paths["html"], lambda fh: _write_text(fh, html_chunks(comparison, facts=facts))),
         (paths["junit"], lambda fh: _write_text(fh, junit_chunks(comparison, facts=facts))),
         (paths["markdown"], lambda fh: _write_text(fh, [render_markdown(comparison, facts=facts)])),
     ], lambda: (out / SAVED_FILE).unlink(missing_ok=True))
-    written = {k: paths[k] for k in ("html", "json", "csv", "junit", "markdown")}
-    written["saved"] = write_saved(saved, out)  # last: its presence says the reports were written too
-    return written
+    return {k: paths[k] for k in ("html", "json", "csv", "junit", "markdown", "saved")}
 
 
 def _write_text(fh: BinaryIO, pieces: Iterable[str]) -> None:

@@ -63,7 +63,7 @@ import sys
 import tokenize
 import zipfile
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -86,7 +86,7 @@ from msprobe_cmp.comparator.rowtable import COMPARED_BY, SIDE_KINDS, VERDICTS, R
 from msprobe_cmp.comparator.rules import OriginRules, Rules, ThresholdOverride, Thresholds
 from msprobe_cmp.errors import DumpFormatError, MsprobeCmpError
 
-__all__ = ["FORMAT", "SAVED_FILE", "VERSION", "load_comparison", "save_comparison", "saved_arrays", "saved_file",
+__all__ = ["FORMAT", "SAVED_FILE", "VERSION", "load_comparison", "save_comparison", "saved_file", "saved_members",
            "write_saved"]
 
 #: The saved comparison's file name in an output directory.
@@ -120,55 +120,64 @@ def save_comparison(comparison: Comparison, directory: Path | str) -> Path:
     Raises:
         OSError: the file cannot be written.
     """
-    return write_saved(saved_arrays(comparison), directory)
-
-
-def write_saved(arrays: dict[str, np.ndarray], directory: Path | str) -> Path:
-    """Write the members :func:`saved_arrays` made as ``directory / SAVED_FILE``, atomically.
-
-    Raises:
-        OSError: the file cannot be written.
-    """
     path = Path(directory) / SAVED_FILE
     from msprobe_cmp.dump.writer import write_atomic  # the project's one atomic writer (no framework import)
 
-    write_atomic(path, lambda fh: _write_npz(fh, arrays))
+    write_atomic(path, lambda fh: write_saved(fh, comparison))
     return path
 
 
-def saved_arrays(comparison: Comparison) -> dict[str, np.ndarray]:
-    """The archive's members (module docstring), header first, in the order they are written."""
+def write_saved(fh: BinaryIO, comparison: Comparison) -> None:
+    """Write ``comparison``'s archive (module docstring) into the binary file ``fh``, one unit's members at a time
+    (:func:`saved_members`): a comparison of many units spooled on disk
+    (:mod:`~msprobe_cmp.comparator.spool`) is never held whole.
+
+    Raises:
+        OSError: the file cannot be written.
+        OverflowError, ValueError: a value the archive cannot hold (raised before the unit's members are written).
+    """
+    _write_npz(fh, saved_members(comparison))
+
+
+def saved_members(comparison: Comparison) -> Iterator[tuple[str, np.ndarray]]:
+    """The archive's members (module docstring) as ``(name, array)``, header first, in the order they are written;
+    each unit's made when it is reached."""
     header = _header(comparison)
-    arrays: dict[str, np.ndarray] = {"header": np.frombuffer(_json_bytes(header), dtype=np.uint8)}
+    yield "header", np.frombuffer(_json_bytes(header), dtype=np.uint8)
     for i, unit in enumerate(comparison.units):
-        p = f"u{i}."
-        table = unit.rows
-        for name, column in table.columns().items():
-            arrays[p + name] = column
-        _put_texts(arrays, p + "strings", table.strings)
-        _put_tuples(arrays, p + "tuples", table.tuples)
-        _put_tuples(arrays, p + "stacks", table.stacks)
-        dims = [int(d) for s in table.shapes for d in s]
-        wide = [k for k, d in enumerate(dims) if not _INT64_MIN <= d <= _INT64_MAX]
-        for k in wide:
-            dims[k] = 0
-        arrays[p + "shapes.dims"] = np.asarray(dims, dtype=np.int64).reshape(-1)
-        if wide:  # only then: a file without such dimensions has no such members
-            arrays[p + "shapes.wide.at"] = np.asarray(wide, dtype=np.int64)
-            _put_texts(arrays, p + "shapes.wide.values", [str(int(d)) for s in table.shapes for d in s
-                                                          if not _INT64_MIN <= int(d) <= _INT64_MAX])
-        arrays[p + "shapes.lengths"] = np.fromiter((len(s) for s in table.shapes), dtype=np.int64,
-                                                   count=len(table.shapes))
-        _put_texts(arrays, p + "chains.keys", list(unit.parent_chains))
-        _put_tuples(arrays, p + "chains.values", list(unit.parent_chains.values()))
-    return arrays
+        yield from _unit_members(f"u{i}.", unit)
 
 
-def _write_npz(fh: BinaryIO, arrays: dict[str, np.ndarray]) -> None:
+def _unit_members(p: str, unit: UnitComparison) -> Iterator[tuple[str, np.ndarray]]:
+    """The members of one unit (prefix ``p``), all made before the first is given."""
+    arrays: dict[str, np.ndarray] = {}
+    table = unit.rows
+    for name, column in table.columns().items():
+        arrays[p + name] = column
+    _put_texts(arrays, p + "strings", table.strings)
+    _put_tuples(arrays, p + "tuples", table.tuples)
+    _put_tuples(arrays, p + "stacks", table.stacks)
+    dims = [int(d) for s in table.shapes for d in s]
+    wide = [k for k, d in enumerate(dims) if not _INT64_MIN <= d <= _INT64_MAX]
+    for k in wide:
+        dims[k] = 0
+    arrays[p + "shapes.dims"] = np.asarray(dims, dtype=np.int64).reshape(-1)
+    if wide:  # only then: a file without such dimensions has no such members
+        arrays[p + "shapes.wide.at"] = np.asarray(wide, dtype=np.int64)
+        _put_texts(arrays, p + "shapes.wide.values", [str(int(d)) for s in table.shapes for d in s
+                                                      if not _INT64_MIN <= int(d) <= _INT64_MAX])
+    arrays[p + "shapes.lengths"] = np.fromiter((len(s) for s in table.shapes), dtype=np.int64,
+                                               count=len(table.shapes))
+    _put_texts(arrays, p + "chains.keys", list(unit.parent_chains))
+    _put_tuples(arrays, p + "chains.values", list(unit.parent_chains.values()))
+    yield from arrays.items()
+
+
+def _write_npz(fh: BinaryIO, arrays: Iterable[tuple[str, np.ndarray]]) -> None:
     # Stored, not deflated (what np.savez writes): zlib would add ~5 s to a 100k-entry pair for a file that is a
     # sixth of its reports' size anyway.
     with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, arr in arrays.items():
+        for name, arr in arrays:
             info = zipfile.ZipInfo(name + ".npy", date_time=_STAMP)
             info.compress_type = zipfile.ZIP_STORED
             info.external_attr = 0o644 << 16

@@ -231,21 +231,21 @@ def test_a_failed_write_never_leaves_an_earlier_saved_comparison_beside_new_repo
     assert _files(out) == before  # no report replaced: the earlier reports and their saved comparison, as they were
     monkeypatch.undo()
 
-    def failing_save(path, write, **kw):  # every report written, then the disk fills
-        raise OSError(28, "No space left on device", str(path))
+    def failing_save(fh, comparison):  # the disk fills while the saved comparison, written first, is written
+        raise OSError(28, "No space left on device", str(out / SAVED_FILE))
 
-    monkeypatch.setattr("msprobe_cmp.dump.writer.write_atomic", failing_save)
+    monkeypatch.setattr(cli, "write_saved", failing_save)
     code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)
     assert code == 2 and "No space left on device" in err
-    assert not (out / SAVED_FILE).exists()  # the tensor comparison's file is gone: render cannot show it
-    assert (out / "comparison.json").read_bytes() != before["comparison.json"]  # the new reports replaced theirs
+    assert _files(out) == before  # nothing replaced
+    monkeypatch.undo()
 
-    def unsavable(comparison):
+    def unsavable(fh, comparison):
         raise OverflowError("cannot save")
 
     shutil.rmtree(out)
     shutil.copytree(compared, out)
-    monkeypatch.setattr(cli, "saved_arrays", unsavable)
+    monkeypatch.setattr(cli, "write_saved", unsavable)
     before = _files(out)
     assert _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)[0] == 4
     assert _files(out) == before  # nothing written when the comparison cannot be saved

@@ -719,15 +719,10 @@ def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
 def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS,
                 facts: ReportFacts | None = None) -> str:
     """The comparison as one self-contained HTML page (summary, plots, cell tree, every row): :func:`html_chunks`
-    joined.
+    (which describes the arguments) joined.
 
-    Args:
-        comparison: the finished comparison.
-        max_rows: at most this many rows are embedded (plus every failing row); the page says how many
-            were left out.
-        max_stack_chars: budget of call-stack text embedded in the page.
-        facts: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`),
-            made here when not given.
+    Raises:
+        RuntimeError: as :func:`html_chunks`.
     """
     return "".join(html_chunks(comparison, max_rows=max_rows, max_stack_chars=max_stack_chars, facts=facts))
 

@@ -111,13 +111,22 @@ def _results_in_order(
     tasks: list[UnitTask], jobs: int, scheduler: str | None
 ) -> Iterator[tuple[UnitComparison, UnitFacts, UnitFacts]]:
     """:func:`compare_unit_task` of each task, in task order, on Dask, in a process pool or here
-    (:func:`_compare_in_parallel`).  A Dask result is released on the cluster once received."""
+    (:func:`_compare_in_parallel`).  A Dask result is released on the cluster once received.
+
+    Raises:
+        ConfigError: the Dask scheduler cannot be reached (distributed's connect timeout, 30 s by default), or Dask
+            is not installed.
+    """
     if scheduler is not None:
         try:
             from distributed import Client
         except ImportError:
             raise ConfigError("--scheduler needs Dask: pip install 'msprobe-cmp[dask]'") from None
-        with Client(scheduler) as client:
+        try:
+            client = Client(scheduler)
+        except (OSError, TimeoutError) as exc:  # distributed's "Timed out trying to connect to ..."
+            raise ConfigError(f"--scheduler {scheduler}: cannot connect to the Dask scheduler: {exc}") from None
+        with client:
             futures: list[Any] = client.map(compare_unit_task, tasks, pure=False)
             for k in range(len(futures)):
                 future, futures[k] = futures[k], None

@@ -95,3 +95,13 @@ def test_dask_local_cluster_result_equals_serial(dumps: tuple[Path, Path]) -> No
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cl:
         on_dask = compare(a, b, CompareOptions(scheduler=cl.scheduler_address))
     assert on_dask == serial
+
+
+def test_an_unreachable_scheduler_is_a_config_error_naming_the_option(dumps: tuple[Path, Path]) -> None:
+    pytest.importorskip("distributed")
+    import dask
+
+    a, b = load_dump(dumps[0]), load_dump(dumps[1])
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), pytest.raises(ConfigError) as err:
+        compare(a, b, CompareOptions(scheduler="tcp://127.0.0.1:9"))  # port 9: nothing listens there
+    assert str(err.value).startswith("--scheduler tcp://127.0.0.1:9: cannot connect to the Dask scheduler")

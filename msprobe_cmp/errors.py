@@ -36,6 +36,10 @@ class DumpFormatError(MsprobeCmpError):
         self.field = field
         self.problem = problem
 
+    def __reduce__(self) -> tuple[type[DumpFormatError], tuple[str, str | None, str]]:
+        # pickled as its arguments: a worker process (--jobs) sends the error back to the parent this way
+        return (DumpFormatError, (self.path, self.field, self.problem))
+
 
 class ConfigError(MsprobeCmpError):
     """A configuration file or option is invalid (names the file or option and the field)."""
@@ -48,3 +52,4 @@ class MissingFrameworkError(MsprobeCmpError):
         hint = f"pip install 'msprobe-cmp[{extra or package}]'"
         super().__init__(f"{package} is not installed; install it with: {hint}")
         self.package = package
+        self.extra = extra

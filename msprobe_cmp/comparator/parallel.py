@@ -114,8 +114,8 @@ def _results_in_order(
     (:func:`_compare_in_parallel`).  A Dask result is released on the cluster once received.
 
     Raises:
-        ConfigError: the Dask scheduler cannot be reached (distributed's connect timeout, 30 s by default), or Dask
-            is not installed.
+        ConfigError: the Dask scheduler cannot be reached (distributed's connect timeout, 30 s by default), its
+            address is malformed, or Dask is not installed.
     """
     if scheduler is not None:
         try:
@@ -126,6 +126,9 @@ def _results_in_order(
             client = Client(scheduler)
         except (OSError, TimeoutError) as exc:  # distributed's "Timed out trying to connect to ..."
             raise ConfigError(f"--scheduler {scheduler}: cannot connect to the Dask scheduler: {exc}") from None
+        except ValueError as exc:  # an address distributed cannot parse ("missing port number", "unknown scheme")
+            raise ConfigError(f"--scheduler {scheduler!r}: not a Dask scheduler address "
+                              f"(tcp://HOST:PORT): {exc}") from None
         with client:
             futures: list[Any] = client.map(compare_unit_task, tasks, pure=False)
             for k in range(len(futures)):

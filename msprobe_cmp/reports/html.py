@@ -286,6 +286,8 @@ def _metric_keys(comparison: Comparison) -> list[str]:
     keys: list[str] = []
     for u in comparison.units:
         present = u.rows.metric_state != METRIC_ABSENT  # bool [n, K]
+        if not len(present):
+            continue  # a unit without rows (no entries on either side)
         first = present.argmax(axis=0).tolist()  # the first row having each metric (the row of its first pattern)
         for k in sorted(np.flatnonzero(present.any(axis=0)).tolist(), key=lambda k: (first[k], k)):
             if METRIC_NAMES[k] not in keys:

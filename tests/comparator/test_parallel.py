@@ -105,3 +105,51 @@ def test_an_unreachable_scheduler_is_a_config_error_naming_the_option(dumps: tup
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), pytest.raises(ConfigError) as err:
         compare(a, b, CompareOptions(scheduler="tcp://127.0.0.1:9"))  # port 9: nothing listens there
     assert str(err.value).startswith("--scheduler tcp://127.0.0.1:9: cannot connect to the Dask scheduler")
+
+
+def test_a_malformed_entry_found_by_a_worker_is_the_serial_one_line_error(dumps: tuple[Path, Path], tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """With --jobs the parent reads the headers only and a worker process finds the malformed entry: the error
+    comes back to the parent (pickled as its arguments) and is the serial run's line, exit 2."""
+    import json
+    import pickle
+    import shutil
+
+    from msprobe_cmp.errors import DumpFormatError
+
+    err = DumpFormatError("a/dump.json", "data['x']", "expected an object, got str")
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), str(back), back.path, back.field, back.problem) == (
+        DumpFormatError, str(err), err.path, err.field, err.problem)
+    broken = tmp_path / "A"
+    shutil.copytree(dumps[0], broken)
+    file = broken / "step1" / "rank1" / "dump.json"
+    doc = json.loads(file.read_text())
+    first = next(iter(doc["data"]))
+    doc["data"][first] = "garbage"
+    file.write_text(json.dumps(doc))
+    lines = []
+    for extra in ([], ["--jobs", "2"]):
+        assert main([str(broken), str(dumps[1]), "-o", str(tmp_path / f"out{len(extra)}"), *extra]) == 2
+        err_text = capsys.readouterr().err.strip()
+        lines.append(err_text)
+    assert lines[0] == lines[1] == f"msprobe-cmp: error: {file}: data[{first!r}]: expected an object, got str"
+
+
+def test_two_units_without_entries_compare_to_nothing_compared(tmp_path: Path) -> None:
+    doc = {"task": "statistics", "level": "mix", "framework": "mindspore", "dump_data_dir": None, "data": {}}
+    (tmp_path / "dump.json").write_text(__import__("json").dumps(doc))
+    for extra in ([], ["--jobs", "2"]):
+        out = tmp_path / f"out{len(extra)}"
+        assert main([str(tmp_path / "dump.json"), str(tmp_path / "dump.json"), "-o", str(out), *extra]) == 3
+        assert (out / "report.html").is_file() and (out / "comparison.csv").read_text().count("\n") == 1
+
+
+@pytest.mark.parametrize("address", ["", "garbage://x", "127.0.0.1"])
+def test_a_malformed_scheduler_address_is_one_line(dumps: tuple[Path, Path], tmp_path: Path, address: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("distributed")
+    assert main([str(dumps[0]), str(dumps[1]), "-o", str(tmp_path / "out"), "--scheduler", address]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"msprobe-cmp: error: --scheduler {address!r}: not a Dask scheduler address")
+    assert "\n" not in err

@@ -587,7 +587,8 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         )
     tasks = [
         UnitTask(str(ua.directory), ua.step, ua.rank, str(ub.directory), ub.step, ub.rank, mode, opts.rules,
-                 noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None, opts.mapping, _registered_loaders())
+                 noise_by_unit.get((ub.step, ub.rank)) if opts.noise else None, opts.mapping, _registered_loaders(),
+                 str(ua.directory / ua.json_name), str(ub.directory / ub.json_name))
         for ua, ub in pairs
     ]
     scanned = any(u.scanned for pair in pairs for u in pair)

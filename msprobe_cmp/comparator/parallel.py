@@ -36,6 +36,8 @@ class UnitTask:
         mode, rules, noise, mapping: as :func:`compare_units` takes them.
         loaders: tensor-file loaders registered in the parent (``(".pt", loader)``), registered in the worker
             too where that suffix has none, so that the worker reads the same files the same way.
+        file_a, file_b: the dump JSON file each unit was read from (a file given by the user may have another name
+            than ``dump.json``); None: the one :func:`~msprobe_cmp.dump.reader.load_rank_dump` picks.
     """
 
     dir_a: str
@@ -49,6 +51,8 @@ class UnitTask:
     noise: NoiseMap | None
     mapping: NameMapping
     loaders: tuple[tuple[str, TensorLoader], ...] = ()
+    file_a: str | None = None
+    file_b: str | None = None
 
 
 def _registered_loaders() -> tuple[tuple[str, TensorLoader], ...]:
@@ -70,8 +74,10 @@ def compare_unit_task(task: UnitTask) -> tuple[UnitComparison, UnitFacts, UnitFa
         if tensor_loader_for(suffix) is None:
             register_tensor_loader(suffix, loader)
     with paused_gc():
-        unit_a = load_rank_dump(Path(task.dir_a), task.step_a, task.rank_a)
-        unit_b = load_rank_dump(Path(task.dir_b), task.step_b, task.rank_b)
+        unit_a = load_rank_dump(Path(task.dir_a), task.step_a, task.rank_a,
+                                file=None if task.file_a is None else Path(task.file_a))
+        unit_b = load_rank_dump(Path(task.dir_b), task.step_b, task.rank_b,
+                                file=None if task.file_b is None else Path(task.file_b))
         compared = compare_units(unit_a, unit_b, task.mode, task.rules, noise=task.noise, mapping=task.mapping)
         return compared, UnitFacts.of(unit_a, task.mapping), UnitFacts.of(unit_b, task.mapping)
 

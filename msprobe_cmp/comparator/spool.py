@@ -28,7 +28,8 @@ from msprobe_cmp.comparator.rowtable import ComparisonRow, RowTable
 #: time, sometimes going back to the previous one.
 CACHED_UNITS = 2
 
-_loaded: OrderedDict[tuple[str, int], RowTable] = OrderedDict()
+#: (file, id of the rewrites) → (the rewrites, the table): the rewrites are held so that their id is not reused
+_loaded: OrderedDict[tuple[str, int], tuple[tuple[Callable[[str], str], ...], RowTable]] = OrderedDict()
 
 
 def spool_rows(table: RowTable, directory: Path, name: str) -> SpooledRows:
@@ -74,15 +75,15 @@ class SpooledRows(Sequence[ComparisonRow]):
             OSError: the file is gone (its directory was removed while the comparison was still read).
         """
         key = (str(self.path), id(self.rewrites))
-        table = _loaded.get(key)
-        if table is not None:
+        cached = _loaded.get(key)
+        if cached is not None:
             _loaded.move_to_end(key)
-            return table
+            return cached[1]
         with open(self.path, "rb") as fh:
             table = pickle.load(fh)  # this process's own file (module docstring)
         for rewrite in self.rewrites:
             table = table.with_texts(rewrite)
-        _loaded[key] = table
+        _loaded[key] = (self.rewrites, table)
         while len(_loaded) > CACHED_UNITS:
             _loaded.popitem(last=False)
         return table

@@ -76,3 +76,22 @@ def test_spooled_rows_read_as_the_rows_in_memory(tmp_path: Path) -> None:
         assert len(u.rows) == len(v.rows) and list(u.rows) == list(v.rows)
         assert u.rows.verdict_counts() == v.rows.verdict_counts()
     assert len(spool_module._loaded) <= spool_module.CACHED_UNITS
+
+
+def test_a_dump_file_of_another_name_is_the_one_the_worker_reads(tmp_path: Path) -> None:
+    """A dump JSON given by its path (``other.json``) beside a dump.json of another recording: the worker that
+    compares the scanned unit reads the file given, not the directory's dump.json."""
+    import shutil
+
+    from msprobe_cmp.cli import main
+
+    for side, source in (("a", "statistics_a"), ("b", "statistics_b")):
+        (tmp_path / side).mkdir()
+        shutil.copy(DATA / "msprobe-1.2.2-mindspore" / source / "step0" / "rank" / "dump.json",
+                    tmp_path / side / "other.json")
+        _unit(tmp_path / side, "mindspore", ["Functional.relu.0.forward"], 1.0)  # a one-entry dump.json beside it
+    args = [str(tmp_path / "a" / "other.json"), str(tmp_path / "b" / "other.json")]
+    assert main([*args, "-o", str(tmp_path / "serial")]) == main([*args, "-o", str(tmp_path / "jobs"), "--jobs", "2"])
+    serial = (tmp_path / "serial" / "comparison.csv").read_text()
+    assert (tmp_path / "jobs" / "comparison.csv").read_text() == serial
+    assert serial.count("\n") > 10  # the msprobe dump's rows, not the one-entry dump.json's

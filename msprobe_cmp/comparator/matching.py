@@ -972,11 +972,3 @@ def _keyed_leaves(entry: Entry | None) -> list[tuple[tuple[str, int], Leaf]]:
         seen[path] = n + 1
         out.append(((path, n), leaf))
     return out
-
-
-def count_classes(rows: Iterable[RowPair]) -> tuple[tuple[MatchClass, int], ...]:
-    """``(class, count)`` for every class of :data:`MATCH_CLASSES` (zeros included), in that order."""
-    counts = dict.fromkeys(MATCH_CLASSES, 0)
-    for row in rows:
-        counts[row.match_class] += 1
-    return tuple(counts.items())

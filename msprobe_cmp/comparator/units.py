@@ -26,7 +26,6 @@ from msprobe_cmp.comparator.mapping import (
 from msprobe_cmp.comparator.matching import RowPair, match_entries, match_views
 from msprobe_cmp.comparator.outcomes import (
     Outcome,
-    _relative_floor_of,
     can_compare_as_columns,
     compare_row,
     compare_statistics_columns,
@@ -444,20 +443,7 @@ def _compare_columnar(
     stats = stats[usable]
     numel = np.asarray(numel_list, dtype=np.int64)[usable] if len(numel_list) else np.zeros(0, np.int64)
     m = len(idx)
-    if rules.overrides:
-        thresholds = [thresholds_and_floor(pairs[k], pairs[k].leaf_a, pairs[k].leaf_b, rules)
-                      for k in idx.tolist()]
-    else:  # one set of thresholds; the floor depends on the two dtypes only
-        t = rules.default
-        floors: dict[tuple[int, int], float] = {}
-        thresholds = []
-        text = table.text
-        for dtypes in zip(cols["side_dtype"][idx, 0].tolist(), cols["side_dtype"][idx, 1].tolist(), strict=True):
-            f = floors.get(dtypes)
-            if f is None:
-                names = (text(dtypes[0]) or "", text(dtypes[1]) or "")
-                f = floors[dtypes] = t.relative_floor or _relative_floor_of(*names)
-            thresholds.append((t, f))
+    thresholds = [thresholds_and_floor(pairs[k], pairs[k].leaf_a, pairs[k].leaf_b, rules) for k in idx.tolist()]
     floor = np.fromiter((f for _, f in thresholds), np.float64, m)
     fail_above = np.fromiter((t.max_abs_err_fail_above for t, _ in thresholds), np.float64, m)
     suspect = np.fromiter((t.max_abs_err_suspect_above for t, _ in thresholds), np.float64, m)

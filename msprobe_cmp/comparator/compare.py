@@ -108,8 +108,9 @@ class CompareOptions:
             which must see the dump directories under the same paths.  Takes precedence over ``jobs``.
         spool: an existing directory of this machine where, when units are compared by workers (``jobs``,
             ``scheduler`` or scanned dumps: :func:`~msprobe_cmp.dump.reader.scan_dump`), each unit's rows are kept
-            as it comes back (:mod:`msprobe_cmp.comparator.spool`), so that this process holds a few units' rows at
-            a time; the caller removes it once done with the comparison (its units read their rows from there).
+            as it comes back (:mod:`msprobe_cmp.comparator.spool`; in a new subdirectory per comparison), so that this
+            process holds a few units' rows at a time; the caller removes it once done with the comparison (its units
+            read their rows from there).
             None (the default): the rows stay in memory.
 
     Raises:
@@ -148,12 +149,6 @@ def _gaps_text(rank_dump: RankDump) -> str:
         by_reason.setdefault(reason, []).append(what)
     parts = [f"{_listed(whats, 3)}: {reason}" if reason else _listed(whats, 3) for reason, whats in by_reason.items()]
     return _listed(parts, 3, "; ")
-
-
-def _subdirectory(directory: Path, name: str) -> Path:
-    """``directory/name``, made if missing."""
-    (directory / name).mkdir(exist_ok=True)
-    return directory / name
 
 
 def _units_of(x: Dump | RankDump) -> tuple[RankDump, ...]:
@@ -570,8 +565,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     mode: Mode = detect_mode(paired_a or units_a, paired_b or units_b, facts) if opts.mode == "auto" else opts.mode
     noise_by_unit: dict[tuple[int | None, int | None], NoiseMap] = {}
     if opts.noise is not None:
-        noise_opts = replace(opts, noise=None, progress=None, rules=replace(opts.rules, min_matched_share=0.0),
-                             spool=None if opts.spool is None else _subdirectory(opts.spool, "noise"))
+        noise_opts = replace(opts, noise=None, progress=None, rules=replace(opts.rules, min_matched_share=0.0))
         noise_cmp = compare(opts.noise, b, noise_opts)
         for nu in noise_cmp.units:
             noise_by_unit[(nu.unit_b.step, nu.unit_b.rank)] = _noise_of(nu)

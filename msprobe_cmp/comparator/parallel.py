@@ -6,6 +6,7 @@ Each worker reads its pair again from the unit directories (:class:`UnitTask`, e
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -96,11 +97,13 @@ def _compare_in_parallel(
 
     ``labels`` name the tasks' units for ``progress``; ``jobs``, ``scheduler``, ``progress`` and ``spool`` are those
     of :class:`msprobe_cmp.comparator.compare.CompareOptions`: with ``spool``, each unit's rows are written to a file
-    there as the unit comes back (:func:`~msprobe_cmp.comparator.spool.spool_rows`) and the unit keeps the file's
-    stand-in, so that only one unit's rows at a time are held here."""
+    there (in a new directory of its own) as the unit comes back (:func:`~msprobe_cmp.comparator.spool.spool_rows`)
+    and the unit keeps the file's stand-in, so that only one unit's rows at a time are held here."""
     total = len(tasks)
     if progress is not None:
         progress(0, total, labels[0])
+    if spool is not None:  # a directory of this comparison's own: another one spooled there keeps its files
+        spool = Path(tempfile.mkdtemp(prefix="comparison-", dir=spool))
     results: list[tuple[UnitComparison, UnitFacts, UnitFacts]] = []
     for k, (unit, facts_a, facts_b) in enumerate(_results_in_order(tasks, jobs, scheduler)):
         if spool is not None:

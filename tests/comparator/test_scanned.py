@@ -70,8 +70,12 @@ def test_spooled_rows_read_as_the_rows_in_memory(tmp_path: Path) -> None:
     (tmp_path / "spool").mkdir()
     spooled = compare(scan_dump(a), scan_dump(b), CompareOptions(spool=tmp_path / "spool"))
     assert all(isinstance(u.rows, spool_module.SpooledRows) for u in spooled.units)
-    assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == [f"unit{k:07d}.pkl" for k in range(3)]
+    (own,) = (tmp_path / "spool").iterdir()  # the comparison's own directory
+    assert sorted(p.name for p in own.iterdir()) == [f"unit{k:07d}.pkl" for k in range(3)]
     assert spooled == loaded
+    again = compare(scan_dump(b), scan_dump(a), CompareOptions(spool=tmp_path / "spool"))  # B against A, same spool
+    assert len(list((tmp_path / "spool").iterdir())) == 2
+    assert spooled == loaded and again == compare(load_dump(b), load_dump(a))  # neither overwrote the other
     for u, v in zip(spooled.units, loaded.units, strict=True):
         assert len(u.rows) == len(v.rows) and list(u.rows) == list(v.rows)
         assert u.rows.verdict_counts() == v.rows.verdict_counts()

@@ -221,7 +221,7 @@ def _printable(text: str) -> str:
 
 def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     """Render ``comparison`` as HTML, JSON, CSV, JUnit XML and a Markdown summary into ``out`` and save it there
-    (:func:`~msprobe_cmp.comparator.saved.save_comparison`, for ``msprobe-cmp render``); each file written
+    (:func:`~msprobe_cmp.comparator.saved.write_saved`, for ``msprobe-cmp render``); each file written
     atomically; the names are :data:`OUTPUT_FILES`.  The compare, the demo and ``render`` all write through here,
     so a rendered comparison gives the same bytes.
 
@@ -246,7 +246,7 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     reports of another comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the
     reports beside it are its own."""
     facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot columns), derived once
-    paths = {"csv": out / "comparison.csv", "html": out / "report.html", "json": out / "comparison.json",
+    paths = {"html": out / "report.html", "json": out / "comparison.json", "csv": out / "comparison.csv",
              "junit": out / "junit.xml", "markdown": out / "summary.md", "saved": out / SAVED_FILE}
     _write_together([
         (paths["saved"], lambda fh: write_saved(fh, comparison)),  # replaced last (the first written replaces last)
@@ -255,8 +255,8 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
         (paths["html"], lambda fh: _write_text(fh, html_chunks(comparison, facts=facts))),
         (paths["junit"], lambda fh: _write_text(fh, junit_chunks(comparison, facts=facts))),
         (paths["markdown"], lambda fh: _write_text(fh, [render_markdown(comparison, facts=facts)])),
-    ], lambda: (out / SAVED_FILE).unlink(missing_ok=True))
-    return {k: paths[k] for k in ("html", "json", "csv", "junit", "markdown", "saved")}
+    ], lambda: paths["saved"].unlink(missing_ok=True))
+    return paths
 
 
 def _write_text(fh: BinaryIO, pieces: Iterable[str]) -> None:

@@ -215,8 +215,9 @@ def compare_statistics_columns(
 
 def can_compare_as_columns(la: Leaf, lb: Leaf) -> bool:
     """Whether a matched row of two leaves may go to the statistics columns in statistics mode: two tensor leaves
-    whose NaN/Inf counts are both absent, or valid and equal (the columns then check that both sides hold elements
-    and eight finite statistics).  Every other row is compared by :func:`compare_row`."""
+    whose NaN/Inf counts are both absent, or valid and equal (the columnar path, ``units._compare_columnar``, then
+    checks that both sides hold elements and eight finite statistics).  Every other row is compared by
+    :func:`compare_row`."""
     if type(la) is not TensorLeaf or type(lb) is not TensorLeaf:
         return False
     if la.extra or lb.extra:

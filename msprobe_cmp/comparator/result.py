@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from msprobe_cmp.comparator.matching import MatchClass
 from msprobe_cmp.comparator.rowtable import (
     COMPARED_BY,
+    FAIL,
     LOWER_BOUND_NAME,
     METRIC_NAMES,
     STAT_METRIC_NAMES,
@@ -143,6 +144,24 @@ def unit_verdict(first_failing: int | None, compared: int) -> OverallVerdict:
     """A unit's verdict: ``"fail"`` when a row fails, else ``"pass"`` when some matched row was compared, else
     ``"nothing_compared"``."""
     return "fail" if first_failing is not None else ("pass" if compared else "nothing_compared")
+
+
+class UnitSummary(NamedTuple):
+    """What a :class:`UnitComparison` says of its rows besides the rows: the fields of the same names."""
+
+    counts: tuple[tuple[MatchClass, int], ...]
+    verdict_counts: tuple[tuple[Verdict, int], ...]
+    first_divergent: int | None
+    first_failing: int | None
+    verdict: OverallVerdict
+
+
+def unit_summary(rows: RowTable) -> UnitSummary:
+    """The summary of a unit's ``rows``, derived from their columns: what :func:`~msprobe_cmp.comparator.compare`
+    stores in each unit and what a loaded saved comparison is checked against."""
+    first_failing = rows.first(rows.verdict == FAIL)
+    return UnitSummary(rows.class_counts(), rows.verdict_counts(), rows.first(rows.differs_mask()), first_failing,
+                       unit_verdict(first_failing, rows.compared_count()))
 
 
 @dataclass(frozen=True)

@@ -706,7 +706,8 @@ class RowTableBuilder:
     # -- row setters ------------------------------------------------------------------------------------------------
     def set_sides(self, s: int, leaves: Sequence[object]) -> None:
         """Side ``s`` (0 = A, 1 = B) of every row: ``leaves[i]`` is a tensor or value leaf, None (JSON null) or
-        :data:`ABSENT_LEAF` (the row is not on that side).
+        :data:`ABSENT_LEAF` (the row is not on that side).  Once per side, on a new builder: a row not written
+        keeps the builder's starting values (kind absent, codes -1, statistics NaN).
 
         Raises:
             ValueError: ``leaves`` is not one item per row.
@@ -719,7 +720,7 @@ class RowTableBuilder:
         tensor_leaves: list[TensorLeaf] = []
         kinds = c["side_kind"][:, s]
         for i, leaf in enumerate(leaves):
-            if type(leaf) is TensorLeaf or isinstance(leaf, TensorLeaf):
+            if isinstance(leaf, TensorLeaf):
                 tensors.append(i)
                 tensor_leaves.append(leaf)
             elif leaf is None:
@@ -735,9 +736,8 @@ class RowTableBuilder:
         kinds[index] = TENSOR
         c["side_dtype"][index, s] = [code(leaf.dtype) for leaf in tensor_leaves]
         c["side_shape"][index, s] = [shape_code(leaf.shape) for leaf in tensor_leaves]
-        c["side_md5"][index, s] = [-1 if leaf.md5 is None else code(leaf.md5) for leaf in tensor_leaves]
-        c["side_data_name"][index, s] = [
-            -1 if leaf.data_name is None else code(leaf.data_name) for leaf in tensor_leaves]
+        c["side_md5"][index, s] = [code(leaf.md5) for leaf in tensor_leaves]
+        c["side_data_name"][index, s] = [code(leaf.data_name) for leaf in tensor_leaves]
         # None becomes NaN in a float64 array; where a NaN shows, whether it was recorded is read from the leaf
         stats = np.array([(leaf.max, leaf.min, leaf.mean, leaf.norm) for leaf in tensor_leaves], dtype=np.float64)
         defined = ~np.isnan(stats)

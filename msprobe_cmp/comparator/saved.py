@@ -80,6 +80,7 @@ from msprobe_cmp.comparator.result import (
     RowRef,
     UnitComparison,
     UnitRef,
+    unit_summary,
     unit_verdict,
 )
 from msprobe_cmp.comparator.rowtable import COMPARED_BY, SIDE_KINDS, VERDICTS, RowTable, table_from_columns
@@ -159,13 +160,13 @@ def _unit_members(p: str, unit: UnitComparison) -> Iterator[tuple[str, np.ndarra
     _put_tuples(arrays, p + "stacks", table.stacks)
     dims = [int(d) for s in table.shapes for d in s]
     wide = [k for k, d in enumerate(dims) if not _INT64_MIN <= d <= _INT64_MAX]
+    wide_values = [str(dims[k]) for k in wide]
     for k in wide:
         dims[k] = 0
     arrays[p + "shapes.dims"] = np.asarray(dims, dtype=np.int64).reshape(-1)
     if wide:  # only then: a file without such dimensions has no such members
         arrays[p + "shapes.wide.at"] = np.asarray(wide, dtype=np.int64)
-        _put_texts(arrays, p + "shapes.wide.values", [str(int(d)) for s in table.shapes for d in s
-                                                      if not _INT64_MIN <= int(d) <= _INT64_MAX])
+        _put_texts(arrays, p + "shapes.wide.values", wide_values)
     arrays[p + "shapes.lengths"] = np.fromiter((len(s) for s in table.shapes), dtype=np.int64,
                                                count=len(table.shapes))
     _put_texts(arrays, p + "chains.keys", list(unit.parent_chains))
@@ -543,30 +544,29 @@ def _check_comparison(c: Comparison) -> None:
         if (None if ref is None else (ref.unit, ref.row)) != first:
             raise _Bad(key, f"{'none' if ref is None else f'unit {ref.unit} row {ref.row}'} is not the units' first "
                             f"({'none' if first is None else f'unit {first[0]} row {first[1]}'})")
-    compared = sum(u.compared_count for u in c.units)
-    expected = ("fail",) if c.first_failing is not None else ("nothing_compared",) if not compared else (
-        "pass", "too_few_matched")
+    failing = None if c.first_failing is None else c.first_failing.row
+    verdict = unit_verdict(failing, sum(u.compared_count for u in c.units))  # before the matched share's floor
+    expected = ("pass", "too_few_matched") if verdict == "pass" else (verdict,)
     if c.verdict not in expected:
         raise _Bad("verdict", f"{c.verdict} contradicts the rows (expected {' or '.join(expected)})")
 
 
 def _check_unit(o: _Obj, u: UnitComparison) -> None:
     """A unit's counts, first rows and verdict agree with its row columns (as :func:`compare` derived them)."""
-    rows = u.rows
-    verdicts = rows.verdict_counts()
+    derived = unit_summary(u.rows)
+    verdicts = derived.verdict_counts
     if u.verdict_counts != verdicts:
         raise _Bad(o.at("verdict_counts"), f"{_shown(_pairs(u.verdict_counts))} contradicts the verdict column "
                                            f"({_shown(_pairs(verdicts))})")
-    classes = rows.class_counts()
+    classes = derived.counts
     if u.counts != classes:
         raise _Bad(o.at("counts"), f"{_shown(_pairs(u.counts))} contradicts the match_class column "
                                    f"({_shown(_pairs(classes))})")
-    for key, mask in (("first_failing", rows.verdict == VERDICTS.index("fail")),
-                      ("first_divergent", rows.differs_mask())):
-        first = rows.first(mask)
+    for key in ("first_failing", "first_divergent"):
+        first = getattr(derived, key)
         if getattr(u, key) != first:
             raise _Bad(o.at(key), f"{_shown(getattr(u, key))} contradicts the row columns (first: {_shown(first)})")
-    expected = unit_verdict(u.first_failing, u.compared_count)
+    expected = derived.verdict
     if u.verdict != expected:
         raise _Bad(o.at("verdict"), f"{u.verdict} contradicts the row columns ({expected})")
     # One roll-up per cell.  Their parents may form a cycle: a cyclic construct.json gives one (the compare cuts each

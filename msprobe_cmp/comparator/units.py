@@ -40,13 +40,12 @@ from msprobe_cmp.comparator.result import (
     Mode,
     UnitComparison,
     UnitRef,
-    unit_verdict,
+    unit_summary,
 )
 from msprobe_cmp.comparator.rollup import compute_cell_rollups, parent_chains
 from msprobe_cmp.comparator.rowtable import (
     ABSENT_LEAF,
     COMPARED_BY_CODE,
-    FAIL,
     MATCH_CLASS_CODE,
     METRIC_VALUE,
     PASS,
@@ -399,7 +398,7 @@ def compare_units(
     chains, truncated = parent_chains(entry_names, construct)
     jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation)
     rows = builder.freeze()
-    first_failing = rows.first(rows.verdict == FAIL)
+    summary = unit_summary(rows)
     cells, chains, _ = compute_cell_rollups(rows, construct, chains)
     if truncated:
         notes = (*notes, "construct.json nests cells more than 1,000 deep: the cell roll-up stops there")
@@ -409,11 +408,7 @@ def compare_units(
         unit_a=UnitRef.of("a", unit_a),
         unit_b=UnitRef.of("b", unit_b),
         rows=rows,
-        counts=rows.class_counts(),
-        verdict_counts=rows.verdict_counts(),
-        first_divergent=rows.first(rows.differs_mask()),
-        first_failing=first_failing,
-        verdict=unit_verdict(first_failing, rows.compared_count()),
+        **summary._asdict(),
         notes=notes,
         jumps=jumps,
     )

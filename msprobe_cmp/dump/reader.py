@@ -133,6 +133,15 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
 
+def _colons(raw: bytes) -> int:
+    """The ``:`` of ``raw``, each ``\\u003a`` escape counted as one more (the duplicate-key check of
+    :func:`_parse_json` and :func:`read_dump_json`)."""
+    colons = raw.count(b":")
+    if b"\\u003" in raw:
+        colons += raw.count(b"\\u003a") + raw.count(b"\\u003A")
+    return colons
+
+
 def _parse_json(file: Path, raw: bytes) -> Any:
     """:func:`read_json` of the bytes ``raw`` of ``file``.
 
@@ -157,10 +166,7 @@ def _parse_json(file: Path, raw: bytes) -> Any:
         obj = _decode(raw)
     except (msgspec.DecodeError, RecursionError):  # msgspec.ValidationError is a DecodeError
         return _parse_json_stdlib(file, raw)
-    colons = raw.count(b":")
-    if b"\\u003" in raw:
-        colons += raw.count(b"\\u003a") + raw.count(b"\\u003A")
-    if colons != _encode(obj).count(b":"):
+    if _colons(raw) != _encode(obj).count(b":"):
         return _parse_json_stdlib(file, raw)
     return obj
 
@@ -198,19 +204,11 @@ def _json_errors(file: Path) -> Iterator[None]:
 _decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
 
-def _colons(raw: bytes) -> int:
-    """The ``:`` of ``raw``, each ``\\u003a`` escape counted as one more (see :func:`read_dump_json`)."""
-    colons = raw.count(b":")
-    if b"\\u003" in raw:
-        colons += raw.count(b"\\u003a") + raw.count(b"\\u003A")
-    return colons
-
-
 #: What :func:`read_dump_json` gives: the top level without ``data``, and ``data``'s members one at a time.
 DumpJson = tuple[Any, "Iterator[tuple[str, Any]] | None"]
 
 
-def read_dump_json(file: Path, raw: bytes | None = None) -> DumpJson:
+def read_dump_json(file: Path, raw: bytes) -> DumpJson:
     """Parse a dump.json with the guarantees of :func:`read_json`, but one ``data`` member at a time: the file's
     Python tree is never built whole; the bytes, the header and the entry being read are all that is held.
 
@@ -231,7 +229,7 @@ def read_dump_json(file: Path, raw: bytes | None = None) -> DumpJson:
     too: then the file is found sound).  The counts are complete when the last entry has been read.
 
     Args:
-        file: the file, read unless ``raw`` holds its bytes already.
+        file: the file (for messages); raw: its bytes.
 
     Returns:
         ``(top, entries)``.  When the top level is an object with a ``data`` object: ``top`` its members but
@@ -243,8 +241,6 @@ def read_dump_json(file: Path, raw: bytes | None = None) -> DumpJson:
             or a repeated key anywhere, may be raised only when the iterator reaches it or its end, so exhaust it
             (then every error :func:`read_json` would raise has been raised, the one it would have raised first).
     """
-    if raw is None:
-        raw = _read_bytes(file)
     try:
         top = _decode_members(raw)
         data = top.pop("data", None)

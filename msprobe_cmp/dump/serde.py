@@ -1,8 +1,9 @@
 """Conversion between dump.json's JSON values and the records of :mod:`msprobe_cmp.dump.schema`.
 
 The one place that knows how a record is spelled in JSON (docs/design.md §4).  The reader parses a file
-(:func:`msprobe_cmp.dump.reader.read_json`) and hands the values to the ``*_from_json`` functions with the file
-and the JSON path of the value, so that every error names both; the writer calls the ``*_to_json`` functions.
+(:func:`~msprobe_cmp.dump.reader.read_dump_json` for dump.json, one ``data`` member at a time;
+:func:`~msprobe_cmp.dump.reader.read_json` for the others) and hands the values to the ``*_from_json`` functions with
+the file and the JSON path of the value, so that every error names both; the writer calls the ``*_to_json`` functions.
 ``x_from_json(x_to_json(r)) == r`` for every record but a tensor leaf whose ``md5`` is empty or blank: that is no
 checksum and reads as None.
 
@@ -39,7 +40,6 @@ _MAX_DEPTH = 64
 _LEAF_KEYS = ("type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad", "md5", "data_name")
 _LEAF_KEY_SET = frozenset(_LEAF_KEYS)
 _META_KEYS = ("task", "level", "framework", "dump_data_dir", "data")
-_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
 _TOO_DEEP = f"nested deeper than {_MAX_DEPTH} levels"
 
 
@@ -389,17 +389,16 @@ def _entry_fields(obj: Any, memo: _Memo) -> tuple[tuple[str, Node], ...]:
     named before a malformed value of any field."""
     if type(obj) is not dict:
         raise _Invalid(f"expected an object, got {type(obj).__name__}")
+    wrong = _wrong_field_type(obj)
+    if wrong is not None:
+        raise wrong
     fields: list[tuple[str, Node]] = []
     key = ""
     try:
         for key, value in obj.items():
-            expected = _FIELD_TYPES.get(key)
-            if expected is not None and value is not None and not isinstance(value, expected[0]):
-                raise _Invalid(f"expected {expected[1]}, got {_json_type(value)}")
             fields.append((key, _node(value, 0, memo)))
     except _Invalid as exc:
-        wrong = _wrong_field_type(obj)
-        raise (wrong if wrong is not None else exc.under(f".{key}")) from None
+        raise exc.under(f".{key}") from None
     return tuple(fields)
 
 

@@ -696,9 +696,14 @@ def _xml_cdata(text: str) -> str:
     return saxutils.escape(xml_text(text))
 
 
+def _xml_attrs(attrs: dict[str, str]) -> str:
+    """``attrs`` as an element's attributes: `` a="v"`` each, values escaped (:func:`_xml_attr`)."""
+    return "".join(f' {k}="{_xml_attr(v)}"' for k, v in attrs.items())
+
+
 def _xml_element(tag: str, attrs: dict[str, str], text: str | None = None) -> str:
     """An element without children: ``<tag a="v">text</tag>``, or ``<tag a="v" />`` without text."""
-    head = "".join(f' {k}="{_xml_attr(v)}"' for k, v in attrs.items())
+    head = _xml_attrs(attrs)
     if text:
         return f"<{tag}{head}>{_xml_cdata(text)}</{tag}>"
     return f"<{tag}{head} />"
@@ -707,7 +712,7 @@ def _xml_element(tag: str, attrs: dict[str, str], text: str | None = None) -> st
 def _xml_parent_parts(tag: str, attrs: dict[str, str], chunks: Iterable[list[str]], level: int) -> Iterator[str]:
     """:func:`_xml_parent`'s text in pieces, its children given as lists of written children (chunks), each list
     rendered when its turn comes."""
-    head = "".join(f' {k}="{_xml_attr(v)}"' for k, v in attrs.items())
+    head = _xml_attrs(attrs)
     inner = "\n" + " " * (level + 1)
     yield f"<{tag}{head}>"
     empty = True
@@ -802,9 +807,9 @@ def junit_chunks(comparison: Comparison, *, facts: ReportFacts | None = None) ->
         props = [_xml_element("property", {"name": name, "value": value}) for name, value in (
             ("verdict", u.verdict), ("directory_a", u.unit_a.directory), ("directory_b", u.unit_b.directory))]
         cases = (_junit_cases(window, attrs) for _, window in row_windows(u.rows))
-        suites.append((f"{u.unit_a.label} vs {u.unit_b.label}", len(u.rows), int(u.rows.verdict_mask("fail").sum()),
-                       int(u.rows.verdict_mask("skip").sum()), _chain([[_xml_parent("properties", {}, props, 2)]],
-                                                                       cases)))
+        verdicts = dict(u.verdict_counts)
+        suites.append((f"{u.unit_a.label} vs {u.unit_b.label}", len(u.rows), verdicts["fail"], verdicts["skip"],
+                       _chain([[_xml_parent("properties", {}, props, 2)]], cases)))
     if comparison.unpaired:
         unpaired = [
             _xml_parent("testcase", {"classname": "unpaired", "name": f"{ref.side.upper()} {ref.label}", "time": "0"},
@@ -815,7 +820,7 @@ def junit_chunks(comparison: Comparison, *, facts: ReportFacts | None = None) ->
         suites.append(("unpaired units", n, 0, n, [unpaired]))
     totals = (sum(s[1] for s in suites), sum(s[2] for s in suites), sum(s[3] for s in suites))
     # the root as _xml_parent writes it (it always holds the verdict's suite), each suite in pieces
-    root = "".join(f' {k}="{_xml_attr(v)}"' for k, v in _suite_attrs("msprobe-cmp", *totals).items())
+    root = _xml_attrs(_suite_attrs("msprobe-cmp", *totals))
     yield f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuites{root}>'
     for name, tests, failures, skipped, children in suites:
         yield "\n "

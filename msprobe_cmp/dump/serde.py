@@ -140,11 +140,13 @@ def _stat(value: Any, field: str) -> float | None:
 def _kept_extra(extra: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, object], ...]:
     """The extra fields ``extra`` of a tensor object (its keys that are not :data:`_LEAF_KEYS`), their values kept as
     written (:func:`_freeze`)."""
-    key = ""
-    try:
-        return tuple([(key, _freeze(v, 0)) for key, v in extra])
-    except _Invalid as exc:
-        raise exc.under(f".{key}") from None
+    out: list[tuple[str, object]] = []
+    for key, value in extra:
+        try:
+            out.append((key, _freeze(value, 0)))
+        except _Invalid as exc:
+            raise exc.under(f".{key}") from None
+    return tuple(out)
 
 
 class _Memo:

@@ -373,6 +373,16 @@ def test_a_value_nested_too_deeply_inside_a_value_leaf_names_the_value(tmp_path)
                                        "64 levels"] * 2
 
 
+def test_an_extra_field_nested_too_deeply_names_its_key(tmp_path):
+    """A tensor leaf's extra field (kept as written) nested beyond the limit: the error names that field's key."""
+    value: object = 1
+    for _ in range(70):
+        value = [value]
+    data = {NAME: {"input_args": [_leaf(deep=value)]}}
+    assert _errors(tmp_path, data) == [f"<rank>/dump.json: data[{NAME!r}].input_args[0].deep: nested deeper than "
+                                       "64 levels"] * 2
+
+
 # ------------------------------------------------------------------------------------------------ errors
 
 

@@ -364,22 +364,19 @@ def test_nesting_limit(tmp_path, depth):
                                            "levels"] * 2
 
 
-def test_a_value_nested_too_deeply_inside_a_value_leaf_names_the_value(tmp_path):
+@pytest.mark.parametrize(("field", "where"), [
+    # a value leaf's value, and a tensor leaf's extra field (kept as written), nested beyond the limit: the error
+    # names the value, or the extra field by its key
+    ("input_kwargs", ".x.value"),
+    ("input_args", "[0].deep"),
+])
+def test_a_value_nested_too_deeply_inside_a_leaf_names_the_value(tmp_path, field, where):
     value: object = 1
     for _ in range(70):
         value = [value]
-    data = {NAME: {"input_kwargs": {"x": {"type": "list", "value": value}}}}
-    assert _errors(tmp_path, data) == [f"<rank>/dump.json: data[{NAME!r}].input_kwargs.x.value: nested deeper than "
-                                       "64 levels"] * 2
-
-
-def test_an_extra_field_nested_too_deeply_names_its_key(tmp_path):
-    """A tensor leaf's extra field (kept as written) nested beyond the limit: the error names that field's key."""
-    value: object = 1
-    for _ in range(70):
-        value = [value]
-    data = {NAME: {"input_args": [_leaf(deep=value)]}}
-    assert _errors(tmp_path, data) == [f"<rank>/dump.json: data[{NAME!r}].input_args[0].deep: nested deeper than "
+    data = {NAME: {"input_kwargs": {"x": {"type": "list", "value": value}}} if field == "input_kwargs"
+            else {"input_args": [_leaf(deep=value)]}}
+    assert _errors(tmp_path, data) == [f"<rank>/dump.json: data[{NAME!r}].{field}{where}: nested deeper than "
                                        "64 levels"] * 2
 
 

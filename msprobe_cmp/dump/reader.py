@@ -15,6 +15,7 @@ import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -117,7 +118,8 @@ def read_json(file: Path) -> Any:
 
     Raises:
         DumpFormatError: when the file cannot be read, is not UTF-8, is not valid JSON (the message gives line and
-            column) or nests too deeply for the parser, or when a key repeats within an object (naming the key).
+            column) or nests too deeply for the parser, when a key repeats within an object (naming the key), or
+            when an integer has more digits than Python reads (naming its field and its number of digits).
     """
     return _parse_json(file, _read_bytes(file))
 
@@ -175,7 +177,79 @@ def _parse_json_stdlib(file: Path, raw: bytes) -> Any:
     """:func:`_parse_json` by the standard library's decoder, for what msgspec's refuses or drops."""
     text = _utf8(file, raw)
     with _json_errors(file):
-        return json.loads(text, object_pairs_hook=_reject_duplicates(file))
+        try:
+            return json.loads(text, object_pairs_hook=_reject_duplicates(file))
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            too_long = _too_long_int(file, text)
+            if too_long is None:
+                raise
+            raise too_long from None
+
+
+class _LongInt:
+    """Stands for an integer literal longer than Python's int-string limit while :func:`_too_long_int` looks
+    for its place."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _too_long_int(file: Path, text: str) -> DumpFormatError | None:
+    """The error of the first integer literal of ``text`` longer than Python's int-string limit, naming its field
+    (``data['<entry>'].output[0].Max``, or a header key's path) and its number of digits; None when ``text`` holds
+    no such literal (the ValueError had another cause).  Only called once :mod:`json` has refused ``text``: it
+    parses the file again, each such literal read as a :class:`_LongInt`.  When the rest of the file holds
+    another error (which :mod:`json` met only after the integer), the integer's error, the first, is still the one
+    given, without its field."""
+    limit = sys.get_int_max_str_digits()
+    found: list[int] = []
+
+    def parse_int(literal: str) -> int | _LongInt:
+        digits = len(literal) - literal.startswith("-")
+        if limit and digits > limit:
+            found.append(digits)
+            return _LongInt(digits)
+        return int(literal)
+
+    try:
+        tree = json.loads(text, parse_int=parse_int, object_pairs_hook=_reject_duplicates(file))
+    except (ValueError, RecursionError, DumpFormatError):
+        tree = None
+    if not found:
+        return None
+    problem = f"integer too large ({found[0]} digits; at most {limit} are read)"
+    return DumpFormatError(file, None if tree is None else _path_of_long_int(tree), problem)
+
+
+def _path_of_long_int(tree: Any) -> str | None:
+    """The JSON path of the first :class:`_LongInt` of ``tree`` in file order, in the form messages give fields:
+    a top-level key as is (``data``'s members as ``data['<name>']``), then ``.key`` and ``[index]``."""
+    stack: list[tuple[Any, str]] = [(tree, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _LongInt):
+            return path or None
+        if isinstance(value, dict):
+            items = [(v, _member_path(path, k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend(reversed(items))
+    return None
+
+
+def _member_path(path: str, key: str) -> str:
+    """The path of member ``key`` of the object at ``path`` (:func:`_path_of_long_int`)."""
+    if not path:
+        return _cut(key)
+    if path == "data":
+        return f"data[{_quoted(key)}]"
+    return f"{path}.{_cut(key)}"
 
 
 def _utf8(file: Path, raw: bytes) -> str:
@@ -217,7 +291,8 @@ def read_dump_json(file: Path, raw: bytes) -> DumpJson:
     ``Infinity`` tokens, invalid JSON, a top level that is not an object, deep nesting) is read by the standard
     library's decoder instead, the same way (:func:`_read_dump_json_stdlib`), which reads the tokens as floats
     and gives the errors with line and column.  An entry msgspec refuses after the split (a number beyond float
-    range, say) is read by the standard library's decoder, once that has read the whole file without error.
+    range, say) and every entry after it are taken from the standard library's decoder's reading of the whole file
+    (which the reader then holds until the last entry has been read), each entry parsed once.
 
     Duplicate keys (msgspec keeps a repeated key's last value): every object member is written with exactly one
     ``:`` outside strings, and msgspec's encoder writes no ``:`` but one per member and the ones inside strings,
@@ -266,21 +341,33 @@ def read_dump_json(file: Path, raw: bytes) -> DumpJson:
 def _entries(file: Path, raw: bytes, members: dict[str, msgspec.Raw], counted: int) -> Iterator[tuple[str, Any]]:
     """The ``(name, parsed value)`` of each member of ``data`` (:func:`read_dump_json`): ``members`` the spans,
     ``counted`` the colons counted outside them so far."""
-    checked = False  # whether the standard library's decoder has read the whole file without error
     for name, part in members.items():
         try:
             value = _decode(part)
         except (msgspec.DecodeError, RecursionError):
-            if not checked:
-                _read_dump_json_stdlib(file, raw)  # raises the file's first error, if it has one
-                checked = True
-            value = _parse_json_stdlib(file, bytes(part))  # e.g. a number beyond float range: read as json reads it
-        else:
-            if not checked:
-                counted += _encode(value).count(b":")
+            # e.g. a number beyond float range: the standard library's decoder reads the whole file (raising its
+            # first error, if it has one, repeated keys included), and the entries from this one on are taken from
+            # that reading, not parsed again
+            yield from _stdlib_entries_from(file, raw, name)
+            return
+        counted += _encode(value).count(b":")
         yield name, value
-    if not checked and counted != _colons(raw):
+    if counted != _colons(raw):
         _read_dump_json_stdlib(file, raw)  # raises the repeated key's error
+
+
+def _stdlib_entries_from(file: Path, raw: bytes, name: str) -> Iterator[tuple[str, Any]]:
+    """``data``'s members from ``name`` on, in file order, as the standard library's decoder reads the file
+    (:func:`_parse_json_stdlib`, which raises the file's first error, if it has one); each member is let go once
+    given."""
+    tree = _parse_json_stdlib(file, raw)
+    data = tree.get("data") if isinstance(tree, dict) else None
+    del tree
+    if not isinstance(data, dict) or name not in data:  # cannot happen: msgspec split this very file into members
+        raise DumpFormatError(file, f"data[{_quoted(name)}]", "read differently by the two JSON decoders")
+    keys = list(data)
+    for key in keys[keys.index(name):]:
+        yield key, data.pop(key)
 
 
 def _read_dump_json_stdlib(file: Path, raw: bytes) -> DumpJson:
@@ -356,8 +443,9 @@ class RankDump:
             one not read, else None.  Only :attr:`json_name` is read: dump.json when the directory was given,
             debug.json when that file itself was given (or the directory holds no dump.json).
         scanned: True for a unit of :func:`scan_dump`: only its header was read.
-        mentions_md5: for a unit of :func:`scan_dump` only, whether the file's bytes hold an ``"md5"`` key anywhere
-            (False: no leaf of it carries a checksum; True: some may); None for a loaded unit.
+        mentions_md5: for a unit of :func:`scan_dump` only, whether the file's bytes hold an ``"md5"`` key anywhere,
+            or a ``\\u`` escape of ``m``, ``d`` or ``5`` that may spell one (False: no leaf of it carries a
+            checksum; True: some may); None for a loaded unit.
     """
 
     directory: Path
@@ -580,7 +668,8 @@ def load_rank_dump(
         file: the dump JSON to read instead of ``<directory>/dump.json``.
 
     Raises:
-        DumpFormatError: on any malformed file (naming the file and field).
+        DumpFormatError: on any malformed file (naming the file and field), and when the dump JSON is a directory,
+            a dangling symlink or no regular file (:func:`_unit_file`).
     """
     file = _unit_file(directory, file)
     top, pairs = _read_unit_json(file, _read_bytes(file))
@@ -605,12 +694,30 @@ def load_rank_dump(
 
 
 def _rank_dirs(step_dir: Path) -> list[tuple[Path, int | None]]:
+    """The rank directories of ``step_dir`` holding a dump.json or debug.json (whatever that is: a directory or a
+    dangling symlink there is the error of the unit that reads it, never a unit silently left out), with their ranks.
+
+    Raises:
+        DumpFormatError: two directories name one rank (``rank1`` and ``rank01``).
+    """
     found = []
+    named: dict[int, str] = {}
     for child in sorted(step_dir.iterdir()):
         ok, rank = _parse_rank(child.name)
-        if ok and child.is_dir() and ((child / DUMP_JSON).is_file() or (child / DEBUG_JSON).is_file()):
+        if ok and child.is_dir() and (_lexists(child / DUMP_JSON) or _lexists(child / DEBUG_JSON)):
+            if rank is not None:
+                other = named.setdefault(rank, child.name)
+                if other != child.name:
+                    first, second = sorted((other, child.name))
+                    raise DumpFormatError(step_dir, None, f"{first} and {second} are the same rank ({rank}); "
+                                                          "keep one of them")
             found.append((child, rank))
     return found
+
+
+def _lexists(path: Path) -> bool:
+    """Whether ``path`` is there at all (a dangling symlink too)."""
+    return os.path.lexists(path)
 
 
 def scan_rank_dump(
@@ -622,10 +729,11 @@ def scan_rank_dump(
 
     Returns:
         A :class:`RankDump` whose ``scanned`` is True, ``entries`` empty and ``mentions_md5`` says whether the
-        file's bytes hold an ``"md5"`` key.
+        file's bytes hold an ``"md5"`` key (or a ``\\u`` escape that may spell one).
 
     Raises:
-        DumpFormatError: the file cannot be read, is not a JSON object, has no ``data`` object or a malformed header
+        DumpFormatError: the file is a directory, a dangling symlink or no regular file, cannot be read, is not a
+            JSON object, has no ``data`` object or a malformed header
             (:func:`read_dump_json`: a file msgspec refuses, with ``NaN`` tokens say, is parsed whole by the standard
             library's decoder, once).  An error inside an entry, or a repeated key, is found by the worker that
             loads the unit.
@@ -635,17 +743,46 @@ def scan_rank_dump(
     top, _ = _read_unit_json(file, raw)  # the entries are left unread
     return RankDump(
         directory=directory, step=step, rank=rank, meta=meta_from_json(top, file), entries=(), scanned=True,
-        json_name=file.name, unread_json=_unread_json(directory, file), mentions_md5=b'"md5"' in raw,
+        json_name=file.name, unread_json=_unread_json(directory, file), mentions_md5=_mentions_md5(raw),
     )
+
+
+#: A ``\\u`` escape of ``m``, ``d`` or ``5``: a key that decodes to ``md5`` without the bytes ``"md5"`` holds one.
+_MD5_ESCAPE = re.compile(rb"\\u00(?:6[dD]|64|35)")
+
+
+def _mentions_md5(raw: bytes) -> bool:
+    """:attr:`RankDump.mentions_md5` of a file whose bytes are ``raw``: whether they hold ``"md5"``, or an escape
+    that may spell one of its letters in a key (``"\\u006d\\u0064\\u0035"``; rare, so True then: the comparison
+    loads the unit to find out, as for any True)."""
+    return b'"md5"' in raw or _MD5_ESCAPE.search(raw) is not None
 
 
 def _unit_file(directory: Path, file: Path | None) -> Path:
     """The dump JSON of a unit: ``file`` when given, else ``<directory>/dump.json``, or its debug.json when it has
-    no dump.json."""
+    no dump.json (a dump.json that is there but no regular file is not replaced by the debug.json).
+
+    Raises:
+        DumpFormatError: the file is a directory ("is a directory, not a file"), a dangling symlink ("a symlink to
+            a file that does not exist"), another kind of file that is not a regular file (a FIFO: never opened)
+            or cannot be looked at (the OS's reason); a missing file is left to the read, which says so.
+    """
     if file is None:
         file = directory / DUMP_JSON
-        if not file.is_file() and (directory / DEBUG_JSON).is_file():
+        if not _lexists(file) and _lexists(directory / DEBUG_JSON):
             file = directory / DEBUG_JSON
+    try:
+        mode = os.stat(file).st_mode
+    except FileNotFoundError:
+        if os.path.islink(file):
+            raise DumpFormatError(file, None, "a symlink to a file that does not exist") from None
+        return file  # the read says "cannot read: No such file or directory", as before
+    except (OSError, ValueError) as exc:
+        raise DumpFormatError(file, None, f"cannot read: {_os_reason(exc)}") from None
+    if stat.S_ISDIR(mode):
+        raise DumpFormatError(file, None, "is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise DumpFormatError(file, None, "not a regular file")
     return file
 
 
@@ -677,7 +814,8 @@ def load_dump(path: str | Path) -> Dump:
 
     Raises:
         DumpFormatError: when ``path`` does not exist, holds no dump.json where one is expected,
-            or any file is malformed.
+            any file is malformed, a rank directory's dump.json (or debug.json) is a directory, a dangling symlink
+            or no regular file, or two rank directories of one step name the same rank (``rank1`` and ``rank01``).
     """
     with paused_gc():
         return _load_dump(Path(path), load_rank_dump)
@@ -704,7 +842,7 @@ def _load_dump(p: Path, load: Callable[..., RankDump]) -> Dump:
             raise DumpFormatError(p, None, "expected a dump.json or a dump directory")
         return Dump(p, (_load_unit_with_context(p.parent, p, load),))
     for name in (DUMP_JSON, DEBUG_JSON):
-        if (p / name).is_file():
+        if _lexists(p / name):  # a dump.json that is no regular file: the unit's error (_unit_file)
             return Dump(p, (_load_unit_with_context(p, p / name, load),))
     step = _parse_step(p.name)
     ranks = _rank_dirs(p)

@@ -470,3 +470,27 @@ def test_an_error_quoting_dump_text_is_one_printable_line(tmp_path, capsys, key_
     assert line.startswith("msprobe-cmp: error: ") and str(rank / "dump.json") in line
     assert line.endswith("needs a string type, got none")  # the complaint survives the cut
     assert len(line) <= 2100
+
+
+@pytest.mark.parametrize("jobs", [1, 2])  # 2: the dumps are scanned (scan_dump), not loaded
+@pytest.mark.parametrize("bad", ["directory", "dangling", "rank01"])
+def test_a_rank_the_reader_cannot_take_exits_2_naming_it(tmp_path, capsys, bad, jobs):
+    run = _stats_dump(tmp_path / "run")
+    other = _stats_dump(tmp_path / "other")
+    if bad == "rank01":
+        shutil.copytree(other / "step0" / "rank", other / "step0" / "rank1")
+        shutil.copytree(other / "step0" / "rank", other / "step0" / "rank01")
+        expected = f"{other / 'step0'}: rank01 and rank1 are the same rank (1); keep one of them"
+    else:
+        (other / "step0" / "rank1").mkdir()
+        file = other / "step0" / "rank1" / "dump.json"
+        if bad == "directory":
+            file.mkdir()
+            expected = f"{file}: is a directory, not a file"
+        else:
+            file.symlink_to("missing.json")
+            expected = f"{file}: a symlink to a file that does not exist"
+    code, _, err = _run([run, other, "-o", tmp_path / "out", "--jobs", jobs], capsys)
+    assert code == 2
+    assert err == f"msprobe-cmp: error: {expected}\n"
+    assert not (tmp_path / "out").exists()

@@ -217,7 +217,7 @@ def _rank_with(tmp_path: Path, text: str) -> Path:
     ("text", "expect"),
     [
         ('{"task": "statistics", "data": {"F.x.0.forward": {"output": [{"type": "mindspore.Tensor", "dtype": '
-         '"Float32", "shape": [2], "Max": ' + "9" * 5000 + '}]}}}', "invalid JSON"),
+         '"Float32", "shape": [2], "Max": ' + "9" * 5000 + '}]}}}', "integer too large"),
         ('{"task": "statistics", "extra": ' + "[" * 900 + "]" * 900 + ', "data": {}}', "nested deeper than 64"),
         ('{"task": "statistics", "extra": ' + "[" * 100_000 + "]" * 100_000 + ', "data": {}}', "nested too deeply"),
         ('{"task": "statistics", "data": {"F.x.0.forward": {"output": [{"type": "mindspore.Tensor", "dtype": '

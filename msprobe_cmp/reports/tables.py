@@ -33,15 +33,17 @@ from a dump is escaped so that it renders as text.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from importlib import resources
 from itertools import chain as _chain
-from typing import Any, BinaryIO
+from itertools import repeat
+from typing import Any, BinaryIO, NamedTuple
 from xml.sax import saxutils
 
 import numpy as np
@@ -79,8 +81,8 @@ from msprobe_cmp.reports.common import (
     RANKING,
     ReportFacts,
     also_recorded_as,
+    compact_encoder,
     differing_arguments,
-    dumps_compact,
     dumps_standard,
     format_number,
     origin_text,
@@ -128,6 +130,177 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 def neutralize_cell(text: str) -> str:
     """``text`` with a leading apostrophe when it starts like a spreadsheet formula (= + - @ tab CR)."""
     return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+# --------------------------------------------------------------------------------------------------
+# Floats as text, a column at a time
+
+
+class FloatSpelling(NamedTuple):
+    """How a report spells a float64 value (:func:`float_texts`).
+
+    Attributes:
+        python_repr: True: Python's ``repr`` (``1e-05``; what the csv module and the standard library's JSON encoder
+            write); False: orjson's spelling (``0.00001``; what orjson writes for a float).  Both give the shortest
+            text that reads back as the same float; they differ only in where the exponent starts and in its digits.
+        nan, inf, ninf: the text of NaN, +Inf and -Inf.
+        undefined: the text of a value that is not defined (a missing statistic or metric).
+    """
+
+    python_repr: bool
+    nan: str
+    inf: str
+    ninf: str
+    undefined: str
+
+
+#: The CSV's numbers: what ``csv.writer`` writes for a float (its ``repr``), ``""`` for a missing one.
+CSV_FLOATS = FloatSpelling(True, "nan", "inf", "-inf", "")
+
+#: comparison.json's numbers as orjson writes them; non-finite ones as strings (module docstring), missing ones null.
+JSON_FLOATS = FloatSpelling(False, '"NaN"', '"Infinity"', '"-Infinity"', "null")
+
+#: comparison.json's numbers as the standard library writes them (the encoder of a document orjson refuses).
+JSON_STANDARD_FLOATS = JSON_FLOATS._replace(python_repr=True)
+
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+def _orjson_texts(values: np.ndarray, text: bytes | None = None) -> list[str]:
+    """orjson's text of each of ``values`` (float64 [n], C-contiguous, every value finite), in order; ``text``:
+    orjson's text of the whole array when already made."""
+    if not len(values):
+        return []
+    return (orjson.dumps(values, option=_NUMPY) if text is None else text).decode("ascii")[1:-1].split(",")
+
+
+def _scatter(texts: list[str], rows: np.ndarray, new: list[str]) -> None:
+    """``texts[rows[k]] = new[k]`` for every k."""
+    for i, text in zip(rows.tolist(), new, strict=True):
+        texts[i] = text
+
+
+def _spelled(text: np.ndarray, at: np.ndarray, word: bytes) -> bool:
+    """Whether ``word`` is in ``text`` (uint8 [m]) at each of the positions ``at`` (int [k])."""
+    if len(at) and (at.min() < 0 or at.max() + len(word) > len(text)):
+        return False
+    return bool((text[at[:, None] + np.arange(len(word))] == np.frombuffer(word, dtype=np.uint8)).all())
+
+
+#: Finite floats of every span where orjson's and ``repr``'s spellings could differ (positional and exponent forms,
+#: their boundaries 1e-5, 1e-4, 1e-9 and 1e16, signed zero, integers as floats, subnormals, the largest float).
+_PROBE = (0.0, -0.0, 1.0, -2.5, 123.0, 0.1, 1e-4, 9.75e-05, -1e-5, 1.5e-06, 1e-9, 9.99e-10, 1e-10, 1e15, 1e16,
+          -1.5e16, 1e22, 1e300, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 12345678.9, 0.3333333333333333)
+
+
+@functools.cache
+def _orjson_spells_as_expected() -> bool:
+    """Whether this process's orjson gives :data:`_PROBE` the text :func:`_repr_texts`'s respelling expects
+    (orjson 3.13's, checked once per process): when it does not, :func:`_repr_texts` writes each ``repr``."""
+    expected = [repr(x) for x in _PROBE]
+    try:
+        text = orjson.dumps(np.array(_PROBE), option=_NUMPY)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
+    got = text.decode("ascii")[1:-1].split(",")
+    fifth = [i for i, x in enumerate(_PROBE) if 1e-5 <= abs(x) < 1e-4]
+    single = [i for i, x in enumerate(_PROBE) if 1e-9 <= abs(x) < 1e-5]
+    respelled = {i: repr(_PROBE[i]) for i in (*fifth, *single)}
+    return (all(got[i].lstrip("-").startswith("0.0000") for i in fifth)
+            and all("e-" in got[i] and got[i].rsplit("e-", 1)[1] == str(int(expected[i].rsplit("e-", 1)[1]))
+                    for i in single)
+            and [respelled.get(i, t) for i, t in enumerate(got)] == expected)
+
+
+def _repr_texts(values: np.ndarray) -> list[str]:
+    """``repr`` of each of ``values`` (float64 [n], C-contiguous, every value finite), in order, made from orjson's
+    text of them all, respelled in place where orjson spells a value otherwise (:func:`float_texts`), then split.
+
+    In the text's bytes, a value in ``[1e-5, 1e-4)`` (``0.0000975``) gets its first digit and a point written over the
+    last two bytes of ``0.0000``, the bytes before them marked to go (``xxxxx9.75``; a single digit's point goes too)
+    and its comma marked for ``e-05,``; a value with a one-digit exponent (``1.5e-6``) gets the exponent's minus
+    marked for ``-0``; then each kind of mark is replaced in one pass over the text."""
+    if not _orjson_spells_as_expected():
+        return list(map(float.__repr__, values.tolist()))
+    text = orjson.dumps(values, option=_NUMPY)
+    magnitude = np.abs(values)
+    fifth = np.flatnonzero((magnitude >= 1e-5) & (magnitude < 1e-4))
+    single = np.flatnonzero((magnitude >= 1e-9) & (magnitude < 1e-5))
+    if not len(fifth) and not len(single):
+        return _orjson_texts(values, text)
+    b = np.frombuffer(text, dtype=np.uint8).copy()
+    b[0] = b[-1] = ord(",")  # every value between two commas
+    commas = np.flatnonzero(b == ord(","))
+    ends = commas[1:]
+    starts = commas[:-1][fifth] + 1 + np.signbit(values[fifth])  # each "0.0000"'s first byte
+    if not (_spelled(b, starts, b"0.0000") and _spelled(b, ends[single] - 3, b"e-")):
+        return list(map(float.__repr__, values.tolist()))  # not the spelling respelled here: repr itself
+    b[ends[single] - 2] = ord("z")  # the exponent's minus: "e-6," is "ez6,"
+    b[starts + 5] = b[starts + 6]  # the first digit
+    b[starts + 6] = np.where(ends[fifth] - starts > 7, ord("."), ord("x"))
+    b[(starts[:, None] + np.arange(5)).reshape(-1)] = ord("x")
+    b[ends[fifth]] = ord("y")
+    out = b.tobytes()
+    if len(fifth):
+        out = out.replace(b"x", b"").replace(b"y", b"e-05,")
+    if len(single):
+        out = out.replace(b"z", b"-0")
+    return out.decode("ascii").split(",")[1:-1]
+
+
+def float_texts(values: np.ndarray, defined: np.ndarray, spelling: FloatSpelling) -> list[str]:
+    """The text of each of ``values`` as ``spelling`` spells it, in C order (a 2-D block row by row).
+
+    ``values``: float64 array of any shape; ``defined``: bool array of the same shape, False where the value is
+    missing (its text is ``spelling.undefined`` whatever the value).  The finite values are written by orjson
+    (shortest round-trip digits, as ``repr`` has them too); for ``spelling.python_repr`` the two spans where
+    orjson's spelling differs from ``repr`` are respelled in bulk (:func:`_repr_texts`):
+    ``[1e-5, 1e-4)`` in magnitude, positional in orjson (``0.0000975``) and ``9.75e-05`` in ``repr``; and
+    ``[1e-9, 1e-5)``, whose one-digit exponent orjson writes without ``repr``'s leading zero (``1.5e-6`` against
+    ``1.5e-06``).  Elsewhere the two agree (``1e+16``, ``-0.0``, ``123.0``, ``5e-324``), as the property tests check
+    over random bit patterns and the boundaries (orjson 3.13's spelling).
+
+    Raises:
+        ValueError: ``defined`` does not have the shape of ``values``.
+    """
+    if np.shape(defined) != np.shape(values):
+        raise ValueError(f"defined has shape {np.shape(defined)}, values {np.shape(values)}")
+    flat = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
+    given = np.asarray(defined, dtype=bool).reshape(-1)
+    usable = np.isfinite(flat) & given
+    odd = np.flatnonzero(~usable)
+    finite = np.where(usable, flat, 0.0) if len(odd) else flat
+    texts = _repr_texts(finite) if spelling.python_repr else _orjson_texts(finite)
+    if len(odd):
+        raw = flat[odd]
+        word = np.where(given[odd], np.where(np.isnan(raw), 0, np.where(raw > 0, 1, 2)), 3)
+        words = (spelling.nan, spelling.inf, spelling.ninf, spelling.undefined)
+        _scatter(texts, odd, [words[k] for k in word.tolist()])
+    return texts
+
+
+#: Text pieces of ``n`` rows: a list of one text per row, or one text that is every row's.
+_Pieces = list[str] | str
+
+
+def _picked(words: np.ndarray, codes: np.ndarray) -> _Pieces:
+    """``words[codes]`` (an object array of texts, int codes [n]) as pieces of rows: one text when every row has
+    the same."""
+    if len(codes) and (codes == codes[0]).all():
+        return str(words[codes[0]])
+    return words[codes].tolist()
+
+
+def _joined_rows(pieces: Iterable[_Pieces], n: int, sep: str = "") -> Iterator[str]:
+    """The text of each of ``n`` rows: the row's item of every piece (:data:`_Pieces`), in order, joined by ``sep``.
+    Neighbouring pieces that are one text for every row are joined once."""
+    merged: list[_Pieces] = []
+    for piece in pieces:
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += sep + piece
+        else:
+            merged.append(piece)
+    return map(sep.join, zip(*(repeat(p, n) if isinstance(p, str) else p for p in merged), strict=True))
 
 
 def _json_number(x: float | None) -> float | str | None:
@@ -209,114 +382,184 @@ def _json_cell(cell: CellRollup) -> dict[str, Any]:
     }
 
 
-def _json_numbers(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
-    """``values`` (float64) as :func:`_json_number` writes them, as an object array: None where not ``defined``,
-    ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` for the non-finite ones, Python floats otherwise."""
-    out = values.astype(object)
-    if not np.isfinite(values[defined]).all():
-        out[np.isnan(values)] = "NaN"
-        out[values == np.inf] = "Infinity"
-        out[values == -np.inf] = "-Infinity"
-    out[~defined] = None
+def _json_used(t: RowTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which strings, tuples and shapes of ``t``'s tables its rows write into comparison.json: bool masks [S + 1],
+    [T + 1], [H + 1] over the codes, the last item standing for code -1 (null)."""
+    strings = np.zeros(len(t.strings) + 1, dtype=bool)
+    tuples = np.zeros(len(t.tuples) + 1, dtype=bool)
+    shapes = np.zeros(len(t.shapes) + 1, dtype=bool)
+    for column in (t.entry, t.arg_path, t.entry_b, t.arg_path_b, t.mapped_by, t.parent_cell):
+        strings[column] = True
+    for s in (0, 1):
+        side = t.side_columns(s)
+        for column in (side.dtype, side.md5, side.data_name, side.value):
+            strings[column] = True
+        shapes[side.shape] = True
+    tuples[t.reasons] = True
+    tuples[t.notes] = True
+    return strings, tuples, shapes
+
+
+def _json_table(items: Sequence[Any], used: np.ndarray, dumps: Callable[[Any], str]) -> np.ndarray:
+    """object [len(items) + 1]: ``dumps`` of each item ``used`` marks (``"null"`` for the others and for the last
+    slot, code -1)."""
+    table = np.full(len(items) + 1, "null", dtype=object)
+    codes = np.flatnonzero(used[:-1])
+    table[codes] = [dumps(items[k]) for k in codes.tolist()]
+    return table
+
+
+def _json_string_table(strings: Sequence[str], used: np.ndarray, dumps: Callable[[Any], str]) -> np.ndarray:
+    """:func:`_json_table` of a table of strings: when ``dumps`` escapes none of the strings used (its text of
+    their list is as long as the strings quoted and joined by commas: both encoders only lengthen a string they
+    escape), each is its text between double quotes, made in bulk; else each is written by ``dumps``."""
+    codes = np.flatnonzero(used[:-1])
+    picked = [strings[k] for k in codes.tolist()]
+    if len(dumps(picked)) != sum(map(len, picked)) + 3 * len(picked) + (1 if picked else 2):
+        return _json_table(strings, used, dumps)
+    table = np.full(len(strings) + 1, "null", dtype=object)
+    table[codes] = '"' + np.array(picked, dtype=object) + '"'
+    return table
+
+
+_JSON_CLASSES = np.array([orjson.dumps(c).decode() for c in MATCH_CLASSES], dtype=object)
+_JSON_COMPARED_BY = np.array([orjson.dumps(c).decode() for c in COMPARED_BY], dtype=object)
+_JSON_VERDICTS = np.array([orjson.dumps(v).decode() for v in VERDICTS], dtype=object)
+_JSON_KINDS = np.array([orjson.dumps(k).decode() for k in SIDE_KINDS], dtype=object)
+_JSON_DIFFERS = np.array(["null", "false", "true"], dtype=object)  # by the differs code + 1
+_JSON_METRIC_KEYS = [orjson.dumps(name).decode() for name in METRIC_COLUMNS]
+
+
+def _blanked(pieces: list[_Pieces], rows: np.ndarray, first: str, n: int) -> list[_Pieces]:
+    """``pieces`` (of ``n`` rows) with the rows ``rows`` (bool [n]) written as ``first`` alone: ``first`` as their
+    first piece's item and ``""`` as each other piece's."""
+    out: list[_Pieces] = []
+    for k, piece in enumerate(pieces):
+        column = np.full(n, piece, dtype=object) if isinstance(piece, str) else np.array(piece, dtype=object)
+        column[rows] = first if k == 0 else ""
+        out.append(column.tolist())
     return out
 
 
-def _json_sides(t: RowTable, s: int) -> list[dict[str, Any] | None]:
-    """Side ``s`` (0 = A, 1 = B) of every row of ``t`` as comparison.json writes it: None where the row is absent
-    from that side, else ``{"kind", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "value"}``."""
-    sc = t.side_columns(s)
-    strings = [*t.strings, None]  # code -1 -> None
-    kinds = [None if k == ABSENT else SIDE_KINDS[k] for k in range(len(SIDE_KINDS))]
-    stats = _json_numbers(sc.stats, sc.stats_defined).tolist()
-    shapes = t.shapes
-    return [
-        None if kind is None else {
-            "kind": kind, "dtype": strings[dtype], "shape": None if shape < 0 else list(shapes[shape]),
-            "max": st[0], "min": st[1], "mean": st[2], "norm": st[3], "md5": strings[md5],
-            "data_name": strings[data_name], "value": strings[value],
-        }
-        for kind, dtype, shape, st, md5, data_name, value in zip(
-            [kinds[k] for k in sc.kind.tolist()], sc.dtype.tolist(), sc.shape.tolist(), stats, sc.md5.tolist(),
-            sc.data_name.tolist(), sc.value.tolist(), strict=True)
-    ]
+class _JsonRows:
+    """Writes the rows of one unit into comparison.json, a window of rows at a time (:meth:`text`): the texts of
+    the unit's strings, tuples and shapes (as the document's encoder ``dumps`` writes them, the ones the rows write
+    only) are made once; each field of the rows is then picked from them by its codes, or written column-wise
+    (:func:`float_texts` with ``floats``), and each row's text joined from the pieces of its fields, in the
+    document's order."""
+
+    def __init__(self, t: RowTable, dumps: Callable[[Any], str], floats: FloatSpelling) -> None:
+        used_strings, used_tuples, used_shapes = _json_used(t)
+        self.strings = _json_string_table(t.strings, used_strings, dumps)
+        # a row's name, <entry>.<arg path>: its entry's text without the closing quote, then its path's without
+        # the opening one (JSON escapes a string character by character)
+        self.opened = np.array([x[:-1] for x in self.strings.tolist()], dtype=object)
+        self.closed = np.array([x[1:] for x in self.strings.tolist()], dtype=object)
+        self.has_text = np.array([*(bool(x) for x in t.strings), False])  # an empty name counts as none
+        self.tuples = _json_table([list(x) for x in t.tuples], used_tuples, dumps)
+        self.shapes = _json_table([list(x) for x in t.shapes], used_shapes, dumps)
+        self.floats = floats
+
+    def _side(self, t: RowTable, s: int) -> list[_Pieces]:
+        """The pieces of side ``s`` (0 = A, 1 = B) of each row: ``null`` where the row is absent from that side,
+        else ``{"kind", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "value"}``."""
+        side = t.side_columns(s)
+        absent = side.kind == ABSENT
+        if absent.all():
+            return ["null"]
+        strings = self.strings
+        stats: list[_Pieces] = ["null"] * 4
+        if side.stats_defined.any():
+            cells = float_texts(side.stats, side.stats_defined, self.floats)
+            stats = [cells[k::4] for k in range(4)]
+        pieces: list[_Pieces] = [
+            '{"kind":', _picked(_JSON_KINDS, side.kind), ',"dtype":', _picked(strings, side.dtype),
+            ',"shape":', _picked(self.shapes, side.shape), ',"max":', stats[0], ',"min":', stats[1],
+            ',"mean":', stats[2], ',"norm":', stats[3], ',"md5":', _picked(strings, side.md5),
+            ',"data_name":', _picked(strings, side.data_name), ',"value":', _picked(strings, side.value), "}"]
+        return _blanked(pieces, absent, "null", len(t)) if absent.any() else pieces
+
+    def _metrics(self, t: RowTable) -> list[_Pieces]:
+        """The pieces of each row's metrics: ``{name: value}`` in :data:`METRIC_COLUMNS` order, the metrics the row
+        has (null where undefined, non-finite values as text)."""
+        state = t.metric_state
+        used = np.flatnonzero((state != METRIC_ABSENT).any(axis=0))
+        if not len(used):
+            return ["{}"]
+        cells = float_texts(t.metrics[:, used], state[:, used] == METRIC_VALUE, self.floats)
+        values = {k: cells[j::len(used)] for j, k in enumerate(used.tolist())}
+        patterns, which = t.metric_patterns()
+
+        def pieces(columns: tuple[int, ...], rows: np.ndarray | None) -> list[_Pieces]:
+            """The pieces of the metrics of the rows ``rows`` (all when None), whose metrics are ``columns``."""
+            if not columns:
+                return ["{}"]
+            out: list[_Pieces] = []
+            for j, k in enumerate(columns):
+                out.append(("{" if j == 0 else ",") + _JSON_METRIC_KEYS[k] + ":")
+                out.append(values[k] if rows is None else np.array(values[k], dtype=object)[rows].tolist())
+            return [*out, "}"]
+
+        if len(patterns) == 1:
+            return pieces(patterns[0], None)
+        texts = [""] * len(t)  # rows of several sets of metrics: each row's object made whole
+        for p, columns in enumerate(patterns):
+            rows = np.flatnonzero(which == p)
+            _scatter(texts, rows, list(_joined_rows(pieces(columns, rows), len(rows))))
+        return [texts]
+
+    def text(self, t: RowTable, first: int) -> str:
+        """The rows of ``t`` (a :meth:`~msprobe_cmp.comparator.rowtable.RowTable.window` of the unit's rows whose
+        first row is the unit's row ``first``) as comparison.json writes them, joined by commas: each row
+        ``{"index", "name", "entry", "entry_b", "arg_path", "arg_path_b", "mapped_by", "match_class",
+        "compared_by", "a", "b", "metrics", "verdict", "reasons", "notes", "differs", "parent_cell"}`` (B's names
+        are A's where B has none)."""
+        strings, has_text = self.strings, self.has_text
+        entry_b = np.where(has_text[t.entry_b], t.entry_b, t.entry)
+        path_b = np.where(has_text[t.arg_path_b], t.arg_path_b, t.arg_path)
+        return ",".join(_joined_rows((
+            '{"index":', list(map(str, range(first, first + len(t)))),
+            ',"name":', _picked(self.opened, t.entry), ".", _picked(self.closed, t.arg_path),
+            ',"entry":', _picked(strings, t.entry), ',"entry_b":', _picked(strings, entry_b),
+            ',"arg_path":', _picked(strings, t.arg_path), ',"arg_path_b":', _picked(strings, path_b),
+            ',"mapped_by":', _picked(strings, t.mapped_by), ',"match_class":', _picked(_JSON_CLASSES, t.match_class),
+            ',"compared_by":', _picked(_JSON_COMPARED_BY, t.compared_by),
+            ',"a":', *self._side(t, 0), ',"b":', *self._side(t, 1), ',"metrics":', *self._metrics(t),
+            ',"verdict":', _picked(_JSON_VERDICTS, t.verdict), ',"reasons":', _picked(self.tuples, t.reasons),
+            ',"notes":', _picked(self.tuples, t.notes), ',"differs":', _picked(_JSON_DIFFERS, t.differs + 1),
+            ',"parent_cell":', _picked(strings, t.parent_cell), "}"), len(t)))
 
 
-def _json_metrics(t: RowTable) -> list[dict[str, Any]]:
-    """Every row's metrics as comparison.json writes them: ``{name: value}`` in :data:`METRIC_COLUMNS` order, the
-    metrics the row has (None where undefined, non-finite values as text)."""
-    n = len(t)
-    out: list[dict[str, Any]] = [{}] * n
-    state = t.metric_state
-    present = state != METRIC_ABSENT
-    if not present.any():
-        return out
-    values = _json_numbers(t.metrics, state == METRIC_VALUE)
-    patterns, which = t.metric_patterns()
-    for p, columns in enumerate(patterns):
-        if not columns:
-            continue
-        keys = [METRIC_COLUMNS[k] for k in columns]
-        if len(patterns) == 1:  # every row has the same metrics
-            return [dict(zip(keys, row_values, strict=True)) for row_values in values[:, list(columns)].tolist()]
-        rows = np.flatnonzero(which == p)
-        for i, row_values in zip(rows.tolist(), values[rows][:, list(columns)].tolist(), strict=True):
-            out[i] = dict(zip(keys, row_values, strict=True))
-    return out
+def _first_of_each(codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The first row of each code among ``rows`` (int [m], ascending; ``codes`` int [n] per row), ascending."""
+    _, first = np.unique(codes[rows], return_index=True)
+    return rows[np.sort(first)]
 
 
-def _json_rows(t: RowTable, first: int = 0) -> list[dict[str, Any]]:
-    """Every row of ``t`` as comparison.json writes it, read from the columns; ``first``: the unit's index of the
-    table's first row (``t`` is a :meth:`~msprobe_cmp.comparator.rowtable.RowTable.window` of the unit's rows)."""
-    entries, paths = t.names("entry"), t.names("arg_path")
-    differs = (None, False, True)
-    return [
-        {
-            "index": i,
-            "name": f"{entry}.{path}",
-            "entry": entry,
-            "entry_b": entry_b or entry,
-            "arg_path": path,
-            "arg_path_b": path_b or path,
-            "mapped_by": mapped_by,
-            "match_class": MATCH_CLASSES[cls],
-            "compared_by": COMPARED_BY[by],
-            "a": a,
-            "b": b,
-            "metrics": metrics,
-            "verdict": VERDICTS[verdict],
-            "reasons": reasons,
-            "notes": notes,
-            "differs": differs[d + 1],
-            "parent_cell": parent,
-        }
-        for i, (entry, path, entry_b, path_b, mapped_by, cls, by, a, b, metrics, verdict, reasons, notes, d, parent)
-        in enumerate(zip(
-            entries, paths, t.names("entry_b"), t.names("arg_path_b"), t.names("mapped_by"), t.match_class.tolist(),
-            t.compared_by.tolist(), _json_sides(t, 0), _json_sides(t, 1), _json_metrics(t), t.verdict.tolist(),
-            t.texts("reasons"), t.texts("notes"), t.differs.tolist(), t.names("parent_cell"), strict=True), first)
-    ]
-
-
-def _json_stacks(t: RowTable) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def _json_stacks(t: RowTable) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """The unit's ``stacks`` and ``stacks_b``: each entry's call stack (the first non-empty one of its rows) and B's
-    where it differs from A's."""
-    stacks: dict[str, list[str]] = {}
-    stacks_b: dict[str, list[str]] = {}
+    (the first of its rows whose non-empty B stack differs from its A stack), by entry name, in the order the rows
+    first give them; the frames as the table's tuples (both encoders write a tuple as a list)."""
     table, strings = t.stacks, t.strings
-    for entry, stack, stack_b in zip(t.entry.tolist(), t.stack.tolist(), t.stack_b.tolist(), strict=True):
-        frames, frames_b = table[stack], table[stack_b]
-        if frames or frames_b:
-            name = strings[entry]
-            if frames and name not in stacks:
-                stacks[name] = list(frames)
-            if frames_b and stack_b != stack and frames_b != frames and name not in stacks_b:
-                stacks_b[name] = list(frames_b)
+    filled = np.array([bool(frames) for frames in table], dtype=bool)
+    stacks: dict[str, tuple[str, ...]] = {}
+    rows = _first_of_each(t.entry, np.flatnonzero(filled[t.stack]))
+    for entry, stack in zip(t.entry[rows].tolist(), t.stack[rows].tolist(), strict=True):
+        stacks.setdefault(strings[entry], table[stack])
+    differ = np.flatnonzero(filled[t.stack_b] & (t.stack_b != t.stack))
+    if len(differ):
+        differ = differ[[table[b] != table[a] for a, b in zip(t.stack[differ].tolist(), t.stack_b[differ].tolist(),
+                                                               strict=True)]]
+    stacks_b: dict[str, tuple[str, ...]] = {}
+    rows = _first_of_each(t.entry, differ)
+    for entry, stack in zip(t.entry[rows].tolist(), t.stack_b[rows].tolist(), strict=True):
+        stacks_b.setdefault(strings[entry], table[stack])
     return stacks, stacks_b
 
 
 def _json_unit_fields(unit: UnitComparison, compared: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A unit of comparison.json but its ``rows`` (:func:`_json_rows`): the fields before them and the fields after
-    them, in the document's order."""
+    """A unit of comparison.json but its ``rows`` (:meth:`_JsonRows.text`): the fields before them and the fields
+    after them, in the document's order."""
     stacks, stacks_b = _json_stacks(unit.rows)
     before = {
         "a": _json_unit_ref(unit.unit_a),
@@ -369,40 +612,63 @@ def _json_head(comparison: Comparison, compared: int) -> dict[str, Any]:
     }
 
 
-def _json_document(comparison: Comparison, facts: ReportFacts | None = None) -> dict[str, Any]:
-    """The whole of comparison.json as one value (:func:`render_json`; the file is written in parts by
-    :func:`write_json`, from the same fields)."""
-    compared, unit_compared = ReportFacts.of(comparison, facts).compared_counts()
-    units = []
-    for unit, n in zip(comparison.units, unit_compared, strict=True):
-        before, after = _json_unit_fields(unit, n)
-        units.append({**before, "rows": _json_rows(unit.rows), **after})
-    return {**_json_head(comparison, compared), "units": units}
+def _json_encoder(comparison: Comparison, head: dict[str, Any], unit_compared: Sequence[int]
+                  ) -> tuple[Callable[[Any], str], dict[int, tuple[tuple[dict[str, Any], dict[str, Any]], _JsonRows]]]:
+    """The encoder of the whole of comparison.json, chosen before any of it is written: orjson's, unless orjson
+    refuses something the document holds (a lone surrogate in a name, an integer beyond 64 bits in a shape), then
+    the standard library's, so that every float of the document is in one encoder's form.  Tried, as
+    :func:`~msprobe_cmp.reports.common.compact_encoder` tries a sample, on the fields before the units, then on each
+    unit, the last first: its fields (:func:`_json_unit_fields`) and the texts of what its rows write
+    (:class:`_JsonRows`).  Returned with the first unit's fields and row texts when they were made with it
+    (``{0: ((before, after), rows)}``)."""
+    dumps = compact_encoder(head)
+    made: dict[int, tuple[tuple[dict[str, Any], dict[str, Any]], _JsonRows]] = {}
+    for k in reversed(range(len(comparison.units))):
+        if dumps is dumps_standard:
+            return dumps, {}
+        unit = comparison.units[k]
+        fields = _json_unit_fields(unit, unit_compared[k])
+        dumps = compact_encoder(fields)
+        if dumps is not dumps_standard:
+            try:
+                rows = _JsonRows(unit.rows, dumps, JSON_FLOATS)
+            except (orjson.JSONEncodeError, TypeError):  # what compact_encoder catches
+                dumps = dumps_standard
+            else:
+                if k == 0:
+                    made[0] = (fields, rows)
+    return dumps, made
 
 
-def _json_parts(comparison: Comparison, facts: ReportFacts | None, dumps: Callable[[Any], bytes]
-                ) -> Iterator[bytes | memoryview]:
-    """comparison.json in parts, each encoded by ``dumps`` (compact JSON as bytes): the fields before the rows, then
-    each unit's rows :data:`~msprobe_cmp.reports.common.CHUNK_ROWS` at a time, then the fields after them.  Joined,
-    the parts are ``dumps`` of :func:`_json_document`: compact JSON of a list or object is its items' JSON joined
-    by commas between its brackets."""
+def _json_texts(comparison: Comparison, facts: ReportFacts | None) -> Iterator[str]:
+    """comparison.json's compact text in parts, in order: the fields before the units, then for each unit the fields
+    before its rows, its rows :data:`~msprobe_cmp.reports.common.CHUNK_ROWS` at a time (:class:`_JsonRows`) and the
+    fields after them; every part written by the encoder :func:`_json_encoder` chooses (the rows' numbers in its
+    spelling: :data:`JSON_FLOATS` or :data:`JSON_STANDARD_FLOATS`).  Joined, the parts are that encoder's compact
+    JSON of the whole document: compact JSON of a list or object is its items' JSON joined by commas between its
+    brackets."""
     compared, unit_compared = ReportFacts.of(comparison, facts).compared_counts()
-    yield dumps(_json_head(comparison, compared))[:-1] + b',"units":['
+    head = _json_head(comparison, compared)
+    dumps, made = _json_encoder(comparison, head, unit_compared)
+    floats = JSON_STANDARD_FLOATS if dumps is dumps_standard else JSON_FLOATS
+    yield dumps(head)[:-1] + ',"units":['
     for k, (unit, n) in enumerate(zip(comparison.units, unit_compared, strict=True)):
-        before, after = _json_unit_fields(unit, n)
-        yield (b"," if k else b"") + dumps(before)[:-1] + b',"rows":['
+        (before, after), rows = made.pop(k) if k in made else (_json_unit_fields(unit, n),
+                                                               _JsonRows(unit.rows, dumps, floats))
+        yield ("," if k else "") + dumps(before)[:-1] + ',"rows":['
         for start, window in row_windows(unit.rows):
             if start:
-                yield b","
-            yield memoryview(dumps(_json_rows(window, start)))[1:-1]  # the items, without copying them
-        yield b"]," + dumps(after)[1:]
-    yield b"]}"
+                yield ","
+            yield rows.text(window, start)
+        yield "]," + dumps(after)[1:]
+    yield "]}"
 
 
-def _dumps_standard_utf8(doc: Any) -> bytes:
-    """``doc`` as the standard library writes it compactly (:func:`~msprobe_cmp.reports.common.dumps_compact`'s
-    fallback), encoded as the CLI writes every report (UTF-8, a lone surrogate as a backslash escape)."""
-    return dumps_standard(doc).encode("utf-8", errors="backslashreplace")
+def _json_document(comparison: Comparison, facts: ReportFacts | None = None) -> dict[str, Any]:
+    """The whole of comparison.json as one value: :func:`render_json`'s text parsed by the standard library (for
+    the indented form)."""
+    doc: dict[str, Any] = json.loads("".join(_json_texts(comparison, facts)))
+    return doc
 
 
 def write_json(comparison: Comparison, fh: BinaryIO, *, facts: ReportFacts | None = None) -> None:
@@ -410,23 +676,17 @@ def write_json(comparison: Comparison, fh: BinaryIO, *, facts: ReportFacts | Non
     position, a bounded number of rows at a time: the bytes ``render_json(comparison).encode("utf-8",
     errors="backslashreplace")`` gives, without the whole text in memory.
 
-    orjson writes the document; should it refuse a part (a lone surrogate in a name, an integer beyond 64 bits), the
-    file is cut back to where it started and the standard library writes the whole document instead (so every
-    float is in one encoder's form), as :func:`~msprobe_cmp.reports.common.dumps_compact` does.  ``facts``: what the
-    reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`).
+    One encoder writes the whole document, chosen before anything is written (:func:`_json_encoder`): orjson's, or
+    the standard library's when orjson refuses something the document holds (a lone surrogate in a name, an integer
+    beyond 64 bits), as :func:`~msprobe_cmp.reports.common.dumps_compact` would for the whole document.  ``fh`` need
+    not be seekable.  ``facts``: what the reports of this comparison share
+    (:class:`~msprobe_cmp.reports.common.ReportFacts`).
 
     Raises:
-        OSError: ``fh`` cannot be written (or, after a refused part, cannot be rewound: it must be seekable).
+        OSError: ``fh`` cannot be written.
     """
-    start = fh.tell()
-    try:
-        for part in _json_parts(comparison, facts, orjson.dumps):
-            fh.write(part)
-    except (orjson.JSONEncodeError, TypeError):
-        fh.seek(start)
-        fh.truncate()
-        for part in _json_parts(comparison, facts, _dumps_standard_utf8):
-            fh.write(part)
+    for part in _json_texts(comparison, facts):
+        fh.write(part.encode("utf-8", errors="backslashreplace"))
 
 
 def render_json_utf8(comparison: Comparison, *, facts: ReportFacts | None = None) -> bytes:
@@ -448,23 +708,23 @@ def render_json(comparison: Comparison, *, indent: int | None = None) -> str:
     ``unpaired``, ``notes``, ``units`` (each with its ``rows``, the per-cell roll-up ``cells`` and the
     ``stacks`` of their entries).
 
-    The document is built from the rows' columns once; the compact form is written by
-    :func:`~msprobe_cmp.reports.common.dumps_compact` (orjson, or the standard library for what orjson refuses: a lone
-    surrogate), the indented one by the standard library: the same JSON value either way.
+    The compact form is written from the rows' columns (:func:`_json_texts`) by one encoder: orjson, or the standard
+    library for a document orjson refuses (a lone surrogate); the indented one is that text parsed and written by the
+    standard library: the same JSON value either way.
     """
-    doc = _json_document(comparison)
+    text = "".join(_json_texts(comparison, None))
     if indent is None:
-        return dumps_compact(doc)
-    return json.dumps(doc, indent=indent, allow_nan=False, ensure_ascii=False)
+        return text
+    return json.dumps(json.loads(text), indent=indent, allow_nan=False, ensure_ascii=False)
 
 
 def _text(value: object) -> str:
     return "" if value is None else neutralize_cell(str(value))
 
 
-def _value_cell(dtype: str | None, value: str | None) -> object:
-    """A non-tensor value (its type name and ``repr`` text) for the CSV: numbers as numbers, anything else as
-    neutralised text."""
+def _value_cell(dtype: str | None, value: str | None) -> str:
+    """A non-tensor value (its type name and ``repr`` text) as a CSV cell: a number as the csv module writes it
+    (``str`` of the int, ``repr`` of the float), anything else as neutralised text."""
     if value is None:
         return ""
     if dtype in ("int", "float", "bool") or (dtype or "").startswith(("numpy.", "float", "int")):
@@ -472,18 +732,17 @@ def _value_cell(dtype: str | None, value: str | None) -> object:
             number = float(value)
         except ValueError:
             return _text(value)
-        return int(number) if dtype == "int" and number.is_integer() else number
+        return str(int(number)) if dtype == "int" and number.is_integer() else repr(number)
     return _text(value)
 
 
-def _csv_number_column(values: np.ndarray, defined: np.ndarray) -> list[object]:
-    """A column of numbers as CSV cells: the float's text as the csv module writes it (``repr``) where ``defined``,
-    ``""`` elsewhere."""
-    out: list[object] = list(map(float.__repr__, np.where(defined, values, 0.0).tolist()))
-    if not defined.all():
-        for i in np.flatnonzero(~defined).tolist():
-            out[i] = ""
-    return out
+#: The columns of :data:`CSV_COLUMNS` that hold numbers (metrics and statistics): never quoted.
+_CSV_NUMBER_COLUMNS = range(6, 6 + len(METRIC_COLUMNS) + 2 * len(_STAT_COLUMNS))
+
+
+_VERDICT_WORDS = np.array(VERDICTS, dtype=object)
+_CLASS_WORDS = np.array(MATCH_CLASSES, dtype=object)
+_COMPARED_BY_WORDS = np.array(COMPARED_BY, dtype=object)
 
 
 class _CsvCells:
@@ -500,82 +759,91 @@ class _CsvCells:
         self.texts = np.array([*(neutralize_cell(x) for x in t.strings), ""], dtype=object)
         self.has_text = np.array([*(bool(x) for x in t.strings), False])  # an empty name counts as none
         self.shape_texts = np.array([*(str(list(shape)) for shape in t.shapes), ""], dtype=object)
-        self.value_cells: dict[tuple[int, int], object] = {}
-        self.whys: dict[tuple[int, int], object] = {}
+        self.value_cells: dict[int, str] = {}
+        self.whys: dict[int, str] = {}
         step, rank = unit.unit_a.step, unit.unit_a.rank
-        self.step: object = "" if step is None else step
-        self.rank: object = "" if rank is None else rank
+        self.step = "" if step is None else str(step)
+        self.rank = "" if rank is None else str(rank)
 
-    def _value_cell(self, dtype: int, value: int) -> object:
+    def _value_cell(self, dtype: int, value: int) -> str:
         """:func:`_value_cell` of a side's dtype and value codes."""
         strings = self.strings
         return _value_cell(None if dtype < 0 else strings[dtype], None if value < 0 else strings[value])
 
-    def _why(self, reasons: int, notes: int) -> object:
+    def _why(self, reasons: int, notes: int) -> str:
         """The ``Err_message`` cell of a row's reasons and notes codes: the texts joined with ``"; "``, neutralised."""
         tuples = self.tuples
         return _text("; ".join((*tuples[reasons], *tuples[notes])) or None)
 
     @staticmethod
-    def _pair_cells(first: np.ndarray, second: np.ndarray, cells: dict[tuple[int, int], object],
-                    make: Callable[[int, int], object]) -> list[object]:
-        """``make(first[i], second[i])`` for every row ``i`` (int [n] codes each), made once per distinct pair
-        (``cells`` keeps them for the next window)."""
+    def _pair_cells(first: np.ndarray, second: np.ndarray, cells: dict[int, str],
+                    make: Callable[[int, int], str]) -> _Pieces:
+        """``make(first[i], second[i])`` for every row ``i`` (int [n] codes each, -1 or more), made once per
+        distinct pair (``cells`` keeps them for the next window, by the pair's key)."""
         if not len(first):
             return []
-        pairs, which = np.unique(np.stack((first, second), axis=1), axis=0, return_inverse=True)
+        width = int(max(first.max(), second.max())) + 2  # codes -1 .. width - 2
+        pairs, which = np.unique((first.astype(np.int64) + 1) * width + (second + 1), return_inverse=True)
         made = np.empty(len(pairs), dtype=object)
-        for k, (x, y) in enumerate(pairs.tolist()):
-            cell = cells.get((x, y))
-            made[k] = cell if cell is not None else cells.setdefault((x, y), make(x, y))
-        return made[which.reshape(-1)].tolist()
+        for k, pair in enumerate(pairs.tolist()):
+            x, y = divmod(pair, width)
+            key = (x << 32) | y  # the pair itself, whatever the window's width
+            cell = cells.get(key)
+            made[k] = cell if cell is not None else cells.setdefault(key, make(x - 1, y - 1))
+        return str(made[0]) if len(made) == 1 else made[which.reshape(-1)].tolist()
 
-    def columns(self, t: RowTable) -> list[list[object]]:
+    def columns(self, t: RowTable) -> list[_Pieces]:
         """The cells of the rows of ``t`` (a :meth:`~msprobe_cmp.comparator.rowtable.RowTable.window` of the unit's
-        rows), column by column (:data:`CSV_COLUMNS`): metrics and statistics as the text the csv module writes for
-        their floats, the other numbers as numbers, texts neutralised (:func:`neutralize_cell`), ``""`` for a
-        missing value.
+        rows), column by column (:data:`CSV_COLUMNS`), each as the text the csv module writes before quoting: the
+        metrics' and statistics' floats as their ``repr`` (:func:`float_texts`, :data:`CSV_FLOATS`), the other
+        numbers with ``str``, texts neutralised (:func:`neutralize_cell`), ``""`` for a missing value.  A column is
+        a list of one text per row, or one text when it is every row's cell.
 
         A row name ``<entry>.<arg path>`` is neutralised as its entry name is (the name starts with it, or with
         the dot when it is empty); B's uses B's own entry name and argument path where they are names.
         """
-        n = len(t)
         texts, raw, has_text, shape_texts = self.texts, self.raw, self.has_text, self.shape_texts
         a, b = t.side_columns(0), t.side_columns(1)
         entry_b = np.where(has_text[t.entry_b], t.entry_b, t.entry)
         path_b = np.where(has_text[t.arg_path_b], t.arg_path_b, t.arg_path)
-        columns: list[list[object]] = [
+        columns: list[_Pieces] = [
             np.where(a.kind == ABSENT, "", texts[t.entry] + "." + raw[t.arg_path]).tolist(),
             np.where(b.kind == ABSENT, "", texts[entry_b] + "." + raw[path_b]).tolist(),
-            texts[a.dtype].tolist(), texts[b.dtype].tolist(),
-            shape_texts[a.shape].tolist(), shape_texts[b.shape].tolist(),
+            _picked(texts, a.dtype), _picked(texts, b.dtype), _picked(shape_texts, a.shape),
+            _picked(shape_texts, b.shape),
         ]
-        state = t.metric_state
-        blank: list[object] = [""] * n
-        for k in range(len(METRIC_COLUMNS)):
-            defined = state[:, k] == METRIC_VALUE
-            columns.append(_csv_number_column(t.metrics[:, k], defined) if defined.any() else blank)
+        defined = t.metric_state == METRIC_VALUE
+        metrics: list[_Pieces] = [""] * len(METRIC_COLUMNS)
+        used = np.flatnonzero(defined.any(axis=0))
+        if len(used):  # the metrics some row has, written together
+            cells = float_texts(t.metrics[:, used], defined[:, used], CSV_FLOATS)
+            for j, k in enumerate(used.tolist()):
+                metrics[k] = cells[j::len(used)]
+        columns += metrics
         for side in (a, b):
-            for k in range(4):
-                defined = side.stats_defined[:, k]
-                columns.append(_csv_number_column(side.stats[:, k], defined) if defined.any() else blank)
-        columns += [texts[a.md5].tolist(), texts[b.md5].tolist()]
+            if side.stats_defined.any():
+                cells = float_texts(side.stats, side.stats_defined, CSV_FLOATS)
+                columns += [cells[k::4] for k in range(4)]
+            else:
+                columns += [""] * 4
+        columns += [_picked(texts, a.md5), _picked(texts, b.md5)]
         for side in (a, b):
             columns.append(self._pair_cells(side.dtype, side.value, self.value_cells, self._value_cell))
-        columns.append([VERDICTS[v] for v in t.verdict.tolist()])
+        columns.append(_picked(_VERDICT_WORDS, t.verdict))
         columns.append(self._pair_cells(t.reasons, t.notes, self.whys, self._why))
-        columns.append([MATCH_CLASSES[c] for c in t.match_class.tolist()])
-        columns.append([COMPARED_BY[c] for c in t.compared_by.tolist()])
-        columns += [[self.step] * n, [self.rank] * n]
-        columns.append(texts[t.parent_cell].tolist())
+        columns.append(_picked(_CLASS_WORDS, t.match_class))
+        columns.append(_picked(_COMPARED_BY_WORDS, t.compared_by))
+        columns += [self.step, self.rank]
+        columns.append(_picked(texts, t.parent_cell))
         # A's file name, else B's
-        columns.append(texts[np.where(has_text[a.data_name], a.data_name, b.data_name)].tolist())
+        columns.append(_picked(texts, np.where(has_text[a.data_name], a.data_name, b.data_name)))
         return columns
 
 
-def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[object]:
+def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[str]:
     """The cells of one row of ``unit`` (:meth:`_CsvCells.columns` of that row alone: for tests and single rows)."""
-    return [column[0] for column in _CsvCells(unit).columns(unit.rows.window(row.index, row.index + 1))]
+    return [column if isinstance(column, str) else column[0]
+            for column in _CsvCells(unit).columns(unit.rows.window(row.index, row.index + 1))]
 
 
 # A text cell holding one of these makes the csv module quote it (QUOTE_MINIMAL: the delimiter, the quote
@@ -584,29 +852,23 @@ _CSV_SPECIAL = (",", '"', "\n", "\r", "\x00")
 _CSV_SPECIAL_RE = re.compile('[,"\n\r\x00]')
 
 
-def _csv_text_column(cells: list[object]) -> list[str]:
-    """A column of cells as ``csv.writer(lineterminator="\\n")`` writes each: numbers with ``str`` (``repr`` for a
-    float), texts as they are unless they hold a character of :data:`_CSV_SPECIAL`, which the csv module writes
-    itself (once per distinct text)."""
-    try:
-        joined = "".join(cells)  # type: ignore[arg-type]
-        out: list[str] = cells  # type: ignore[assignment]
-    except TypeError:  # numbers among the cells
-        out = [x if type(x) is str else str(x) for x in cells]
-        joined = "".join(out)
+def _csv_text_column(cells: list[str]) -> list[str]:
+    """A column of text cells as ``csv.writer(lineterminator="\\n")`` writes each: as they are unless they hold a
+    character of :data:`_CSV_SPECIAL`, which the csv module writes itself (once per distinct text)."""
+    joined = "".join(cells)
     if not any(ch in joined for ch in _CSV_SPECIAL):
-        return out
+        return cells
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     written: dict[str, str] = {}
-    for text in set(out):
+    for text in set(cells):
         if _CSV_SPECIAL_RE.search(text):
             buf.seek(0)
             buf.truncate()
             writer.writerow((text,))
             written[text] = buf.getvalue()[:-1]
     get = written.get
-    return [get(x, x) for x in out]
+    return [get(x, x) for x in cells]
 
 
 def csv_chunks(comparison: Comparison) -> Iterator[str]:
@@ -619,8 +881,10 @@ def csv_chunks(comparison: Comparison) -> Iterator[str]:
     for unit in comparison.units:
         cells = _CsvCells(unit)
         for _, window in row_windows(unit.rows):
-            columns = [_csv_text_column(column) for column in cells.columns(window)]
-            yield "\n".join(map(",".join, zip(*columns, strict=True))) + "\n"
+            columns = cells.columns(window)
+            quoted = [column if k in _CSV_NUMBER_COLUMNS else _csv_text_column([column])[0]
+                      if isinstance(column, str) else _csv_text_column(column) for k, column in enumerate(columns)]
+            yield "\n".join(_joined_rows(quoted, len(window), ",")) + "\n"
 
 
 def render_csv(comparison: Comparison) -> str:
@@ -630,7 +894,7 @@ def render_csv(comparison: Comparison) -> str:
     absent from that side.  ``Step`` and ``Rank`` are A's ids (empty when None).
 
     The text is what ``csv.writer(lineterminator="\\n")`` writes for the cells (:meth:`_CsvCells.columns`), byte for
-    byte: each column is written as text (:func:`_csv_text_column`) and the lines joined.
+    byte: each column is quoted as the csv module quotes it (:func:`_csv_text_column`) and the lines joined.
     """
     return "".join(csv_chunks(comparison))
 

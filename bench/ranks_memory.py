@@ -17,7 +17,8 @@
    work keeps every unit in the parent, ~30 KB per entry).
 3. Runs the same comparison serially (no ``--scheduler``) for ``--serial-ranks`` (default: the smallest R) and
    checks that the reports equal the Dask run's: comparison.json parsed (every field: neither timing nor output
-   paths are in it; any difference is listed by its JSON path), the other four reports byte for byte.
+   paths are in it; any difference is listed by its JSON path), the other four reports and the units' own pages
+   (``report_units/*.html``, written when the rows are more than one report.html holds) byte for byte.
 
 Prints a Markdown table.  Issue 16's target: the parent's peak RSS under 300 MB and flat in R.  The default run
 (64 x 10k entries; 16, 32, 64 ranks) took 15.5 minutes on a busy 2-core host (load 4-7) with the code before the
@@ -114,7 +115,15 @@ def json_differences(a: Any, b: Any, path: str = "$") -> list[str]:
 
 
 def compare_reports(serial: Path, dask: Path) -> dict[str, Any]:
+    """Each report of the two runs, equal or not (comparison.json parsed; the others, the units' own pages in
+    ``report_units/`` included, byte for byte)."""
     out: dict[str, Any] = {}
+    pages = sorted({str(p.relative_to(d)) for d in (serial, dask) for p in (d / "report_units").glob("*.html")})
+    if pages:
+        same = [(serial / p).exists() and (dask / p).exists()
+                and (serial / p).read_bytes() == (dask / p).read_bytes() for p in pages]
+        out[f"report_units/ ({len(pages)} pages)"] = "identical" if all(same) else \
+            f"{same.count(False)} differ or are missing"
     for name in REPORTS:
         fa, fb = serial / name, dask / name
         if not (fa.exists() and fb.exists()):

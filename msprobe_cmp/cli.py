@@ -58,11 +58,11 @@ from msprobe_cmp.dump.reader import (
     tensor_loader_for,
     unregister_tensor_loader,
 )
-from msprobe_cmp.dump.writer import write_atomic, write_bytes_atomic
+from msprobe_cmp.dump.writer import _default_file_mode, write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
 from msprobe_cmp.reports import relative_paths, render_markdown
 from msprobe_cmp.reports.common import ReportFacts, arguments_line, judged_by_statistics, origin_line
-from msprobe_cmp.reports.html import html_chunks
+from msprobe_cmp.reports.html import UNIT_PAGES_DIR, html_pages
 from msprobe_cmp.reports.tables import csv_chunks, junit_chunks, write_json
 
 EXIT_OK = 0
@@ -172,7 +172,8 @@ def _render_parser() -> _Parser:
     return p
 
 
-def _check_outputs(out: Path, force: bool, names: Sequence[str] = OUTPUT_FILES, dirs: Sequence[str] = ()) -> None:
+def _check_outputs(out: Path, force: bool, names: Sequence[str] = (*OUTPUT_FILES, UNIT_PAGES_DIR),
+                   dirs: Sequence[str] = (UNIT_PAGES_DIR,)) -> None:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {out}: exists and is not a directory")
     for name in names:
@@ -222,11 +223,14 @@ def _printable(text: str) -> str:
 def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     """Render ``comparison`` as HTML, JSON, CSV, JUnit XML and a Markdown summary into ``out`` and save it there
     (:func:`~msprobe_cmp.comparator.saved.write_saved`, for ``msprobe-cmp render``); each file written
-    atomically; the names are :data:`OUTPUT_FILES`.  The compare, the demo and ``render`` all write through here,
-    so a rendered comparison gives the same bytes.
+    atomically; the names are :data:`OUTPUT_FILES`.  A comparison of several units with more rows than one page
+    holds (:data:`~msprobe_cmp.reports.html.PAGE_ROWS`) also gets one page per unit in ``out/report_units/``
+    (:func:`~msprobe_cmp.reports.html.html_pages`), which report.html links to.  The compare, the demo and
+    ``render`` all write through here, so a rendered comparison gives the same bytes.
 
     Returns:
-        ``{"html": path, "json": path, "csv": path, "junit": path, "markdown": path, "saved": path}``.
+        ``{"html": path, "json": path, "csv": path, "junit": path, "markdown": path, "saved": path}``, and
+        ``"unit_pages": out/report_units`` when the units have pages of their own.
 
     Raises:
         OSError: a file cannot be written.
@@ -239,23 +243,41 @@ def write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
 def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     """The saved comparison and then each report are written to a temporary file, a unit or a bounded chunk of rows
     at a time, never whole in memory (:data:`~msprobe_cmp.reports.common.CHUNK_ROWS`): the saved comparison first (a
-    comparison that cannot be saved fails before any report is rendered).  None replaces its file until every one
-    is written (a comparison that cannot be saved or rendered writes nothing).  Then an earlier saved comparison in
-    ``out`` is removed, the five reports replace their files and the saved comparison replaces its own last.  A
-    failure midway (a full disk) so leaves reports without a saved comparison, never a saved comparison next to
-    reports of another comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the
-    reports beside it are its own."""
-    facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot columns), derived once
+    comparison that cannot be saved fails before any report is rendered), the units' own pages last, one unit's
+    rows in memory at a time.  None replaces its file until every one is written (a comparison that cannot be saved
+    or rendered writes nothing).  Then an earlier saved comparison in ``out`` is removed, and so are the pages in
+    ``out/report_units`` of units this comparison does not have (the whole directory when report.html holds every
+    row); the reports replace their files and the saved comparison replaces its own last.  A failure midway (a full
+    disk) so leaves reports without a saved comparison, never a saved comparison next to reports of another
+    comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the reports beside it are
+    its own."""
+    facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot data), derived once
     paths = {"html": out / "report.html", "json": out / "comparison.json", "csv": out / "comparison.csv",
              "junit": out / "junit.xml", "markdown": out / "summary.md", "saved": out / SAVED_FILE}
+    (_, html), *unit_pages = html_pages(comparison, facts=facts)
+    pages_dir = out / UNIT_PAGES_DIR
+    keep = {(out / path).name for path, _ in unit_pages}
+
+    def then() -> None:
+        paths["saved"].unlink(missing_ok=True)
+        if pages_dir.is_dir() and not pages_dir.is_symlink():
+            for old in pages_dir.glob("*.html"):  # an earlier comparison's pages of units this one does not have
+                if old.name not in keep:
+                    old.unlink(missing_ok=True)
+            if not keep and not any(pages_dir.iterdir()):
+                pages_dir.rmdir()
+
     _write_together([
         (paths["saved"], lambda fh: write_saved(fh, comparison)),  # replaced last (the first written replaces last)
         (paths["csv"], lambda fh: _write_text(fh, csv_chunks(comparison))),
         (paths["json"], lambda fh: write_json(comparison, fh, facts=facts)),
-        (paths["html"], lambda fh: _write_text(fh, html_chunks(comparison, facts=facts))),
+        (paths["html"], lambda fh: _write_text(fh, html())),
         (paths["junit"], lambda fh: _write_text(fh, junit_chunks(comparison, facts=facts))),
         (paths["markdown"], lambda fh: _write_text(fh, [render_markdown(comparison, facts=facts)])),
-    ], lambda: paths["saved"].unlink(missing_ok=True))
+        *((out / path, lambda fh, pieces=pieces: _write_text(fh, pieces())) for path, pieces in unit_pages),
+    ], then)
+    if unit_pages:
+        paths["unit_pages"] = pages_dir
     return paths
 
 
@@ -266,26 +288,55 @@ def _write_text(fh: BinaryIO, pieces: Iterable[str]) -> None:
         fh.write(piece.encode("utf-8", errors="backslashreplace"))
 
 
-def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], then: Callable[[], object]) -> None:
-    """Write each ``(path, write)`` of ``files`` atomically (:func:`~msprobe_cmp.dump.writer.write_atomic`:
-    ``write(fh)`` fills a temporary file that then replaces ``path``), none replacing its file before all were
-    written: each is written within the one before it.  Once all are written, ``then()`` runs and the files replace
-    theirs, the last one first.  When a ``write`` or ``then`` raises, no file was replaced and every temporary
-    file is removed.
+def _fill_temp(path: Path, write: Callable[[BinaryIO], object]) -> str:
+    """A temporary file beside ``path`` (its directory made when missing) filled by ``write(fh)`` and closed, with
+    the mode a plain ``open(path, "w")`` would give it; its name.  Removed again when ``write`` raises.
 
     Raises:
-        OSError: a file cannot be written or replaced (files replaced before it stay replaced).
+        OSError: the file cannot be made or written.
     """
-    if not files:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.chmod(tmp, _default_file_mode())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], then: Callable[[], object]) -> None:
+    """Write each ``(path, write)`` of ``files`` atomically, none replacing its file before all were written: each
+    ``write(fh)`` fills a temporary file beside its path (:func:`_fill_temp`), one after the other (one file open at
+    a time, however many there are).  Once all are written, ``then()`` runs and the files replace theirs
+    (``os.replace``), the last one first.  When a ``write`` or ``then`` raises, no file was replaced, every
+    temporary file is removed and so is every directory made for them that is left empty.
+
+    Raises:
+        OSError: a file cannot be written or replaced (files replaced before it stay replaced; the temporary files
+            of the others are removed).
+    """
+    made = [p.parent for p, _ in files if not p.parent.exists()]
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, write in files:
+            temps.append((_fill_temp(path, write), path))
         then()
-        return
-    (path, write), rest = files[0], files[1:]
-
-    def fill(fh: BinaryIO) -> None:
-        write(fh)
-        _write_together(rest, then)
-
-    write_atomic(path, fill)
+        while temps:
+            tmp, path = temps[-1]
+            os.replace(tmp, path)
+            temps.pop()
+    except BaseException:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        for directory in dict.fromkeys(made):
+            try:
+                directory.rmdir()  # only when empty
+            except OSError:
+                pass
+        raise
 
 
 def exit_code_for(comparison: Comparison) -> int:
@@ -300,7 +351,7 @@ def exit_code_for(comparison: Comparison) -> int:
 def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
     """A few lines for the terminal: verdict, counts, the likely origin, the arguments that differ, where the runs
     start to differ, the first row the mode could not compare (judged by its statistics only), the notes, the report
-    path."""
+    path (and the directory of the units' own pages when there are some: ``files["unit_pages"]``)."""
     compared = comparison.compared_count
     # rows a tensor / md5 comparison could not compare (no tensor file, no checksum): counted on the verdict line,
     # the first named below in the reports' wording (reports.common.STATISTICS_ONLY_WHY)
@@ -349,6 +400,8 @@ def render_summary(comparison: Comparison, files: dict[str, Path]) -> str:
                 shown = ", ".join(names[:10])
                 lines.append(_terminal_text(f"entries only in {side}: {shown}{more}"))
     lines.append(f"report: {files['html']}")
+    if "unit_pages" in files:  # report.html sums up; each unit's rows are on its own page
+        lines.append(f"each unit's rows: {files['unit_pages']}{os.sep}")
     return "\n".join(lines)
 
 

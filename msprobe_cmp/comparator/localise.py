@@ -49,8 +49,9 @@ No other project localises this way; msprobe's advisor applies a fixed list of h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -264,49 +265,144 @@ def localise(
         if not backward and ".forward" in entry:
             forward_error[entry] = largest
 
-    # One pass over the measured rows, a call (consecutive rows of one entry pair) at a time.
+    # The calls (consecutive rows of one entry pair) judged one at a time are those where something can happen: a
+    # row at rounding-noise magnitude, or one whose error exceeds its floor and the jump ratio times a lower bound of
+    # what its inputs carry; every other call only raises ``carried`` (and records a forward's error), which the
+    # columns give (_calls).
     table = rows.table
-    measured_mask, magnitude, e, absolute = measure(table)
-    entry_codes, entry_b_codes = table.entry, table.entry_b
-    n = len(table)
-    starts = np.ones(n, dtype=bool)
-    if n:
-        starts[1:] = (entry_codes[1:] != entry_codes[:-1]) | (entry_b_codes[1:] != entry_b_codes[:-1])
-    group = np.cumsum(starts)
-    index = np.flatnonzero(measured_mask)
-    eps_cache: dict[tuple[int, int], float] = {}
-    output_cache: dict[tuple[int, int], bool] = {}
-    dtype_a, dtype_b = table.side_dtype[index, 0].tolist(), table.side_dtype[index, 1].tolist()
-    paths, paths_b = table.arg_path[index].tolist(), table.arg_path_b[index].tolist()
-    text = table.text
-    current = -1
-    entry_name = ""
-    measured: list[tuple[int, float | None, float | None, float | None, float, bool]] = []
-    for j, (k, g, sc, ek, ab) in enumerate(zip(index.tolist(), group[index].tolist(), magnitude[index].tolist(),
-                                               e[index].tolist(), absolute[index].tolist(), strict=True)):
-        if g != current:
-            if measured:
-                judge(entry_name, measured)
-            measured = []
-            current = g
-            entry_name = text(int(entry_codes[k])) or ""
-        dtypes = (dtype_a[j], dtype_b[j])
-        eps = eps_cache.get(dtypes)
-        if eps is None:
-            eps = eps_cache[dtypes] = _eps_of(text(dtypes[0]), text(dtypes[1]))
-        path = (paths[j], paths_b[j])
-        output = output_cache.get(path)
-        if output is None:
-            output = output_cache[path] = _is_output(text(path[0]) or "", text(path[1]))
-        measured.append((k, None if sc != sc else sc, None if ek != ek else ek, None if ab != ab else ab, eps, output))
-    if measured:
-        judge(entry_name, measured)
+    calls = _calls(table, s, ulps)
+    forwards = iter(calls.forwards)
+    forward = next(forwards, None)
+    for g in calls.judged:
+        while forward is not None and forward < g:  # the errors of the forward calls before this one
+            forward_error[calls.names[forward] or ""] = calls.largest[forward]
+            forward = next(forwards, None)
+        carried = calls.carried[g]
+        lo, hi = calls.bounds[g], calls.bounds[g + 1]
+        judge(calls.names[g] or "",
+              list(zip(calls.rows[lo:hi], calls.magnitude[lo:hi], calls.e[lo:hi], calls.absolute[lo:hi],
+                       calls.eps[lo:hi], calls.output[lo:hi], strict=True)))
     if s.warn:
         verdicts = rows.cols["verdict"]
         for jump in jumps:
             if verdicts[jump.row] == PASS:
                 rows.set_verdict(jump.row, "warning", (describe_jump(jump),), table.tuples[int(table.notes[jump.row])])
     return tuple(jumps)
+
+
+class _Calls(NamedTuple):
+    """The measured rows of a unit grouped by call, in columns (:func:`_calls`).
+
+    Row lists (one item per measured row, in row order; NaN given as None): ``rows`` (row index), ``magnitude``,
+    ``e``, ``absolute``, ``eps`` (:func:`_eps_of` of the row's dtypes), ``output`` (:func:`_is_output`).  Per call:
+    ``bounds`` (its rows are ``bounds[g]:bounds[g + 1]`` of the row lists), ``names`` (its entry name, None for no
+    name), ``largest`` (the largest error of its rows that are not at rounding-noise magnitude, 0.0 when none),
+    ``carried`` (the largest of ``largest`` over the calls before it, 0.0 for the first).  ``judged``: the calls to
+    judge one at a time; ``forwards``: the forward calls (their ``largest`` is what a backward call reads of its
+    forward), both ascending.
+    """
+
+    rows: list[int]
+    magnitude: list[float | None]
+    e: list[float | None]
+    absolute: list[float | None]
+    eps: list[float]
+    output: list[bool]
+    bounds: list[int]
+    names: list[str | None]
+    largest: list[float]
+    carried: list[float]
+    judged: list[int]
+    forwards: list[int]
+
+
+def _per_code_pair(a: np.ndarray, b: np.ndarray, of: Callable[[int, int], Any]) -> list[Any]:
+    """``[of(a[i], b[i]) for i]`` for int32 code columns ``a``, ``b``, calling ``of`` once per distinct pair."""
+    if not len(a):
+        return []
+    key = (a.astype(np.int64) << 32) | (b.astype(np.int64) & 0xFFFFFFFF)
+    distinct, inverse = np.unique(key, return_inverse=True)
+    values = [of(k >> 32, (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)) for k in distinct.tolist()]
+    return [values[i] for i in inverse.reshape(-1).tolist()]
+
+
+def _calls(table: RowTable, s: OriginRules, ulps: float) -> _Calls:
+    """The measured rows of ``table`` grouped by call (:class:`_Calls`), with the calls :func:`localise` must judge.
+
+    A call is judged when a row of it is at rounding-noise magnitude (the rule of ``judge``, on the same numbers), or
+    when a row's error ``e`` exceeds its floor and ``jump_ratio`` times a lower bound of what it is compared with:
+    for an input, ``carried``; for an output, the largest input error of its call, else (no input) ``carried`` for a
+    forward call and 0 for a backward one (which may read its forward's error instead).  A call not judged has no
+    jump and no noise row: ``judge`` would only have raised ``carried`` to its ``largest``."""
+    measured_mask, magnitude, e, absolute = measure(table)
+    entry_codes, entry_b_codes = table.entry, table.entry_b
+    n = len(table)
+    starts = np.ones(n, dtype=bool)
+    if n:
+        starts[1:] = (entry_codes[1:] != entry_codes[:-1]) | (entry_b_codes[1:] != entry_b_codes[:-1])
+    index = np.flatnonzero(measured_mask)
+    m = len(index)
+    group = np.cumsum(starts)[index]
+    first = np.ones(m, dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    bounds = np.append(np.flatnonzero(first), m)
+    calls = len(bounds) - 1
+    call_of = np.cumsum(first) - 1
+    text = table.text
+    eps_list = _per_code_pair(table.side_dtype[index, 0], table.side_dtype[index, 1],
+                              lambda a, b: _eps_of(text(a), text(b)))
+    output_list = _per_code_pair(table.arg_path[index], table.arg_path_b[index],
+                                 lambda a, b: _is_output(text(a) or "", text(b)))
+    eps = np.asarray(eps_list, dtype=np.float64)
+    output = np.asarray(output_list, dtype=bool)
+    sc, ek, ab = magnitude[index], e[index], absolute[index]
+    # Rounding-noise magnitude (judge's rule): each call's largest and second largest magnitude.
+    has = ~np.isnan(sc)
+    count = np.bincount(call_of[has], minlength=calls)
+    order = np.lexsort((sc[has], call_of[has]))
+    sorted_call, sorted_sc = call_of[has][order], sc[has][order]
+    last = np.flatnonzero(np.append(sorted_call[1:] != sorted_call[:-1], True)) if len(order) else np.zeros(0, int)
+    top = np.full(calls, np.nan)
+    second = np.full(calls, np.nan)
+    top[sorted_call[last]] = sorted_sc[last]
+    several = last[count[sorted_call[last]] >= 2]
+    second[sorted_call[several]] = sorted_sc[several - 1]
+    row_top, row_second = top[call_of], second[call_of]
+    ref = np.where(sc == row_top, row_second, row_top)
+    noise = (has & (count[call_of] >= 2) & (sc != 0.0) & (ref > 0.0)
+             & (sc < np.minimum(s.noise_magnitude_ulps * eps, MAX_NOISE_MAGNITUDE) * ref))
+    known = ~noise & ~np.isnan(ek)
+    inputs, outputs = known & ~output, known & output
+
+    def call_max(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per call, the largest ``e`` of its rows in ``mask`` (0.0 when none) and whether it has one."""
+        if not m:
+            return np.zeros(0), np.zeros(0, bool)
+        most = np.maximum.reduceat(np.where(mask, ek, -np.inf), bounds[:-1])
+        some = np.bincount(call_of[mask], minlength=calls) > 0
+        return np.where(some, most, 0.0), some
+
+    largest, _ = call_max(known)
+    largest_in, has_in = call_max(inputs)
+    carried = np.maximum.accumulate(np.concatenate([[0.0], largest[:-1]])) if calls else np.zeros(0)
+    firsts = index[bounds[:-1]]
+    call_entry = entry_codes[firsts].tolist()
+    strings = table.strings
+    names = [strings[c] if c >= 0 else None for c in call_entry]
+    backward = np.fromiter((name is not None and ".backward" in name for name in names), bool, calls)
+    below_out = np.where(has_in, largest_in, np.where(backward, 0.0, carried))
+    floor = np.minimum(ulps * eps, MAX_FLOOR)
+    over = ek > floor
+    candidate = noise | (inputs & over & (ek > s.jump_ratio * carried[call_of])) | (
+        outputs & over & (ek > s.jump_ratio * below_out[call_of]))
+    return _Calls(
+        rows=index.tolist(), magnitude=[None if v != v else v for v in sc.tolist()],
+        e=[None if v != v else v for v in ek.tolist()], absolute=[None if v != v else v for v in ab.tolist()],
+        eps=eps_list, output=output_list, bounds=bounds.tolist(), names=names, largest=largest.tolist(),
+        carried=carried.tolist(),
+        judged=np.flatnonzero(np.bincount(call_of[candidate], minlength=calls) > 0).tolist(),
+        forwards=[g for g, name in enumerate(names) if name is not None and not backward[g] and ".forward" in name],
+    )
 
 
 def describe_jump(j: Jump) -> str:

@@ -206,7 +206,8 @@ def compare_statistics_columns(
         ratio = m / (np.maximum(np.abs(a), np.abs(b)) + STAT_WARNING_EPSILON)
         warned = ((m > suspect[:, None]) & (ratio > warning_ratio[:, None]) & np.isfinite(ratio)).any(axis=1)
         passing = (bound <= fail_above) & ~warned
-        slack = np.array([_slack_of(int(k)) for k in numel.tolist()], dtype=np.float64)
+        sizes, size_of_row = np.unique(numel, return_inverse=True)  # a few distinct sizes: each slack once
+        slack = np.array([_slack_of(int(k)) for k in sizes.tolist()], dtype=np.float64)[size_of_row.reshape(-1)]
         scale = np.maximum(np.maximum(np.abs(a[:, 0]), np.abs(a[:, 1])), np.maximum(np.abs(b[:, 0]), np.abs(b[:, 1])))
         differs = ((d[:, 0] != 0.0) | (d[:, 1] != 0.0) | (m[:, 2] > slack * scale)
                    | (m[:, 3] > slack * np.maximum(np.abs(a[:, 3]), np.abs(b[:, 3]))))

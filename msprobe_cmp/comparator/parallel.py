@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from msprobe_cmp.comparator.mapping import NameMapping
 from msprobe_cmp.comparator.result import Mode, UnitComparison
 from msprobe_cmp.comparator.rules import Rules
-from msprobe_cmp.comparator.spool import spool_rows
+from msprobe_cmp.comparator.spool import spool_unit
 from msprobe_cmp.comparator.units import NoiseMap, UnitFacts, compare_units
 from msprobe_cmp.dump.reader import (
     TensorLoader,
@@ -96,9 +96,10 @@ def _compare_in_parallel(
     after the other in this process; results in task order.
 
     ``labels`` name the tasks' units for ``progress``; ``jobs``, ``scheduler``, ``progress`` and ``spool`` are those
-    of :class:`msprobe_cmp.comparator.compare.CompareOptions`: with ``spool``, each unit's rows are written to a file
-    there (in a new directory of its own) as the unit comes back (:func:`~msprobe_cmp.comparator.spool.spool_rows`)
-    and the unit keeps the file's stand-in, so that only one unit's rows at a time are held here."""
+    of :class:`msprobe_cmp.comparator.compare.CompareOptions`: with ``spool``, each unit's rows and parent chains are
+    written to a file there (in a new directory of its own) as the unit comes back
+    (:func:`~msprobe_cmp.comparator.spool.spool_unit`) and the unit keeps the file's stand-ins, so that only one
+    unit's rows at a time are held here."""
     total = len(tasks)
     if progress is not None:
         progress(0, total, labels[0])
@@ -107,7 +108,7 @@ def _compare_in_parallel(
     results: list[tuple[UnitComparison, UnitFacts, UnitFacts]] = []
     for k, (unit, facts_a, facts_b) in enumerate(_results_in_order(tasks, jobs, scheduler)):
         if spool is not None:
-            unit = replace(unit, rows=spool_rows(unit.rows, spool, f"unit{k:07d}.pkl"))  # type: ignore[arg-type]
+            unit = spool_unit(unit, spool, f"unit{k:07d}.pkl")
         results.append((unit, facts_a, facts_b))
         if progress is not None and k + 1 < total:
             progress(k + 1, total, labels[k + 1])

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, overload
 
 import numpy as np
@@ -400,6 +401,8 @@ class ComparisonRow:
 
     Attributes:
         index: position of the row in its unit, in execution order (0-based).
+        table, position: the table the row is read from and the row's place in it (``position`` is ``index``
+            except in a :meth:`detached` copy, the one row of its own table).
         entry_name: the entry (``"Cell.blocks.0.Dense.forward.0"``).
         arg_path: the argument path (``"parameters.weight"``, ``"input.0"``, ``"output.0"``).
         match_class: the matching class (:data:`msprobe_cmp.comparator.matching.MATCH_CLASSES`).
@@ -426,18 +429,27 @@ class ComparisonRow:
             rule), else None.
     """
 
-    __slots__ = ("table", "index")
+    __slots__ = ("index", "position", "table")
 
     _FIELDS = ("index", "entry_name", "arg_path", "match_class", "a", "b", "compared_by", "metrics", "verdict",
                "reasons", "notes", "differs", "parent_cell", "stack", "entry_name_b", "stack_b", "arg_path_b",
                "mapped_by")
 
-    def __init__(self, table: RowTable, index: int) -> None:
+    def __init__(self, table: RowTable, index: int, position: int | None = None) -> None:
         self.table = table
         self.index = index
+        #: where the row sits in ``table``: ``index`` itself, except in a :meth:`detached` copy (0)
+        self.position = index if position is None else position
+
+    def detached(self) -> ComparisonRow:
+        """A copy of this row that holds no reference to its table: the one row of a table of its own (its string,
+        tuple, stack and shape tables only what the row uses), keeping :attr:`index`.  For rows a report keeps
+        while it reads other units (the largest disagreements, examples), so that a unit's table read from a spool
+        file (:class:`~msprobe_cmp.comparator.spool.SpooledRows`) is not held in memory by them."""
+        return ComparisonRow(RowTable.from_rows([self]), self.index, 0)
 
     def _name(self, column: str) -> str | None:
-        return self.table.text(int(getattr(self.table, column)[self.index]))
+        return self.table.text(int(getattr(self.table, column)[self.position]))
 
     @property
     def entry_name(self) -> str:
@@ -472,27 +484,27 @@ class ComparisonRow:
     @property
     def match_class(self) -> MatchClass:
         """The matching class (:data:`~msprobe_cmp.comparator.matching.MATCH_CLASSES`)."""
-        return MATCH_CLASSES[int(self.table.match_class[self.index])]
+        return MATCH_CLASSES[int(self.table.match_class[self.position])]
 
     @property
     def compared_by(self) -> ComparedBy:
         """How the values were compared (:data:`COMPARED_BY`)."""
-        return COMPARED_BY[int(self.table.compared_by[self.index])]
+        return COMPARED_BY[int(self.table.compared_by[self.position])]
 
     @property
     def verdict(self) -> Verdict:
         """``"pass"``, ``"warning"``, ``"fail"`` or ``"skip"``."""
-        return VERDICTS[int(self.table.verdict[self.index])]
+        return VERDICTS[int(self.table.verdict[self.position])]
 
     @property
     def differs(self) -> bool | None:
         """True when the sides are known to differ, False when known identical, None when not compared."""
-        d = int(self.table.differs[self.index])
+        d = int(self.table.differs[self.position])
         return None if d < 0 else bool(d)
 
     def _tuple(self, column: str) -> tuple[str, ...]:
         t = self.table
-        return (t.stacks if column.startswith("stack") else t.tuples)[int(getattr(t, column)[self.index])]
+        return (t.stacks if column.startswith("stack") else t.tuples)[int(getattr(t, column)[self.position])]
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -515,7 +527,7 @@ class ComparisonRow:
         return self._tuple("stack_b")
 
     def _side(self, s: int) -> SideSummary | None:
-        t, i = self.table, self.index
+        t, i = self.table, self.position
         kind = int(t.side_kind[i, s])
         if kind == ABSENT:
             return None
@@ -543,7 +555,7 @@ class ComparisonRow:
     @property
     def metrics(self) -> tuple[tuple[str, float | None], ...]:
         """``(name, value)`` of the metrics the row has, in :data:`METRIC_NAMES` order (None: undefined)."""
-        t, i = self.table, self.index
+        t, i = self.table, self.position
         states = t.metric_state[i].tolist()
         values = t.metrics[i].tolist()
         return tuple((METRIC_NAMES[k], values[k] if st == METRIC_VALUE else None)
@@ -552,9 +564,9 @@ class ComparisonRow:
     def metric(self, key: str) -> float | None:
         """The metric ``key`` (:data:`METRIC_NAMES`), or None when absent or undefined."""
         k = METRIC_INDEX.get(key)
-        if k is None or int(self.table.metric_state[self.index, k]) != METRIC_VALUE:
+        if k is None or int(self.table.metric_state[self.position, k]) != METRIC_VALUE:
             return None
-        return float(self.table.metrics[self.index, k])
+        return float(self.table.metrics[self.position, k])
 
     @property
     def name(self) -> str:
@@ -569,7 +581,7 @@ class ComparisonRow:
     @property
     def in_a_and_b(self) -> bool:
         """Both sides hold this row (recorded data or null): its entry found a partner."""
-        kinds = self.table.side_kind[self.index]
+        kinds = self.table.side_kind[self.position]
         return bool(kinds[0] != ABSENT and kinds[1] != ABSENT)
 
     @property
@@ -603,7 +615,7 @@ class ComparisonRow:
         """The same row of the same table, or two rows whose every attribute is equal (a NaN equal to a NaN)."""
         if not isinstance(other, ComparisonRow):
             return NotImplemented
-        if self.table is other.table and self.index == other.index:
+        if self.table is other.table and self.position == other.position and self.index == other.index:
             return True
         return _same(self.as_tuple(), other.as_tuple())
 
@@ -649,6 +661,12 @@ class _Interned(Generic[K]):
             c = self.codes[item] = len(self.items)
             self.items.append(item)
         return c
+
+
+#: A leaf's side kind by its type (:data:`ABSENT_LEAF` is an ``object``).
+_KIND_OF_TYPE: dict[type, int] = {TensorLeaf: TENSOR, ValueLeaf: VALUE, type(None): NULL, object: ABSENT}
+_DTYPE, _SHAPE, _MD5, _DATA_NAME = (attrgetter(name) for name in ("dtype", "shape", "md5", "data_name"))
+_STATS = attrgetter("max", "min", "mean", "norm")
 
 
 class RowTableBuilder:
@@ -716,30 +734,35 @@ class RowTableBuilder:
             raise ValueError(f"{len(leaves)} leaves for {self.n} rows")
         c = self.cols
         code, shape_code = self.code, self.shape_code
-        tensors: list[int] = []
-        tensor_leaves: list[TensorLeaf] = []
-        kinds = c["side_kind"][:, s]
-        for i, leaf in enumerate(leaves):
-            if isinstance(leaf, TensorLeaf):
-                tensors.append(i)
-                tensor_leaves.append(leaf)
-            elif leaf is None:
-                kinds[i] = NULL
-            elif leaf is not ABSENT_LEAF:
-                assert isinstance(leaf, ValueLeaf)
-                kinds[i] = VALUE
-                c["side_dtype"][i, s] = code(leaf.type)
-                c["side_value"][i, s] = code(repr(leaf.value))
-        if not tensors:
+        # Each row's kind from its leaf's type (a subclass of a leaf class is looked at one row at a time).
+        kind_list = list(map(_KIND_OF_TYPE.get, map(type, leaves)))
+        for i in [i for i, kind in enumerate(kind_list) if kind is None]:
+            leaf = leaves[i]
+            kind_list[i] = (TENSOR if isinstance(leaf, TensorLeaf) else NULL if leaf is None
+                            else ABSENT if leaf is ABSENT_LEAF else VALUE)
+        kind_col = np.asarray(kind_list, dtype=np.uint8).reshape(self.n)
+        c["side_kind"][:, s] = kind_col
+        for i in np.flatnonzero(kind_col == VALUE).tolist():
+            leaf = leaves[i]
+            assert isinstance(leaf, ValueLeaf)
+            c["side_dtype"][i, s] = code(leaf.type)
+            c["side_value"][i, s] = code(repr(leaf.value))
+        index = np.flatnonzero(kind_col == TENSOR)
+        m = len(index)
+        if not m:
             return
-        index = np.asarray(tensors, dtype=np.int64)
-        kinds[index] = TENSOR
-        c["side_dtype"][index, s] = [code(leaf.dtype) for leaf in tensor_leaves]
-        c["side_shape"][index, s] = [shape_code(leaf.shape) for leaf in tensor_leaves]
-        c["side_md5"][index, s] = [code(leaf.md5) for leaf in tensor_leaves]
-        c["side_data_name"][index, s] = [code(leaf.data_name) for leaf in tensor_leaves]
+        tensor_leaves: list[Any] = [leaves[i] for i in index.tolist()]
+        # Each column's distinct values are interned in the order of their first row (as row-by-row coding would),
+        # then every row's code is looked up at C speed.
+        for column, read, intern in (("side_dtype", map(_DTYPE, tensor_leaves), code),
+                                     ("side_shape", map(tuple, map(_SHAPE, tensor_leaves)), shape_code),
+                                     ("side_md5", map(_MD5, tensor_leaves), code),
+                                     ("side_data_name", map(_DATA_NAME, tensor_leaves), code)):
+            values = list(read)
+            codes = {value: intern(value) for value in dict.fromkeys(values)}
+            c[column][index, s] = np.fromiter(map(codes.__getitem__, values), np.int32, m)
         # None becomes NaN in a float64 array; where a NaN shows, whether it was recorded is read from the leaf
-        stats = np.array([(leaf.max, leaf.min, leaf.mean, leaf.norm) for leaf in tensor_leaves], dtype=np.float64)
+        stats = np.array(list(map(_STATS, tensor_leaves)), dtype=np.float64).reshape(m, 4)
         defined = ~np.isnan(stats)
         for j in np.flatnonzero(~defined.all(axis=1)).tolist():
             leaf = tensor_leaves[j]

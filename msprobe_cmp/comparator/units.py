@@ -9,6 +9,7 @@ import fnmatch
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -50,6 +51,7 @@ from msprobe_cmp.comparator.rowtable import (
     METRIC_VALUE,
     PASS,
     STAT_DIFF_COLUMN,
+    TENSOR,
     RowTableBuilder,
 )
 from msprobe_cmp.comparator.rules import RuleOutcome, Rules
@@ -139,13 +141,9 @@ class UnitFacts:
         """
         if unit.scanned:
             raise ValueError(f"{unit.label}: only the header was read; its facts come from the unit's entries")
-        leaves = 0
-        has_md5 = False
-        for e in unit.entries:
-            flat = e.leaf_tuple()
-            leaves += len(flat)
-            if not has_md5:
-                has_md5 = any(isinstance(leaf, TensorLeaf) and has_checksum(leaf) for _, leaf in flat)
+        flats = [e.leaf_tuple() for e in unit.entries]
+        leaves = sum(map(len, flats))
+        has_md5 = any(isinstance(leaf, TensorLeaf) and has_checksum(leaf) for flat in flats for _, leaf in flat)
         namespace = framework_namespace(unit.meta.framework, unit.entries)
         cells: list[str] = []
         apis: list[str] = []
@@ -317,59 +315,23 @@ def compare_units(
     builder = RowTableBuilder(n)
     undefined = _undefined_output_patterns(unit_a, unit_b)
     gaps_a, gaps_b = unit_a.meta.not_captured_items, unit_b.meta.not_captured_items
-    construct_a, construct_b = unit_a.construct.get, unit_b.construct.get
-    stack_a, stack_b_get = unit_a.stack.get, unit_b.stack.get
-    code, stack_code = builder.code, builder.stack_code
-    entry_codes: list[int] = []
-    arg_codes: list[int] = []
-    entry_b_codes: list[int] = []
-    arg_b_codes: list[int] = []
-    mapped_codes: list[int] = []
-    parent_codes: list[int] = []
-    stack_codes: list[int] = []
-    stack_b_codes: list[int] = []
-    classes: list[int] = []
-    leaves_a: list[object] = []
-    leaves_b: list[object] = []
-    columnar: list[int] = []  # rows compared by compare_statistics_columns
-    last_key: tuple[str, str | None, bool, bool] | None = None
-    parent = stack = stack_b = 0
-    entry = -1
-    entry_b = -1
-    statistics = mode == "statistics"
-    for i, pair in enumerate(pairs):
+    cols = builder.cols
+    if n:
+        _set_names_and_sides(builder, pairs, unit_a, unit_b)
+    # Rows of two tensors go to the statistics columns when can_compare_as_columns says so; the others, one at a time
+    # in row order, through compare_row (their reasons and notes are interned in that order, before the columns').
+    candidate = ((cols["match_class"] == MATCH_CLASS_CODE["matched"]) & (cols["side_kind"] == TENSOR).all(axis=1)
+                 if mode == "statistics" else np.zeros(n, dtype=bool))
+    columnar = [i for i in np.flatnonzero(candidate).tolist()
+                if "parameters_grad" not in pairs[i].entry_name and can_compare_as_columns(pairs[i].leaf_a,
+                                                                                            pairs[i].leaf_b)]
+    one_by_one = np.ones(n, dtype=bool)
+    one_by_one[columnar] = False
+    for i in np.flatnonzero(one_by_one).tolist():
+        pair = pairs[i]
         la, lb = pair.leaf_a, pair.leaf_b
-        entry_name, entry_name_b = pair.entry_name, pair.entry_name_b
-        in_a, in_b = pair.in_a, pair.in_b
-        key = (entry_name, entry_name_b, in_a, in_b)
-        if key != last_key:  # consecutive rows of one entry share its names, parent cell and stacks
-            last_key = key
-            entry, entry_b = code(entry_name), code(entry_name_b)
-            name_b = entry_name_b or entry_name
-            parent_name = construct_a(entry_name) if in_a else None
-            if parent_name is None and in_b:
-                parent_name = construct_b(name_b)
-            parent = code(parent_name)
-            own_b = tuple(stack_b_get(name_b, ())) if in_b else ()
-            own_a = tuple(stack_a(entry_name, ())) if in_a else ()
-            stack = stack_code(own_a or own_b)
-            stack_b = stack_code(own_b)
-        entry_codes.append(entry)
-        entry_b_codes.append(entry_b)
-        parent_codes.append(parent)
-        stack_codes.append(stack)
-        stack_b_codes.append(stack_b)
-        arg_codes.append(code(pair.arg_path))
-        arg_b_codes.append(code(pair.arg_path_b))
-        mapped_codes.append(code(pair.mapped_by))
+        entry_name = pair.entry_name
         cls = pair.match_class
-        classes.append(MATCH_CLASS_CODE[cls])
-        leaves_a.append(la if in_a else ABSENT_LEAF)
-        leaves_b.append(lb if in_b else ABSENT_LEAF)
-        if (statistics and cls == "matched" and "parameters_grad" not in entry_name
-                and can_compare_as_columns(la, lb)):
-            columnar.append(i)
-            continue
         out = compare_row(pair, unit_a, unit_b, mode, rules)
         if cls == "matched":
             if "parameters_grad" in entry_name:
@@ -379,18 +341,6 @@ def compare_units(
         if out.rule.verdict == "fail":
             out = _judge_failing(pair, out, undefined, noise, rules)
         _record_outcome(builder, i, out)
-    cols = builder.cols
-    cols["entry"][:] = entry_codes
-    cols["arg_path"][:] = arg_codes
-    cols["entry_b"][:] = entry_b_codes
-    cols["arg_path_b"][:] = arg_b_codes
-    cols["mapped_by"][:] = mapped_codes
-    cols["parent_cell"][:] = parent_codes
-    cols["stack"][:] = stack_codes
-    cols["stack_b"][:] = stack_b_codes
-    cols["match_class"][:] = classes
-    builder.set_sides(0, leaves_a)
-    builder.set_sides(1, leaves_b)
     if columnar:
         _compare_columnar(builder, pairs, columnar, rules, undefined, noise, unit_a, unit_b, mode)
     construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
@@ -412,6 +362,59 @@ def compare_units(
         notes=notes,
         jumps=jumps,
     )
+
+
+_FIELD = {name: k for k, name in enumerate(RowPair._fields)}
+
+
+def _set_names_and_sides(
+    builder: RowTableBuilder, pairs: tuple[RowPair, ...], unit_a: RankDump, unit_b: RankDump
+) -> None:
+    """The name, parent cell, stack, class and side columns of every row of ``pairs`` (at least one), column-wise.
+
+    Consecutive rows of one entry pair (the same names, on the same sides) share its parent cell (construct.json,
+    A's, else B's) and call stacks (stack.json: A's, else B's; and B's own).  Strings are interned in the order a
+    row-by-row pass would intern them (per row: entry, B's entry, parent cell, argument path, B's argument path,
+    mapping), so the string table's codes do not depend on how the columns are filled."""
+    n = len(pairs)
+    columns = list(zip(*pairs, strict=True))
+    entry_names, entry_names_b = columns[_FIELD["entry_name"]], columns[_FIELD["entry_name_b"]]
+    in_as, in_bs = columns[_FIELD["in_a"]], columns[_FIELD["in_b"]]
+    keys = list(zip(entry_names, entry_names_b, in_as, in_bs, strict=True))
+    starts = [0, *(i for i, (x, y) in enumerate(zip(keys, keys[1:], strict=False), 1) if x != y)]
+    construct_a, construct_b = unit_a.construct.get, unit_b.construct.get
+    stack_a, stack_b = unit_a.stack.get, unit_b.stack.get
+    stack_code = builder.stack_code
+    parents: list[str | None] = []
+    stacks: list[int] = []
+    stacks_b: list[int] = []
+    for i in starts:
+        entry_name, entry_name_b, in_a, in_b = keys[i]
+        name_b = entry_name_b or entry_name
+        parent_name = construct_a(entry_name) if in_a else None
+        if parent_name is None and in_b:
+            parent_name = construct_b(name_b)
+        parents.append(parent_name)
+        own_b = tuple(stack_b(name_b, ())) if in_b else ()
+        own_a = tuple(stack_a(entry_name, ())) if in_a else ()
+        stacks.append(stack_code(own_a or own_b))
+        stacks_b.append(stack_code(own_b))
+    lengths = np.diff(np.asarray([*starts, n], dtype=np.int64))
+    parent_rows = list(chain.from_iterable(map(repeat, parents, lengths.tolist())))
+    named = {"entry": entry_names, "entry_b": entry_names_b, "parent_cell": parent_rows,
+             "arg_path": columns[_FIELD["arg_path"]], "arg_path_b": columns[_FIELD["arg_path_b"]],
+             "mapped_by": columns[_FIELD["mapped_by"]]}
+    code = builder.code
+    codes = {text: code(text) for text in dict.fromkeys(chain.from_iterable(zip(*named.values(), strict=True)))}
+    cols = builder.cols
+    for column, texts in named.items():
+        cols[column][:] = np.fromiter(map(codes.__getitem__, texts), np.int32, n)
+    cols["stack"][:] = np.repeat(np.asarray(stacks, dtype=np.int32), lengths)
+    cols["stack_b"][:] = np.repeat(np.asarray(stacks_b, dtype=np.int32), lengths)
+    cols["match_class"][:] = np.fromiter(map(MATCH_CLASS_CODE.__getitem__, columns[_FIELD["match_class"]]),
+                                         np.uint8, n)
+    for side, leaves, present in ((0, columns[_FIELD["leaf_a"]], in_as), (1, columns[_FIELD["leaf_b"]], in_bs)):
+        builder.set_sides(side, [leaf if there else ABSENT_LEAF for leaf, there in zip(leaves, present, strict=True)])
 
 
 def _compare_columnar(
@@ -438,11 +441,17 @@ def _compare_columnar(
     stats = stats[usable]
     numel = np.asarray(numel_list, dtype=np.int64)[usable] if len(numel_list) else np.zeros(0, np.int64)
     m = len(idx)
-    thresholds = [thresholds_and_floor(pairs[k], pairs[k].leaf_a, pairs[k].leaf_b, rules) for k in idx.tolist()]
-    floor = np.fromiter((f for _, f in thresholds), np.float64, m)
-    fail_above = np.fromiter((t.max_abs_err_fail_above for t, _ in thresholds), np.float64, m)
-    suspect = np.fromiter((t.max_abs_err_suspect_above for t, _ in thresholds), np.float64, m)
-    warning_ratio = np.fromiter((t.stat_warning_ratio for t, _ in thresholds), np.float64, m)
+    # A row's thresholds depend on its two dtypes, and on its name only when the rules have overrides: they are
+    # worked out once per distinct key (the dtype codes, or the row itself).
+    dtypes = cols["side_dtype"][idx].astype(np.int64)
+    key = np.arange(m) if rules.overrides else (dtypes[:, 0] << 32) | (dtypes[:, 1] & 0xFFFFFFFF)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    found = [thresholds_and_floor(pairs[k], pairs[k].leaf_a, pairs[k].leaf_b, rules) for k in idx[first].tolist()]
+    floor = np.array([f for _, f in found], dtype=np.float64)[inverse]
+    fail_above = np.array([t.max_abs_err_fail_above for t, _ in found], dtype=np.float64)[inverse]
+    suspect = np.array([t.max_abs_err_suspect_above for t, _ in found], dtype=np.float64)[inverse]
+    warning_ratio = np.array([t.stat_warning_ratio for t, _ in found], dtype=np.float64)[inverse]
     got = compare_statistics_columns(stats[:, 0], stats[:, 1], numel, floor, fail_above, suspect, warning_ratio)
     metrics = cols["metrics"]
     state = cols["metric_state"]
@@ -451,12 +460,13 @@ def _compare_columnar(
     cols["compared_by"][idx] = COMPARED_BY_CODE["statistics"]
     cols["differs"][idx] = got.differs
     cols["verdict"][idx] = PASS
-    notes = [builder.tuple_code(pairs[k].notes) for k in idx.tolist()]
-    cols["notes"][idx] = notes
+    notes = [pairs[k].notes for k in idx.tolist()]
+    codes = {texts: builder.tuple_code(texts) for texts in dict.fromkeys(notes)}  # interned in row order
+    cols["notes"][idx] = np.fromiter(map(codes.__getitem__, notes), np.int32, len(notes))
     for j in np.flatnonzero(~got.passing).tolist():
         k = int(idx[j])
         pair = pairs[k]
-        t, f = thresholds[j]
+        t, f = found[inverse[j]]
         named = tuple(zip(_STAT_COLUMN_NAMES, got.metrics[j].tolist(), strict=True))
         la, lb = pair.leaf_a, pair.leaf_b
         assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # can_compare_as_columns

@@ -61,9 +61,12 @@ NOT_CAPTURED_STEP = "step"
 ENTRY_FLAG_FIELDS = frozenset({"is_recompute"})
 
 
-def compute_nonfinite_counts(extra: tuple[tuple[str, object], ...], numel: int) -> tuple[int, int, int] | None:
+def compute_nonfinite_counts(
+    extra: tuple[tuple[str, object], ...], numel: int | float
+) -> tuple[int, int, int] | None:
     """``(NaN, +Inf, -Inf)`` from a leaf's extra fields (:data:`NONFINITE_COUNT_KEYS`), or None when a count is
-    absent or not a non-negative integer at most ``numel`` (an integral float such as ``1.0`` is accepted).
+    absent or not a non-negative integer at most ``numel`` (an integral float such as ``1.0`` is accepted;
+    ``numel`` is the tensor's element count, or ``math.inf`` for counts that hold for a tensor of any size).
 
     The rule of :attr:`TensorLeaf.nonfinite_counts`.  A key given twice counts with its last value.
     """
@@ -395,14 +398,37 @@ class Entry(_LeavesCache):
         return out
 
 
+#: ``(path, n) → (f"{path}.0", ..., f"{path}.{n - 1}")``, the argument paths of a list's items: they repeat from
+#: entry to entry (``input.0``, ``output.0``...), so each tuple is built once and its strings shared by every leaf that
+#: has them.  Lists of more than :data:`_ITEM_PATHS_LONGEST` items are not kept; cleared when it holds
+#: :data:`_ITEM_PATHS_LIMIT` tuples (at most ~64M strings, in practice a few hundred short tuples).
+_ITEM_PATHS: dict[tuple[str, int], tuple[str, ...]] = {}
+_ITEM_PATHS_LIMIT = 65536
+_ITEM_PATHS_LONGEST = 1024
+
+
+def _item_paths(path: str, count: int) -> tuple[str, ...]:
+    """``(f"{path}.0", ..., f"{path}.{count - 1}")``, shared through :data:`_ITEM_PATHS`."""
+    paths = _ITEM_PATHS.get((path, count))
+    if paths is None:
+        paths = tuple(f"{path}.{i}" for i in range(count))
+        if count <= _ITEM_PATHS_LONGEST:
+            if len(_ITEM_PATHS) >= _ITEM_PATHS_LIMIT:
+                _ITEM_PATHS.clear()
+            _ITEM_PATHS[(path, count)] = paths
+    return paths
+
+
 def _flatten_into(out: list[tuple[str, Leaf]], node: Node, path: str) -> None:
     """Append :func:`iter_leaves` of ``node`` to ``out`` (the same pairs, without nested generators)."""
     if isinstance(node, Seq):
-        for i, item in enumerate(node.items):
+        items = node.items
+        paths = _ITEM_PATHS.get((path, len(items))) or _item_paths(path, len(items))
+        for i, item in enumerate(items):
             if isinstance(item, (Seq, Map)):
-                _flatten_into(out, item, f"{path}.{i}")
+                _flatten_into(out, item, paths[i])
             else:
-                out.append((f"{path}.{i}", item))
+                out.append((paths[i], item))
     elif isinstance(node, Map):
         for key, value in node.items:
             _flatten_into(out, value, f"{path}.{key}")

@@ -16,6 +16,7 @@ the file and the whole path (``data['X'].input_args[0].Max``).  Well-formed valu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from msprobe_cmp.dump.schema import (
     Seq,
     TensorLeaf,
     ValueLeaf,
+    _set_counts,
+    compute_nonfinite_counts,
 )
 from msprobe_cmp.errors import DumpFormatError
 
@@ -160,11 +163,12 @@ class _Memo:
     object's key tuple to its keys that are not :data:`_LEAF_KEYS` (a dump holds few distinct key tuples).
     """
 
-    __slots__ = ("extra_keys", "shared")
+    __slots__ = ("counts", "extra_keys", "shared")
 
     def __init__(self) -> None:
         self.shared: dict[Any, Any] = {}
         self.extra_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.counts: dict[int, tuple[tuple[int, int, int] | None, int]] = {}
 
     def add_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
         """Note and return the keys of ``keys`` (a tensor object's) that are not :data:`_LEAF_KEYS`, in order."""
@@ -173,8 +177,13 @@ class _Memo:
 
     def add_extra(self, keys: tuple[str, ...], values: tuple[int, ...]) -> tuple[tuple[str, object], ...]:
         """Note and return the ``extra`` of a tensor object with the extra keys ``keys``, whose values are the ints
-        ``values``."""
+        ``values``, and note its NaN/Inf counts in :attr:`counts` (under ``id(extra)``, kept alive by
+        :attr:`shared`): the counts :func:`~msprobe_cmp.dump.schema.compute_nonfinite_counts` reads from it for a
+        tensor of any size (or None), and the largest of them: they are the tensor's when it holds at least that
+        many elements, else it has none."""
         extra = self.shared[(keys, values)] = tuple(zip(keys, values, strict=True))
+        counts = compute_nonfinite_counts(extra, math.inf)
+        self.counts[id(extra)] = (counts, max(counts) if counts is not None else 0)
         return extra
 
 
@@ -211,15 +220,19 @@ def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> TensorLeaf:
         raise _Invalid("expected true or false", ".requires_grad")
     shared = memo.shared
     extra: tuple[tuple[str, object], ...] = ()
+    counts: tuple[int, int, int] | None | object = _UNKNOWN
     if not _LEAF_KEY_SET.issuperset(obj):  # keys other than msprobe's (our recorder's counts): kept as written
         keys = tuple(obj)
         extra_keys = memo.extra_keys.get(keys) or memo.add_keys(keys)
         values = tuple(map(obj.__getitem__, extra_keys))
         if _INT.issuperset(map(type, values)):  # only ints: shared with the leaves before (see _Memo)
             extra = shared.get((extra_keys, values)) or memo.add_extra(extra_keys, values)
+            counts, largest = memo.counts[id(extra)]
+            if largest > numel:
+                counts = None
         else:
             extra = _kept_extra(tuple(zip(extra_keys, values, strict=True)))
-    return TensorLeaf(
+    leaf = TensorLeaf(
         shared.setdefault(type_, type_),
         shared.setdefault(dtype, dtype),
         shared.setdefault(shape := tuple(shape), shape),
@@ -232,6 +245,13 @@ def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> TensorLeaf:
         rg,
         extra,
     )
+    if counts is not _UNKNOWN:  # TensorLeaf.nonfinite_counts, worked out once for the leaves sharing the extra
+        _set_counts(leaf, counts)
+    return leaf
+
+
+#: Counts not worked out by :func:`_tensor_leaf` (the leaf works them out when asked).
+_UNKNOWN = object()
 
 
 def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> TensorLeaf:

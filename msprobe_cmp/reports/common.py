@@ -118,7 +118,7 @@ def nonfinite_disagreement(row: ComparisonRow) -> bool:
     """True when the row's two sides disagree in their non-finite statistics: for one of max, min, mean, norm
     recorded on both sides, one side holds NaN or ±Inf and the other a number or another non-finite value (NaN on
     one side and +Inf on the other, +Inf and -Inf).  A statistic recorded on one side only does not count."""
-    return bool(_nonfinite_mask(row.table, np.array([row.index]))[0])
+    return bool(_nonfinite_mask(row.table, np.array([row.position]))[0])
 
 
 #: Severity of each verdict code (:data:`VERDICTS` order), most severe 0.
@@ -160,7 +160,7 @@ def _disagreement_keys(t: RowTable, rows: np.ndarray) -> list[tuple[float, ...]]
 
 def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
     """Sort key of one row, most disagreeing first (:func:`_disagreement_keys`)."""
-    return _disagreement_keys(row.table, np.array([row.index]))[0]
+    return _disagreement_keys(row.table, np.array([row.position]))[0]
 
 
 _ONCE = ("; the rows of one tensor (an API's output that is also its cell's output and the next API's input: "
@@ -286,7 +286,7 @@ def tensor_identity(row: ComparisonRow) -> tuple[Any, ...] | None:
     None: a side is absent or not a tensor, a statistic is missing, or every statistic of a side is NaN (distinct
     all-NaN tensors of one shape would look alike: they are never merged).
     """
-    return _tensor_identities(row.table, [row.index])[0]
+    return _tensor_identities(row.table, [row.position])[0]
 
 
 def _distinct(comparison: Comparison, ranked: list[tuple[int, int]], keys: list[tuple[float, ...]],
@@ -334,7 +334,7 @@ def _distinct(comparison: Comparison, ranked: list[tuple[int, int]], keys: list[
                     break
         # else: another tensor ranked equal to the last one listed; walk on for the listed tensors' other rows
     units = comparison.units
-    return [Disagreement(ui, units[ui].rows[i], tuple(units[ui].rows[o] for o in others))
+    return [Disagreement(ui, units[ui].rows[i].detached(), tuple(units[ui].rows[o].detached() for o in others))
             for ui, i, others in listed], settled
 
 
@@ -366,29 +366,55 @@ def rank_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[Di
     ``limit`` distinct tensors; a shorter list is a prefix of a longer one.  A negative ``limit`` leaves out
     that many tensors from the end of the whole list.
 
-    The candidates' keys are read from the columns (:func:`_disagreement_keys`).  Only the best ``8 * limit + 64``
-    rows are ranked (``heapq.nsmallest``, the same rows as a stable sort's prefix); every candidate is sorted only
-    when those do not settle the list: fewer than ``limit`` distinct tensors among them, or rows ranked equal to the
-    last one listed beyond them that could be more rows of a listed tensor (:func:`_distinct`).
+    The candidates' keys are read from the columns (:func:`_disagreement_keys`), a unit at a time, and only each
+    unit's best ``8 * limit + 64`` rows are kept (``heapq.nsmallest``, the same rows as a stable sort's prefix): the
+    best rows of the whole comparison are among them.  Those are ranked (ties in unit, then execution order); every
+    candidate is gathered only when they do not settle the list: fewer than ``limit`` distinct tensors among them,
+    or rows ranked equal to the last one listed beyond them that could be more rows of a listed tensor
+    (:func:`_distinct`); then four times as many per unit are kept, and so on.  So memory is bounded by the rows
+    kept per unit, not by the comparison's rows (a unit read from a spool file is let go once its rows are ranked;
+    the rows returned are :meth:`~msprobe_cmp.comparator.rowtable.ComparisonRow.detached` copies).
     """
     if limit == 0:
         return []
-    items: list[tuple[int, int]] = []
-    keys: list[tuple[float, ...]] = []
-    for ui, u in enumerate(comparison.units):
-        t = u.rows
-        rows = np.flatnonzero((t.verdict == FAIL) | ((t.differs == 1) & (t.verdict != SKIP)))
-        items += [(ui, i) for i in rows.tolist()]
-        keys += _disagreement_keys(t, rows)
-    if 0 < limit and 8 * limit + 64 < len(items):
-        best = heapq.nsmallest(8 * limit + 64, range(len(items)), key=keys.__getitem__)  # = a stable sort's prefix
-        listed, settled = _distinct(comparison, [items[k] for k in best], [keys[k] for k in best], limit)
-        if settled:
-            return listed
-    order = sorted(range(len(items)), key=keys.__getitem__)  # stable: equal keys keep their execution order
+    if limit > 0:
+        best = 8 * limit + 64
+        while True:
+            items, keys, total = _candidates(comparison, best)
+            if len(items) == total:
+                break  # every candidate is here: rank them all below
+            order = heapq.nsmallest(best, range(len(items)), key=lambda k: (keys[k], items[k]))
+            listed, settled = _distinct(comparison, [items[k] for k in order], [keys[k] for k in order], limit)
+            if settled:
+                return listed
+            best *= 4
+    else:
+        items, keys, _ = _candidates(comparison, None)
+    order = sorted(range(len(items)), key=lambda k: (keys[k], items[k]))  # equal keys keep unit, execution order
     listed, _ = _distinct(comparison, [items[k] for k in order], [keys[k] for k in order],
                           limit if limit > 0 else None)
     return listed if limit > 0 else listed[:limit]
+
+
+def _candidates(comparison: Comparison, best: int | None
+                ) -> tuple[list[tuple[int, int]], list[tuple[float, ...]], int]:
+    """The candidates of :func:`rank_disagreements` as ``(unit index, row index)`` with their sort keys: each unit's
+    best ``best`` of them (all when None), read a unit at a time; and how many candidates there are in all."""
+    items: list[tuple[int, int]] = []
+    keys: list[tuple[float, ...]] = []
+    total = 0
+    for ui, u in enumerate(comparison.units):
+        t = u.rows
+        rows = np.flatnonzero((t.verdict == FAIL) | ((t.differs == 1) & (t.verdict != SKIP)))
+        total += len(rows)
+        unit_keys = _disagreement_keys(t, rows)
+        picked: Sequence[int] = range(len(rows))
+        if best is not None and best < len(rows):
+            picked = heapq.nsmallest(best, picked, key=unit_keys.__getitem__)  # = a stable sort's prefix
+        row_list = rows.tolist()
+        items += [(ui, row_list[k]) for k in picked]
+        keys += [unit_keys[k] for k in picked]
+    return items, keys, total
 
 
 def select_largest_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[tuple[int, ComparisonRow]]:
@@ -436,11 +462,11 @@ def _matched_rows(comparison: Comparison, examples: int, statistics_only: bool,
             if by_stats:
                 rows = np.flatnonzero(matched & (t.compared_by == COMPARED_BY_CODE["statistics"]))
                 n_stats += len(rows)
-                stats += [(ui, t[i]) for i in rows[:max(examples - len(stats), 0)].tolist()]
+                stats += [(ui, t[i].detached()) for i in rows[:max(examples - len(stats), 0)].tolist()]
             if nothing_compared:
                 rows = np.flatnonzero(matched & (t.verdict == SKIP))
                 n_nothing += len(rows)
-                nothing += [(ui, t[i]) for i in rows[:max(examples - len(nothing), 0)].tolist()]
+                nothing += [(ui, t[i].detached()) for i in rows[:max(examples - len(nothing), 0)].tolist()]
     return (MatchedRows(n_stats, tuple(stats), why if n_stats else ""),
             MatchedRows(n_nothing, tuple(nothing), NOTHING_COMPARED_WHY if n_nothing else ""))
 
@@ -476,12 +502,13 @@ class ReportFacts:
 
     Attributes:
         comparison: the comparison.
-        plot_columns: the plots' per-row columns (``msprobe_cmp.reports.plots``), once drawn.
+        plot_data: what the plots draw, gathered from the units one at a time (``msprobe_cmp.reports.plots``),
+            once drawn.
     """
 
     def __init__(self, comparison: Comparison) -> None:
         self.comparison = comparison
-        self.plot_columns: object | None = None
+        self.plot_data: object | None = None
         self._counts: tuple[int, tuple[int, ...]] | None = None
         self._ranking: tuple[int, list[Disagreement]] | None = None
         self._statistics_only: StatisticsOnly | None = None
@@ -560,7 +587,7 @@ def differing_arguments(comparison: Comparison) -> list[ArgumentRow]:
         rows = np.flatnonzero((t.compared_by == COMPARED_BY_CODE["value"]) & (t.differs == 1)
                               & (kind[:, 0] != ABSENT) & (kind[:, 1] != ABSENT))
         for i in rows.tolist():
-            r = t[i]
+            r = t[i].detached()  # kept while other units are read
             out.append(ArgumentRow(ui, r, f"{r.value_difference} ({u.unit_a.label})"))
     return out
 

@@ -11,6 +11,12 @@ written as ``\\u003c`` ..., so no text from a dump can close the block), which t
 script turns into a sortable, filterable, paginated table; its DOM holds one page of rows, so the
 page stays responsive with 100,000 rows and more.  The script inserts text with ``textContent`` only.
 
+A comparison of several units with more than :data:`PAGE_ROWS` rows is split (:func:`html_pages`): report.html is
+an aggregate page (summary, plots, largest disagreements, the units with a link each, no row data) and each unit
+gets a page of its own under :data:`UNIT_PAGES_DIR`, the one-unit page of :func:`unit_comparison` with a link back,
+made by the same code as any one-unit page and written one unit at a time (docs/contracts.md, "report.html of one
+unit, of several, of many").
+
 Nothing is computed here: numbers are formatted (6 significant digits in the page; full precision
 in comparison.json), and rows are selected.  Large dumps are capped (:data:`MAX_ROWS`,
 :data:`MAX_STACK_CHARS`); the page says what it left out.  A row's reasons, notes and side summaries printed
@@ -20,10 +26,12 @@ outside the row table (largest disagreements, first divergent / failing row, "No
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 import secrets
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from itertools import chain as _chain
 from typing import Any
 
@@ -31,7 +39,14 @@ import numpy as np
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from msprobe_cmp.comparator.compare import VERDICTS, Comparison, ComparisonRow, SideSummary
+from msprobe_cmp.comparator.compare import (
+    VERDICTS,
+    Comparison,
+    ComparisonRow,
+    SideSummary,
+    _first_ref,  # the comparison's own first divergent / failing reference, for a unit's page
+    likely_origin,
+)
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.comparator.rowtable import (
     ABSENT,
@@ -104,6 +119,15 @@ MAX_ROWS = 250_000
 
 #: At most this many characters of call-stack text are embedded; stacks of later entries are left out.
 MAX_STACK_CHARS = 8_000_000
+
+#: The most rows report.html holds for a comparison of several units.  Beyond it report.html is an aggregate page
+#: (summary, plots, largest disagreements, the units) and each unit's rows are on a page of their own in
+#: :data:`UNIT_PAGES_DIR` (:func:`unit_page_paths`), written one at a time, so that neither a browser nor the
+#: writer holds every unit's rows.  One unit is always one page (its rows capped by :data:`MAX_ROWS`).
+PAGE_ROWS = 100_000
+
+#: The directory, beside report.html, of the units' own pages of a split comparison.
+UNIT_PAGES_DIR = "report_units"
 
 #: How many rows of each non-comparable class the summary lists by name.
 NOT_COMPARABLE_EXAMPLES = 10
@@ -254,6 +278,70 @@ class _Strings:
             k = self.index[s] = len(self.table)
             self.table.append(s)
         return k
+
+
+def unit_page_paths(comparison: Comparison, page_rows: int | None = None) -> list[str]:
+    """The units' own pages of ``comparison``, one path per unit in unit order, relative to the output directory
+    (``"report_units/step0_rank3.html"``: :data:`UNIT_PAGES_DIR`, the unit's A label, and its B label when it
+    differs, with every character other than ``A-Z a-z 0-9 . _ -`` written as ``_``; a name taken by an earlier
+    unit, ignoring case, gets ``-<unit index>``); ``[]`` when report.html holds every row: one unit, or at most
+    ``page_rows`` rows in all (default :data:`PAGE_ROWS`).  Read from the units' lengths only."""
+    limit = PAGE_ROWS if page_rows is None else page_rows
+    units = comparison.units
+    if len(units) < 2 or sum(len(u.rows) for u in units) <= limit:
+        return []
+    paths: list[str] = []
+    taken: set[str] = set()
+    for ui, u in enumerate(units):
+        label = u.unit_a.label if u.unit_a.label == u.unit_b.label else f"{u.unit_a.label}_vs_{u.unit_b.label}"
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", label).strip(".") or "unit"
+        if name.casefold() in taken:
+            name = f"{name}-{ui}"
+        taken.add(name.casefold())
+        paths.append(f"{UNIT_PAGES_DIR}/{name}.html")
+    return paths
+
+
+def unit_comparison(comparison: Comparison, unit: int) -> Comparison:
+    """Unit ``unit`` of ``comparison`` (index into ``comparison.units``) as a comparison of its own, what its page
+    shows: the unit's rows, counts, verdict, first divergent / failing row and likely origin
+    (:func:`~msprobe_cmp.comparator.compare.likely_origin` of the unit); the comparison's inputs, mode and
+    thresholds; no unpaired units and no notes (report.html lists them; the unit's own notes are in its row of the
+    pairing table).
+
+    Raises:
+        IndexError: no such unit.
+    """
+    units = (comparison.units[unit],)
+    u = units[0]
+    return replace(comparison, units=units, unpaired=(), counts=u.counts, verdict_counts=u.verdict_counts,
+                   first_divergent=_first_ref(units, "first_divergent"),
+                   first_failing=_first_ref(units, "first_failing"), verdict=u.verdict, notes=(),
+                   matched_share=None, likely_origin=likely_origin(units))
+
+
+@dataclass(frozen=True)
+class _Back:
+    """A unit's page's link back to the aggregate page: its path, and which unit of how many the page shows."""
+
+    href: str
+    unit: int
+    units: int
+
+
+@dataclass(frozen=True)
+class _View:
+    """Which page :func:`_page_chunks` renders: the whole comparison (neither field), the aggregate page of a split
+    comparison (``unit_pages``: each unit's page, relative to report.html) or a unit's page (``back``)."""
+
+    unit_pages: tuple[str, ...] = ()
+    back: _Back | None = None
+
+    def row_href(self, unit: int, row: int) -> str:
+        """The link to row ``row`` of unit ``unit``: ``#row-<unit>-<row>`` in this page, or on the unit's page."""
+        if self.unit_pages:
+            return f"{self.unit_pages[unit]}#row-0-{row}"
+        return f"#row-{unit}-{row}"
 
 
 def _family_and_direction(entry: str) -> tuple[str, str]:
@@ -595,7 +683,9 @@ def capped_text(text: str | tuple[str, ...] | list[str]) -> Markup:
     return shown
 
 
+@functools.cache
 def _environment() -> Environment:
+    """The template environment, made once per process (a split comparison renders a page per unit)."""
     env = Environment(
         loader=PackageLoader("msprobe_cmp.reports", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True, enabled_extensions=("html", "j2")),
@@ -624,7 +714,7 @@ def _not_comparable(comparison: Comparison, facts: ReportFacts
         examples: list[tuple[int, ComparisonRow]] = []
         for ui, u in enumerate(comparison.units):
             found = np.flatnonzero(u.rows.class_mask(cls))[:NOT_COMPARABLE_EXAMPLES - len(examples)]  # type: ignore[arg-type]
-            examples += [(ui, u.rows[i]) for i in found.tolist()]
+            examples += [(ui, u.rows[i].detached()) for i in found.tolist()]
             if len(examples) >= NOT_COMPARABLE_EXAMPLES:
                 break
         out.append((cls, n, why, examples))
@@ -640,10 +730,13 @@ def _not_comparable(comparison: Comparison, facts: ReportFacts
 
 
 def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS,
-                facts: ReportFacts | None = None) -> Iterator[str]:
-    """:func:`render_html`'s page in pieces, in order: the page before its row data, the data
+                facts: ReportFacts | None = None, page_rows: int | None = None) -> Iterator[str]:
+    """report.html of ``comparison`` in pieces, in order: the page before its row data, the data
     (:meth:`PageData.json_chunks`: its rows a chunk at a time), the page after it.  The page around the data is
-    rendered whole by the template, with a marker where the data goes.
+    rendered whole by the template, with a marker where the data goes.  When the comparison is split
+    (:func:`unit_page_paths`: several units, more rows than ``page_rows``), this is the aggregate page instead: the
+    same summary, plots and largest disagreements, the units each with a link to its own page
+    (:func:`unit_page_chunks`), and no row data.
 
     Args:
         comparison: the finished comparison.
@@ -652,11 +745,50 @@ def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         max_stack_chars: budget of call-stack text embedded in the page.
         facts: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`),
             made here when not given.
+        page_rows: the most rows one page holds for several units (default :data:`PAGE_ROWS`).
 
     Raises:
         RuntimeError: the rendered template does not hold the marker exactly once (a template fault).
     """
-    facts = ReportFacts.of(comparison, facts)
+    paths = unit_page_paths(comparison, page_rows)
+    view = _View(unit_pages=tuple(paths)) if paths else _View()
+    return _page_chunks(comparison, ReportFacts.of(comparison, facts), max_rows, max_stack_chars, view)
+
+
+def unit_page_chunks(comparison: Comparison, unit: int, *, max_rows: int = MAX_ROWS,
+                     max_stack_chars: int = MAX_STACK_CHARS) -> Iterator[str]:
+    """The page of unit ``unit`` (index into ``comparison.units``) of a split comparison
+    (:func:`unit_page_paths`), in pieces: the page of the one-unit comparison :func:`unit_comparison`, made as any
+    one-unit report.html is (:func:`html_chunks`' code), with a link back to the aggregate report.html.  Only this
+    unit's rows are read.
+
+    Raises:
+        IndexError: no such unit.
+        RuntimeError: as :func:`html_chunks`.
+    """
+    one = unit_comparison(comparison, unit)
+    back = _Back("../report.html", unit, len(comparison.units))
+    return _page_chunks(one, ReportFacts(one), max_rows, max_stack_chars, _View(back=back))
+
+
+def html_pages(comparison: Comparison, *, facts: ReportFacts | None = None, page_rows: int | None = None
+               ) -> list[tuple[str, Callable[[], Iterator[str]]]]:
+    """Every HTML page of ``comparison``: ``(path relative to the output directory, pieces)``, report.html first,
+    then each unit's page when the comparison is split (:func:`unit_page_paths`), in unit order.  ``pieces()``
+    renders the page when called (:func:`html_chunks`, :func:`unit_page_chunks`), so a writer that writes one page
+    before making the next holds one unit's rows at a time."""
+    paths = unit_page_paths(comparison, page_rows)
+    pages: list[tuple[str, Callable[[], Iterator[str]]]] = [
+        ("report.html", lambda: html_chunks(comparison, facts=facts, page_rows=page_rows))]
+    pages += [(path, lambda ui=ui: unit_page_chunks(comparison, ui))  # type: ignore[misc]
+              for ui, path in enumerate(paths)]
+    return pages
+
+
+def _page_chunks(comparison: Comparison, facts: ReportFacts, max_rows: int, max_stack_chars: int, view: _View
+                 ) -> Iterator[str]:
+    """The page of ``comparison`` as ``view`` says (a whole page, an aggregate page, a unit's page), in pieces:
+    :func:`html_chunks`."""
     t = comparison.rules.default
     floor = "eps of the coarser dtype" if t.relative_floor is None else format_number(t.relative_floor)
     thresholds = [
@@ -680,7 +812,7 @@ def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         ("rounding-noise magnitude: below this many ulps of its call's largest tensor",
          format_number(loc.noise_magnitude_ulps)),
     ]
-    page = PageData(comparison, max_rows, max_stack_chars)
+    page = None if view.unit_pages else PageData(comparison, max_rows, max_stack_chars)
     template = _environment().get_template("report.html.j2")
     compared, unit_compared = facts.compared_counts()
     marker = f"page-data-{secrets.token_hex(16)}"  # no text of the page can hold it by chance
@@ -705,11 +837,20 @@ def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
         arguments=differing_arguments(comparison),
         arguments_shown=ARGUMENTS_SHOWN,
         examples_cap=NOT_COMPARABLE_EXAMPLES,
-        left_out=page.left_out,
+        left_out=[] if page is None else page.left_out,
+        unit_pages=view.unit_pages,
+        rowhref=view.row_href,
+        back=view.back,
+        total_rows=sum(len(u.rows) for u in comparison.units),
         data_json=Markup(marker),
         plots=(render_trace_svg(comparison, facts), render_scatter_svg(comparison, facts),
                render_histogram_svg(comparison, facts)),
     )
+    if page is None:  # an aggregate page: no row data
+        if marker in html:
+            raise RuntimeError("report.html.j2 shows the page data on an aggregate page")
+        yield html
+        return
     parts = html.split(marker)
     if len(parts) != 2:
         raise RuntimeError(f"report.html.j2 shows the page data {len(parts) - 1} times, not once")
@@ -719,14 +860,15 @@ def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
 
 
 def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS,
-                facts: ReportFacts | None = None) -> str:
-    """The comparison as one self-contained HTML page (summary, plots, cell tree, every row): :func:`html_chunks`
-    (which describes the arguments) joined.
+                facts: ReportFacts | None = None, page_rows: int | None = None) -> str:
+    """report.html of the comparison, one self-contained HTML page (summary, plots, cell tree, every row; for a split
+    comparison the aggregate page): :func:`html_chunks` (which describes the arguments) joined.
 
     Raises:
         RuntimeError: as :func:`html_chunks`.
     """
-    return "".join(html_chunks(comparison, max_rows=max_rows, max_stack_chars=max_stack_chars, facts=facts))
+    return "".join(html_chunks(comparison, max_rows=max_rows, max_stack_chars=max_stack_chars, facts=facts,
+                               page_rows=page_rows))
 
 
 __all__ = [
@@ -734,14 +876,20 @@ __all__ = [
     "MAX_ROWS",
     "MAX_STACK_CHARS",
     "NOTHING_COMPARED_CLASS",
+    "PAGE_ROWS",
     "PageData",
+    "UNIT_PAGES_DIR",
     "STATISTICS_ONLY_CLASS",
     "build_page_data",
     "format_full",
     "format_number",
     "format_side",
     "html_chunks",
+    "html_pages",
     "render_html",
     "render_script_json",
     "select_largest_disagreements",
+    "unit_comparison",
+    "unit_page_chunks",
+    "unit_page_paths",
 ]

@@ -11,21 +11,23 @@ Three plots, each a self-contained ``<svg>`` element (no script, no external res
 The plots only place the Comparison's numbers on a canvas: a value is mapped to a pixel, values
 sharing a pixel column (trace) or a pixel cell (scatter) are drawn as one mark, and histogram bars
 are as tall as the rows they hold.  No metric is derived.  Every text taken from a dump is escaped.
-Drawing is linear in the number of rows and the output size is bounded by the canvas, not by the
-number of rows.
+The rows are read a unit at a time into accumulators bounded by the canvas (:class:`_PlotData`: per pixel column
+the values' extremes, per decade the counts, per scatter cell the counts), so memory does not grow with the number
+of rows or units, and the marks are those of every row placed one by one.  Drawing is linear in the number of rows
+and the output size is bounded by the canvas, not by the number of rows.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from markupsafe import Markup, escape
 
 from msprobe_cmp.comparator.compare import Comparison
-from msprobe_cmp.comparator.rowtable import FAIL
+from msprobe_cmp.comparator.rowtable import FAIL, RowTable
 from msprobe_cmp.reports.common import ReportFacts, format_number, select_error_metric, select_relative_metric
 
 WIDTH = 960
@@ -98,7 +100,7 @@ class _LogAxis:
         px = frac * self.inner_length
         return self.inner_start + (self.inner_length - px if self.flip else px)
 
-    def place_all(self, values: Sequence[float]) -> np.ndarray:
+    def place_all(self, values: Sequence[float] | np.ndarray) -> np.ndarray:
         """:meth:`place` of every value (float64), computed with the same operations in the same order:
         ``math.log10`` for the logarithms, then IEEE arithmetic element by element."""
         v = np.array(values, dtype=np.float64)
@@ -139,7 +141,8 @@ def _y_axis(parts: list[str], ticks: Sequence[tuple[float, str]], left: float, r
 
 
 def _positions(comparison: Comparison) -> tuple[list[int], int]:
-    """Start of each unit in the global execution order, and the total row count."""
+    """Start of each unit in the global execution order, and the total row count (from the units' lengths: a
+    spooled unit is not read)."""
     offsets, total = [], 0
     for u in comparison.units:
         offsets.append(total)
@@ -147,55 +150,222 @@ def _positions(comparison: Comparison) -> tuple[list[int], int]:
     return offsets, total
 
 
+class _Extremes:
+    """What placing values on an axis needs of them, per bucket (a pixel column, or one bucket for a whole axis),
+    filled a batch of values at a time: the smallest and largest positive finite value, the smallest and largest
+    finite value, whether a finite value <= 0 and whether a NaN / ±Inf was seen, and how many values.
+
+    A log axis places every value <= 0 in one band and every non-finite one in another, and places positive values
+    monotonically; a linear axis places finite values monotonically (clipped) and non-finite ones in a band.  So the
+    lowest and highest pixel of a bucket's values are the pixels of these few representatives (:meth:`marks`),
+    computed with the same operations: the marks are the same, bit for bit, as from every value.
+    """
+
+    def __init__(self, buckets: int) -> None:
+        self.min_pos = np.full(buckets, np.inf)
+        self.max_pos = np.full(buckets, -np.inf)
+        self.min_fin = np.full(buckets, np.inf)
+        self.max_fin = np.full(buckets, -np.inf)
+        self.nonpos = np.zeros(buckets, dtype=bool)
+        self.nonfinite = np.zeros(buckets, dtype=bool)
+        self.count = 0
+
+    def add(self, buckets: np.ndarray, values: np.ndarray) -> None:
+        """Take ``values`` (float64 [m]) into the buckets ``buckets`` (int [m], one per value)."""
+        self.count += len(values)
+        if not len(values):
+            return
+        finite = np.isfinite(values)
+        positive = finite & (values > 0)
+        np.minimum.at(self.min_pos, buckets[positive], values[positive])
+        np.maximum.at(self.max_pos, buckets[positive], values[positive])
+        np.minimum.at(self.min_fin, buckets[finite], values[finite])
+        np.maximum.at(self.max_fin, buckets[finite], values[finite])
+        self.nonpos[buckets[finite & ~positive]] = True
+        self.nonfinite[buckets[~finite]] = True
+
+    def positive_range(self) -> list[float]:
+        """The smallest and largest positive finite value over every bucket (``[]`` when none): what
+        :class:`_LogAxis` derives its decades from."""
+        lo, hi = float(self.min_pos.min()), float(self.max_pos.max())
+        return [lo, hi] if lo <= hi else []
+
+    def finite_range(self) -> list[float]:
+        """The smallest and largest finite value over every bucket (``[]`` when none)."""
+        lo, hi = float(self.min_fin.min()), float(self.max_fin.max())
+        return [lo, hi] if lo <= hi else []
+
+    def marks(self, log: bool, place_all: Callable[[np.ndarray], np.ndarray]) -> dict[int, tuple[float, float]]:
+        """``{bucket: (lowest pixel, highest pixel)}`` of the buckets holding values, placed by ``place_all``
+        (float64 [m] -> pixels [m]) on a log or linear axis."""
+        if log:
+            candidates = [(self.min_pos, self.min_pos <= self.max_pos), (self.max_pos, self.min_pos <= self.max_pos),
+                          (np.zeros_like(self.min_pos), self.nonpos)]
+        else:
+            candidates = [(self.min_fin, self.min_fin <= self.max_fin), (self.max_fin, self.min_fin <= self.max_fin)]
+        candidates.append((np.full_like(self.min_pos, np.inf), self.nonfinite))
+        present = np.zeros(len(self.min_pos), dtype=bool)
+        for _, there in candidates:
+            present |= there
+        where = np.flatnonzero(present)
+        if not len(where):
+            return {}
+        lo = np.full(len(where), np.inf)
+        hi = np.full(len(where), -np.inf)
+        for values, there in candidates:
+            pick = there[where]
+            if pick.any():
+                ys = place_all(values[where][pick])
+                lo[pick] = np.minimum(lo[pick], ys)
+                hi[pick] = np.maximum(hi[pick], ys)
+        return dict(zip(where.tolist(), zip(lo.tolist(), hi.tolist(), strict=True), strict=True))
+
+
 @dataclass
-class _Columns:
-    """Per row, in execution order over all units: global position, failing or not, B's recorded norm (``b_norm``,
-    defined where ``b_has_norm``), and the plotted metrics by name (:meth:`metric`)."""
+class _Panel:
+    """One panel of the trace plot: its metric, axis kind and guides, and its rows' values per pixel column (all
+    rows and the failing ones) and over the whole axis."""
 
-    comparison: Comparison
-    pos: np.ndarray
-    failing: np.ndarray
-    b_norm: np.ndarray
-    b_has_norm: np.ndarray
-    metrics: dict[str, tuple[np.ndarray, np.ndarray]]
-
-    def metric(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(values, defined)`` of the metric ``key`` over every row (defined where ``row.metric(key)`` is not
-        None), read from the columns once."""
-        found = self.metrics.get(key)
-        if found is None:
-            parts = [u.rows.metric_column(key) for u in self.comparison.units]
-            found = self.metrics[key] = (np.concatenate([v for v, _ in parts]) if parts else np.zeros(0),
-                                         np.concatenate([d for _, d in parts]) if parts else np.zeros(0, bool))
-        return found
+    key: str
+    log: bool
+    guides: list[tuple[float, str]]
+    columns: _Extremes
+    failing: _Extremes
+    axis: _Extremes
 
 
-def _columns(comparison: Comparison, facts: ReportFacts | None = None) -> _Columns:
-    """:class:`_Columns` of ``comparison`` (read from the row tables), kept in ``facts`` for the other plots."""
-    if facts is not None and facts.comparison is comparison and isinstance(facts.plot_columns, _Columns):
-        return facts.plot_columns
-    tables = [u.rows for u in comparison.units]
-    b_sides = [t.side_columns(1) for t in tables]
-    columns = _Columns(
-        comparison,
-        np.arange(sum(len(t) for t in tables), dtype=np.int64),
-        np.concatenate([t.verdict == FAIL for t in tables]) if tables else np.zeros(0, bool),
-        np.concatenate([b.stats[:, 3] for b in b_sides]) if tables else np.zeros(0),
-        np.concatenate([b.stats_defined[:, 3] for b in b_sides]) if tables else np.zeros(0, bool),
-        {},
-    )
+@dataclass
+class _Histogram:
+    """The histogram's counts by decade of the error (``floor(log10(v))`` of each positive finite value), of exact
+    zeros (finite values <= 0) and of NaN / ±Inf, all rows and the failing ones; and the values' range."""
+
+    decades: dict[int, list[int]]
+    zeros: list[int]
+    nonfinite: list[int]
+    axis: _Extremes
+
+
+@dataclass
+class _PlotData:
+    """What the three plots draw, gathered from the units one at a time (:func:`_plot_data`): bounded by the canvas
+    (pixel columns, decades), not by the number of rows.  The scatter plot's cells need its axes first, so its
+    counts are gathered in a second walk over the units (:func:`_scatter_cells`)."""
+
+    offsets: list[int]
+    total: int
+    panels: list[_Panel]
+    scatter_key: str
+    scatter_x: _Extremes
+    scatter_y: _Extremes
+    histogram_key: str
+    histogram: _Histogram
+    scatter_cells: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] | None = None
+
+
+def _trace_panels(comparison: Comparison) -> list[tuple[str, bool, list[tuple[float, str]]]]:
+    """The trace plot's panels: (metric, log axis, guides)."""
+    t = comparison.rules.default
+    panels: list[tuple[str, bool, list[tuple[float, str]]]] = []
+    if comparison.mode == "tensor":
+        panels.append(("Cosine", False, [(t.cosine_fail_below, f"fail < {format_number(t.cosine_fail_below)}"),
+                                         (t.cosine_suspect_below, f"{format_number(t.cosine_suspect_below)}")]))
+    else:
+        key = select_error_metric(comparison)
+        panels.append((key, True, [(t.max_abs_err_fail_above, f"fail > {format_number(t.max_abs_err_fail_above)}")]))
+    panels.append((select_relative_metric(comparison), True, []))
+    return panels
+
+
+def _scatter_points(table: RowTable, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The scatter plot's points of one unit: B's recorded norm, the metric ``key`` and the failing flag of each row
+    having both."""
+    metric, defined = table.metric_column(key)
+    b = table.side_columns(1)
+    keep = np.flatnonzero(defined & b.stats_defined[:, 3])
+    return b.stats[keep, 3], metric[keep], (table.verdict == FAIL)[keep]
+
+
+def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _PlotData:
+    """:class:`_PlotData` of ``comparison``, its units read one at a time; kept in ``facts`` for the other plots."""
+    if facts is not None and facts.comparison is comparison and isinstance(facts.plot_data, _PlotData):
+        return facts.plot_data
+    offsets, total = _positions(comparison)
+    panels = [_Panel(key, log, guides, _Extremes(WIDTH), _Extremes(WIDTH), _Extremes(1))
+              for key, log, guides in _trace_panels(comparison)]
+    data = _PlotData(offsets, total, panels, select_relative_metric(comparison), _Extremes(1), _Extremes(1),
+                     select_error_metric(comparison), _Histogram({}, [0, 0], [0, 0], _Extremes(1)))
+    scale = (WIDTH - _LEFT - _RIGHT) / max(total, 1)
+    hist = data.histogram
+    for offset, u in zip(offsets, comparison.units, strict=True):
+        t = u.rows
+        n = len(t)
+        if not n:
+            continue
+        failing = t.verdict == FAIL
+        # int(): truncation (all > 0), as each row's position times the scale
+        xs = (_LEFT + np.arange(offset, offset + n, dtype=np.int64).astype(np.float64) * scale).astype(np.int64)
+        for panel in panels:
+            values, defined = t.metric_column(panel.key)
+            keep = np.flatnonzero(defined)
+            v = values[keep]
+            panel.columns.add(xs[keep], v)
+            bad = failing[keep]
+            panel.failing.add(xs[keep][bad], v[bad])
+            panel.axis.add(np.zeros(len(v), dtype=np.int64), v)
+        norms, values, _ = _scatter_points(t, data.scatter_key)
+        data.scatter_x.add(np.zeros(len(norms), dtype=np.int64), norms)
+        data.scatter_y.add(np.zeros(len(values), dtype=np.int64), values)
+        values, defined = t.metric_column(data.histogram_key)
+        keep = np.flatnonzero(defined)
+        v, bad = values[keep], failing[keep]
+        hist.axis.add(np.zeros(len(v), dtype=np.int64), v)
+        finite = np.isfinite(v)
+        positive = finite & (v > 0)
+        for mask, counts in ((finite & ~positive, hist.zeros), (~finite, hist.nonfinite)):
+            counts[0] += int(mask.sum())
+            counts[1] += int((mask & bad).sum())
+        decades = np.floor(list(map(math.log10, v[positive].tolist()))).astype(np.int64)  # math.floor(math.log10(v))
+        for which, column in ((decades, 0), (decades[bad[positive]], 1)):
+            found, counts = np.unique(which, return_counts=True)
+            for d, c in zip(found.tolist(), counts.tolist(), strict=True):
+                hist.decades.setdefault(d, [0, 0])[column] += c
     if facts is not None and facts.comparison is comparison:
-        facts.plot_columns = columns
-    return columns
+        facts.plot_data = data
+    return data
 
 
-def _points(comparison: Comparison, key: str, facts: ReportFacts | None = None,
-            ) -> tuple[list[int], list[float], list[bool]]:
-    """Position, value and failing flag of every row with the metric ``key``."""
-    cols = _columns(comparison, facts)
-    values, defined = cols.metric(key)
-    keep = np.flatnonzero(defined)
-    return cols.pos[keep].tolist(), values[keep].tolist(), cols.failing[keep].tolist()
+def _scatter_axes(data: _PlotData, height: int) -> tuple[_LogAxis, _LogAxis]:
+    """The scatter plot's x axis (B's norm) and y axis (the relative metric)."""
+    return (_LogAxis(data.scatter_x.positive_range(), _LEFT, WIDTH - _LEFT - _RIGHT, flip=False, band=60),
+            _LogAxis(data.scatter_y.positive_range(), _TOP, height - _TOP - _BOTTOM, flip=True))
+
+
+#: The scatter plot's cell, in pixels: rows sharing one are drawn as one square.
+_CELL = 5
+
+#: The scatter plot's height, in pixels.
+_SCATTER_HEIGHT = 320
+
+
+def _scatter_cells(comparison: Comparison, data: _PlotData
+                   ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
+    """``({cell: rows}, {cell: failing rows})`` of the scatter plot, its units read one at a time (a second walk:
+    the cells need the axes, which need every unit's range)."""
+    if data.scatter_cells is None:
+        x_axis, y_axis = _scatter_axes(data, _SCATTER_HEIGHT)
+        layers: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] = ({}, {})
+        for u in comparison.units:
+            if not len(u.rows):
+                continue
+            norms, values, bad = _scatter_points(u.rows, data.scatter_key)
+            # int(place(...) // cell): numpy's float floor division follows Python's (fmod-based) definition
+            cells_x = np.floor_divide(x_axis.place_all(norms), _CELL).astype(np.int64)
+            cells_y = np.floor_divide(y_axis.place_all(values), _CELL).astype(np.int64)
+            for layer, pick in zip(layers, (~bad, bad), strict=True):
+                for cell, n in _cell_counts(cells_x[pick], cells_y[pick]).items():
+                    layer[cell] = layer.get(cell, 0) + n
+        data.scatter_cells = layers
+    return data.scatter_cells
 
 
 def _column_path(marks: dict[int, tuple[float, float]]) -> str:
@@ -208,32 +378,18 @@ def _column_path(marks: dict[int, tuple[float, float]]) -> str:
     return "".join(d)
 
 
-def _column_marks(xs: np.ndarray, ys: np.ndarray) -> dict[int, tuple[float, float]]:
-    """``{pixel column: (min y, max y)}`` of the points ``(xs[i], ys[i])``."""
-    if not len(xs):
-        return {}
-    order = np.argsort(xs, kind="stable")
-    xs, ys = xs[order], ys[order]
-    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
-    lo = np.minimum.reduceat(ys, starts)
-    hi = np.maximum.reduceat(ys, starts)
-    return dict(zip(xs[starts].tolist(), zip(lo.tolist(), hi.tolist(), strict=True), strict=True))
-
-
-def _trace_panel(
-    parts: list[str], points: tuple[list[int], list[float], list[bool]], key: str, total: int, top: float,
-    height: float, log: bool, guides: Sequence[tuple[float, str]],
-) -> None:
-    plot_w = WIDTH - _LEFT - _RIGHT
-    positions, values, failing = points
-    log_axis: _LogAxis | None = None
+def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> None:
+    """Draw ``panel`` (at least one row has its metric) at ``top``, ``height`` pixels tall: its axis, guides and one
+    vertical stroke per pixel column from its lowest to its highest value (failing rows again, in red)."""
+    key, log, guides = panel.key, panel.log, panel.guides
+    place_all: Callable[[np.ndarray], np.ndarray]
     if log:
-        log_axis = _LogAxis(values, top, height, flip=True)
+        log_axis = _LogAxis(panel.axis.positive_range(), top, height, flip=True)
         place = log_axis.place
         ticks = log_axis.ticks()
-        ys = log_axis.place_all(values)
+        place_all = log_axis.place_all
     else:
-        finite = [v for v in values if math.isfinite(v)]
+        finite = panel.axis.finite_range()
         lo = min([*finite, *(g for g, _ in guides), 1.0]) if finite else 0.0
         lo = max(-1.0, math.floor(lo * 100) / 100 if lo > 0 else math.floor(lo * 10) / 10)
         hi = 1.0
@@ -245,24 +401,23 @@ def _trace_panel(
                 return top + _BAND / 2
             return inner_top + inner_h * (1.0 - (min(max(v, lo), hi) - lo) / span)
 
+        def place_all(v: np.ndarray) -> np.ndarray:
+            with np.errstate(invalid="ignore"):
+                # the same operations as place(), element by element (min/max of equal values may pick the other
+                # zero's sign, which the subtraction below makes the same number)
+                ys = inner_top + inner_h * (1.0 - (np.minimum(np.maximum(v, lo), hi) - lo) / span)
+            ys[~np.isfinite(v)] = top + _BAND / 2
+            return ys
+
         ticks = [(place(lo + span * k / 4), format_number(lo + span * k / 4)) for k in range(5)]
         ticks.append((top + _BAND / 2, "NaN/inf"))
-        v = np.array(values, dtype=np.float64)
-        with np.errstate(invalid="ignore"):
-            # the same operations as place(), element by element (min/max of equal values may pick the other
-            # zero's sign, which the subtraction below makes the same number)
-            ys = inner_top + inner_h * (1.0 - (np.minimum(np.maximum(v, lo), hi) - lo) / span)
-        ys[~np.isfinite(v)] = top + _BAND / 2
     _y_axis(parts, ticks, _LEFT, WIDTH - _RIGHT)
     for g, label in guides:
         y = place(g)
         parts.append(f'<line x1="{_LEFT}" y1="{_fmt(y)}" x2="{WIDTH - _RIGHT}" y2="{_fmt(y)}" stroke="{_COLOR_FAIL}" '
                      'stroke-width="0.8" stroke-dasharray="4 3"/>')
         parts.append(_text(WIDTH - _RIGHT - 2, y - 3, label, "end", f' fill="{_COLOR_FAIL}"'))
-    scale = plot_w / max(total, 1)
-    xs = (_LEFT + np.array(positions, dtype=np.float64) * scale).astype(np.int64)  # int(): truncation (all > 0)
-    bad = np.array(failing, dtype=bool)
-    layers = (_column_marks(xs, ys), _column_marks(xs[bad], ys[bad]))
+    layers = (panel.columns.marks(log, place_all), panel.failing.marks(log, place_all))
     for layer, color in zip(layers, (_COLOR_ALL, _COLOR_FAIL), strict=True):
         if layer:
             parts.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="1" '
@@ -282,27 +437,19 @@ def render_trace_svg(comparison: Comparison, facts: ReportFacts | None = None) -
     offsets, total = _positions(comparison)
     if total == 0:
         return _empty("plot-trace", title, "no rows")
-    t = comparison.rules.default
-    panels: list[tuple[str, bool, list[tuple[float, str]]]] = []
-    if comparison.mode == "tensor":
-        panels.append(("Cosine", False, [(t.cosine_fail_below, f"fail < {format_number(t.cosine_fail_below)}"),
-                                         (t.cosine_suspect_below, f"{format_number(t.cosine_suspect_below)}")]))
-    else:
-        key = select_error_metric(comparison)
-        panels.append((key, True, [(t.max_abs_err_fail_above, f"fail > {format_number(t.max_abs_err_fail_above)}")]))
-    panels.append((select_relative_metric(comparison), True, []))
+    panels = _plot_data(comparison, facts).panels
     panel_h, gap, top0 = 170, 34, 48
     height = top0 + len(panels) * panel_h + (len(panels) - 1) * gap + _BOTTOM
     parts = _svg_open("plot-trace", height, title)
     drawn = 0
-    for k, (key, log, guides) in enumerate(panels):
-        points = _points(comparison, key, facts)
-        drawn += len(points[0])
+    for k, panel in enumerate(panels):
+        drawn += panel.axis.count
         top = top0 + k * (panel_h + gap)
-        if not points[0]:
-            parts.append(_text(_LEFT, top + panel_h / 2, f"{key}: no row has this metric", extra=' fill="#57606a"'))
+        if not panel.axis.count:
+            parts.append(_text(_LEFT, top + panel_h / 2, f"{panel.key}: no row has this metric",
+                               extra=' fill="#57606a"'))
             continue
-        _trace_panel(parts, points, key, total, top, panel_h, log, guides)
+        _trace_panel(parts, panel, top, panel_h)
     bottom = height - _BOTTOM
     scale = (WIDTH - _LEFT - _RIGHT) / max(total, 1)
     if len(comparison.units) > 1:
@@ -351,18 +498,13 @@ def render_scatter_svg(comparison: Comparison, facts: ReportFacts | None = None)
     Rows sharing a 5-pixel cell are one square, darker the more rows it holds; failing rows are red.
     ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
-    key = select_relative_metric(comparison)
+    data = _plot_data(comparison, facts)
+    key = data.scatter_key
     title = f"{key} against the baseline's L2 norm"
-    cols = _columns(comparison, facts)
-    metric, defined = cols.metric(key)
-    keep = np.flatnonzero(defined & cols.b_has_norm)
-    if not len(keep):
+    if not data.scatter_x.count:
         return _empty("plot-scatter", title, f"no row has both {key} and a recorded baseline norm")
-    norms: list[float] = cols.b_norm[keep].tolist()
-    values: list[float] = metric[keep].tolist()
-    height = 320
-    x_axis = _LogAxis(norms, _LEFT, WIDTH - _LEFT - _RIGHT, flip=False, band=60)
-    y_axis = _LogAxis(values, _TOP, height - _TOP - _BOTTOM, flip=True)
+    height = _SCATTER_HEIGHT
+    x_axis, y_axis = _scatter_axes(data, height)
     parts = _svg_open("plot-scatter", height, title)
     _y_axis(parts, y_axis.ticks(), _LEFT, WIDTH - _RIGHT)
     bottom = height - _BOTTOM
@@ -370,13 +512,8 @@ def render_scatter_svg(comparison: Comparison, facts: ReportFacts | None = None)
         parts.append(f'<line x1="{_fmt(x)}" y1="{_TOP}" x2="{_fmt(x)}" y2="{bottom + 4}" stroke="#d8dee4" '
                      'stroke-width="0.5"/>')
         parts.append(_text(x, bottom + 16, label, "middle"))
-    cell = 5
-    # int(place(...) // cell): numpy's float floor division follows Python's (fmod-based) definition
-    cells_x = np.floor_divide(x_axis.place_all(norms), cell).astype(np.int64)
-    cells_y = np.floor_divide(y_axis.place_all(values), cell).astype(np.int64)
-    bad = cols.failing[keep]
-    cells: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] = (
-        _cell_counts(cells_x[~bad], cells_y[~bad]), _cell_counts(cells_x[bad], cells_y[bad]))
+    cell = _CELL
+    cells = _scatter_cells(comparison, data)
     most = max([*cells[0].values(), *cells[1].values()])
     for layer, color in zip(cells, (_COLOR_ALL, _COLOR_FAIL), strict=True):
         for (cx, cy), n in sorted(layer.items()):
@@ -396,29 +533,21 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
     log axis; the failing rows of each bar are drawn in red; the MaxAbsErr thresholds are marked.
     ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
-    key = select_error_metric(comparison)
+    data = _plot_data(comparison, facts)
+    key = data.histogram_key
     title = f"Histogram of {key} (log axis)"
-    cols = _columns(comparison, facts)
-    metric, defined = cols.metric(key)
-    keep = np.flatnonzero(defined)
-    if not len(keep):
+    hist = data.histogram
+    if not hist.axis.count:
         return _empty("plot-histogram", title, f"no row has {key}")
-    values: list[float] = metric[keep].tolist()
-    axis = _LogAxis(values, 0, 1, flip=False)
+    axis = _LogAxis(hist.axis.positive_range(), 0, 1, flip=False)
     # bins: "0", one per decade [1e(e), 1e(e+1)), "NaN/inf"
     labels = ["0", *(_decade_label(e) for e in range(axis.lo, axis.hi)), "NaN/inf"]
-    v = np.array(values, dtype=np.float64)
-    finite = np.isfinite(v)
-    positive = finite & (v > 0)
-    decades = np.zeros(len(v))
-    decades[positive] = np.floor(list(map(math.log10, v[positive].tolist())))  # math.floor(math.log10(v))
-    bins = 1 + np.minimum(np.maximum(decades - axis.lo, 0), axis.hi - axis.lo - 1)
-    bins[finite & ~positive] = 0
-    bins[~finite] = len(labels) - 1
-    bin_index = bins.astype(np.int64)
-    bad = cols.failing[keep]
-    totals = np.bincount(bin_index, minlength=len(labels)).tolist()
-    failing = np.bincount(bin_index[bad], minlength=len(labels)).tolist()
+    totals = [hist.zeros[0], *([0] * (len(labels) - 2)), hist.nonfinite[0]]
+    failing = [hist.zeros[1], *([0] * (len(labels) - 2)), hist.nonfinite[1]]
+    for decade, (n, n_failing) in hist.decades.items():
+        b = 1 + min(max(decade - axis.lo, 0), axis.hi - axis.lo - 1)  # a decade beyond the axis: its end bar
+        totals[b] += n
+        failing[b] += n_failing
     height = 260
     plot_w = WIDTH - _LEFT - _RIGHT
     plot_h = height - _TOP - _BOTTOM
@@ -427,11 +556,11 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
     parts = _svg_open("plot-histogram", height, title)
     bottom = height - _BOTTOM
     for k in range(5):
-        n = most * k / 4
+        tick = most * k / 4
         y = bottom - plot_h * k / 4
         parts.append(f'<line x1="{_LEFT - 4}" y1="{_fmt(y)}" x2="{WIDTH - _RIGHT}" y2="{_fmt(y)}" stroke="#d8dee4" '
                      'stroke-width="0.5"/>')
-        parts.append(_text(_LEFT - 6, y + 4, f"{n:.0f}" if most >= 4 or k in (0, 4) else "", "end"))
+        parts.append(_text(_LEFT - 6, y + 4, f"{tick:.0f}" if most >= 4 or k in (0, 4) else "", "end"))
     for b, label in enumerate(labels):
         x = _LEFT + b * bar_w
         for count, color, cls in ((totals[b], _COLOR_ALL, "bar"), (failing[b], _COLOR_FAIL, "bar-fail")):

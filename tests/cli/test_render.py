@@ -212,20 +212,20 @@ def test_numbers_beyond_64_bits_compare_and_render_byte_for_byte(compared, tmp_p
 def test_a_failed_write_never_leaves_an_earlier_saved_comparison_beside_new_reports(compared, tmp_path, capsys,
                                                                                     monkeypatch):
     import msprobe_cmp.cli as cli
-    from msprobe_cmp.dump.writer import write_atomic
 
+    fill_temp = cli._fill_temp
     out = tmp_path / "out"
     shutil.copytree(compared, out)
     before = _files(out)
     calls = []
 
-    def failing_second(path, write, **kw):  # the disk fills while the second report is written
+    def failing_second(path, write):  # the disk fills while the second report is written
         calls.append(path)
         if len(calls) == 2:
             raise OSError(28, "No space left on device", str(path))
-        return write_atomic(path, write, **kw)
+        return fill_temp(path, write)
 
-    monkeypatch.setattr(cli, "write_atomic", failing_second)
+    monkeypatch.setattr(cli, "_fill_temp", failing_second)
     code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)
     assert code == 2 and "No space left on device" in err
     assert _files(out) == before  # no report replaced: the earlier reports and their saved comparison, as they were
@@ -266,3 +266,70 @@ def test_cells_whose_construct_json_parents_form_a_cycle_render(tmp_path, capsys
     r_code, _, r_err = _run(["render", tmp_path / "out", "-o", tmp_path / "rendered"], capsys)
     assert (r_code, r_err) == (code, "")
     assert _files(tmp_path / "rendered") == _files(tmp_path / "out")
+
+
+def _tree(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def split(monkeypatch):
+    """Pages of at most 10 rows: the fixtures' two-step comparison gets an aggregate report.html and a page per
+    step."""
+    import msprobe_cmp.reports.html as html
+
+    monkeypatch.setattr(html, "PAGE_ROWS", 10)
+
+
+def test_render_reproduces_the_units_pages_of_a_split_comparison(split, tmp_path, capsys):
+    code, stdout, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", tmp_path / "out"], capsys)
+    assert code in (0, 1) and err == ""
+    assert f"each unit's rows: {tmp_path / 'out' / 'report_units'}{os.sep}" in stdout.splitlines()
+    written = _tree(tmp_path / "out")
+    assert set(written) == {*OUTPUT_FILES, "report_units/step0_rank.html", "report_units/step1_rank.html"}
+    assert b'href="report_units/step1_rank.html"' in written["report.html"]
+    assert b'href="../report.html"' in written["report_units/step0_rank.html"]
+    r_code, _, r_err = _run(["render", tmp_path / "out", "-o", tmp_path / "rendered"], capsys)
+    assert (r_code, r_err) == (code, "")
+    assert _tree(tmp_path / "rendered") == written  # byte for byte, the units' pages included
+
+
+def test_pages_of_units_an_earlier_comparison_had_are_removed(split, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    argv = [FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"]
+    _run(argv, capsys)
+    (out / "report_units" / "step7_rank.html").write_text("a page of an earlier comparison's unit")
+    (out / "report_units" / "notes.txt").write_text("not a page: kept")
+    _run(argv, capsys)
+    assert sorted(p.name for p in (out / "report_units").iterdir()) == ["notes.txt", "step0_rank.html",
+                                                                       "step1_rank.html"]
+    (out / "report_units" / "notes.txt").unlink()
+    monkeypatch.undo()  # one page again: the earlier pages go, and their directory
+    code, _, err = _run(argv, capsys)
+    assert code in (0, 1) and err == ""
+    assert set(_tree(out)) == set(OUTPUT_FILES) and not (out / "report_units").exists()
+    code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out], capsys)
+    assert code == 2 and "already exists" in err
+
+
+def test_a_failed_units_page_replaces_nothing_and_leaves_no_directory(tmp_path, capsys, monkeypatch):
+    import msprobe_cmp.cli as cli
+    import msprobe_cmp.reports.html as html
+
+    out = tmp_path / "out"
+    code, _, _ = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out], capsys)  # one page
+    before = _tree(out)
+    assert set(before) == set(OUTPUT_FILES)
+    monkeypatch.setattr(html, "PAGE_ROWS", 10)
+    fill_temp = cli._fill_temp
+
+    def failing_unit_page(path, write):  # the disk fills while the second unit's page is written
+        if path.name == "step1_rank.html":
+            raise OSError(28, "No space left on device", str(path))
+        return fill_temp(path, write)
+
+    monkeypatch.setattr(cli, "_fill_temp", failing_unit_page)
+    code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)
+    assert code == 2 and "No space left on device" in err
+    assert _tree(out) == before and not (out / "report_units").exists()
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temporary file left

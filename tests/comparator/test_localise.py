@@ -289,3 +289,33 @@ def test_cancellation_amplifies_the_relative_error_without_adding_any(tmp_path: 
     assert out.metric("MaxAbsErr") == pytest.approx(inp.metric("MaxAbsErr"))  # the same absolute error ...
     assert out.metric("MaxAbsErr") / 0.01 > 100 * inp.metric("MaxAbsErr") / 100  # ... far larger relative
     assert c.likely_origin is None and out.verdict == "pass"
+
+
+def test_a_backward_reads_the_error_of_a_forward_that_did_not_jump(tmp_path: Path):
+    # An error of 1e-2 enters at the first call; the tanh forward after it carries 1e-3 in and out (no jump: nothing
+    # happens there), and its backward's output is 5e-2 off although the gradient it receives is exact.  What that
+    # backward is judged against is what its forward's rows carried (their largest error), not the 1e-2 carried by
+    # then, nor the 0 of its exact input.
+    y = RNG.standard_normal((4, 8)).astype(np.float32)
+    y_a = (y * np.float32(1.01)).astype(np.float32)
+    x_a = (X * np.float32(1.001)).astype(np.float32)
+    g = np.ones_like(X)
+    grad_b = (1 - np.tanh(X) ** 2).astype(np.float32)
+    grad_a = ((1 - np.tanh(x_a) ** 2) * np.float32(1.05)).astype(np.float32)
+    a = {"Torch.exp.0.forward": {"input_args": [y_a], "output": [np.exp(y_a)]},
+         "Torch.tanh.0.forward": {"input_args": [x_a], "output": [np.tanh(x_a)]},
+         "Torch.tanh.0.backward": {"input_args": [g], "output": [grad_a]}}
+    b = {"Torch.exp.0.forward": {"input_args": [y], "output": [np.exp(y)]},
+         "Torch.tanh.0.forward": {"input_args": [X], "output": [np.tanh(X)]},
+         "Torch.tanh.0.backward": {"input_args": [g], "output": [grad_b]}}
+    write(tmp_path / "a", a)
+    write(tmp_path / "b", b)
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    jumps = [(u.rows[j.row].name, j) for u in c.units for j in u.jumps]
+    assert [name for name, _ in jumps] == ["Torch.exp.0.forward.input.0", "Torch.tanh.0.backward.output.0"]
+    forward_error = max(rel(x_a, X), rel(np.tanh(x_a), np.tanh(X)))
+    assert 1e-2 > 10 * forward_error  # the forward carries less than what came before it: it does not jump
+    _, backward = jumps[1]
+    assert backward.kind == "computed"
+    assert backward.error_in == pytest.approx(forward_error, rel=1e-9)
+    assert backward.error_out == pytest.approx(rel(grad_a, grad_b), rel=1e-9)

@@ -60,8 +60,8 @@ def test_scanned_cross_framework_with_a_mapping_file(tmp_path: Path) -> None:
 
 
 def test_spooled_rows_read_as_the_rows_in_memory(tmp_path: Path) -> None:
-    """With a spool directory, each unit's rows are kept in a file there and read back as they were: the comparison
-    equals the one held in memory, and at most CACHED_UNITS tables are loaded at once."""
+    """With a spool directory, each unit's rows and parent chains are kept in a file there and read back as they
+    were: the comparison equals the one held in memory, and at most CACHED_UNITS tables are loaded at once."""
     from msprobe_cmp.comparator import spool as spool_module
 
     a = _side(tmp_path / "A", 1.001, extra_rank=True)
@@ -70,6 +70,7 @@ def test_spooled_rows_read_as_the_rows_in_memory(tmp_path: Path) -> None:
     (tmp_path / "spool").mkdir()
     spooled = compare(scan_dump(a), scan_dump(b), CompareOptions(spool=tmp_path / "spool"))
     assert all(isinstance(u.rows, spool_module.SpooledRows) for u in spooled.units)
+    assert all(isinstance(u.parent_chains, spool_module.SpooledChains) for u in spooled.units)
     (own,) = (tmp_path / "spool").iterdir()  # the comparison's own directory
     assert sorted(p.name for p in own.iterdir()) == [f"unit{k:07d}.pkl" for k in range(3)]
     assert spooled == loaded
@@ -79,7 +80,10 @@ def test_spooled_rows_read_as_the_rows_in_memory(tmp_path: Path) -> None:
     for u, v in zip(spooled.units, loaded.units, strict=True):
         assert len(u.rows) == len(v.rows) and list(u.rows) == list(v.rows)
         assert u.rows.verdict_counts() == v.rows.verdict_counts()
-    assert len(spool_module._loaded) <= spool_module.CACHED_UNITS
+        assert dict(u.parent_chains) == dict(v.parent_chains) and len(u.parent_chains) == len(v.parent_chains)
+        assert all(u.parent_chains.get(e) == c for e, c in v.parent_chains.items())
+    assert sum(len(v.parent_chains) for v in loaded.units) > 0  # the chains compared are not all empty
+    assert len(spool_module._loaded) <= spool_module.CACHED_UNITS and len(spool_module._chains) <= 2
 
 
 def test_a_dump_file_of_another_name_is_the_one_the_worker_reads(tmp_path: Path) -> None:

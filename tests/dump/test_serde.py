@@ -9,6 +9,7 @@ import pytest
 
 from msprobe_cmp.dump.schema import DumpMeta, Entry, JsonObject, Map, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.dump.serde import (
+    entries_from_json,
     entry_from_json,
     entry_to_json,
     meta_from_json,
@@ -112,3 +113,59 @@ def test_meta_requires_task():
     with pytest.raises(DumpFormatError, match="task"):
         meta_from_json({"data": {}}, "dump.json")
     assert meta_from_json({"task": "statistics", "data": {}}, "d").framework == "unknown"
+
+
+def _counted(shape: list[int], **counts: object) -> dict[str, object]:
+    return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": shape, "Max": 1.0, "Min": 0.0, "Mean": 0.5,
+            "Norm": 1.0, **counts}
+
+
+@pytest.mark.parametrize(("shape", "counts", "expected", "invalid"), [
+    ([4], {"nan_count": 0, "pos_inf_count": 3, "neg_inf_count": 0}, (0, 3, 0), False),
+    ([2], {"nan_count": 0, "pos_inf_count": 3, "neg_inf_count": 0}, None, True),  # 3 of 2 elements
+    ([4], {"nan_count": 1, "pos_inf_count": 0, "neg_inf_count": 0}, (1, 0, 0), False),
+    ([], {"nan_count": 1, "pos_inf_count": 0, "neg_inf_count": 0}, (1, 0, 0), False),  # 0-d: one element
+    ([], {"nan_count": 2, "pos_inf_count": 0, "neg_inf_count": 0}, None, True),
+    ([0, 3], {"nan_count": 0, "pos_inf_count": 0, "neg_inf_count": 0}, (0, 0, 0), False),
+    ([3], {"nan_count": -1, "pos_inf_count": 0, "neg_inf_count": 0}, None, True),
+    ([3], {"nan_count": 0, "pos_inf_count": 0}, None, True),  # one count missing
+    ([3], {"nan_count": 1.0, "pos_inf_count": 0, "neg_inf_count": 0}, (1, 0, 0), False),  # an integral float
+    ([3], {"nan_count": True, "pos_inf_count": 0, "neg_inf_count": 0}, None, True),
+    ([3], {"pos_inf_count": 2, "nan_count": 0, "neg_inf_count": 1}, (0, 2, 1), False),  # another key order
+    ([3], {"other": 7}, None, False),
+])
+def test_nonfinite_counts_of_leaves_read_from_a_dump(shape, counts, expected, invalid):
+    # Every leaf of one file, with counts the reader shares between leaves of other sizes before and after it: each
+    # leaf's counts are its own (they depend on its number of elements), and the same as a leaf built by hand.
+    sizes = [[1], [2], [3], [4], [100], shape, [1], [4]]
+    data = {f"Functional.f.{k}.forward": {"input_args": [_counted(s, **counts)], "input_kwargs": {}, "output": []}
+            for k, s in enumerate(sizes)}
+    entries = entries_from_json(json.loads(json.dumps(data)), "dump.json")
+    leaf = entries[5].fields[0][1].items[0]
+    assert leaf.nonfinite_counts == expected
+    assert leaf.has_invalid_nonfinite_counts is invalid
+    by_hand = TensorLeaf("torch.Tensor", "torch.float32", tuple(shape), 1.0, 0.0, 0.5, 1.0,
+                         extra=tuple(counts.items()))
+    assert leaf == by_hand and by_hand.nonfinite_counts == expected
+    for entry, size in zip(entries, sizes, strict=True):
+        other = entry.fields[0][1].items[0]
+        numel = math.prod(size)
+        values = [counts.get(k) for k in ("nan_count", "pos_inf_count", "neg_inf_count")]
+        fits = all(type(v) in (int, float) and v == int(v) and 0 <= v <= numel for v in values)
+        assert other.nonfinite_counts == (tuple(int(v) for v in values) if fits else None)
+
+
+def test_leaf_paths_of_long_and_nested_lists():
+    # Lists longer than the shared path tuples kept (1024 items), nested lists and objects, the same list length
+    # under two heads: every leaf's path spelled out here.
+    leaf = TensorLeaf("torch.Tensor", "torch.float32", (1,), 1.0, 1.0, 1.0, 1.0)
+    long = Seq(tuple(leaf for _ in range(2000)))
+    nested = Seq((leaf, Seq((leaf, Map((("k", Seq((leaf, leaf))),)))), None))
+    entry = Entry.forward("Functional.f.0.forward", long, Map((("x", nested),)), Seq((leaf, leaf, leaf)))
+    paths = [p for p, _ in entry.leaves()]
+    want = ([f"input.{i}" for i in range(2000)]
+            + ["kwargs.x.0", "kwargs.x.1.0", "kwargs.x.1.1.k.0", "kwargs.x.1.1.k.1", "kwargs.x.2"]
+            + ["output.0", "output.1", "output.2"])
+    assert paths == want
+    again = Entry.forward("Functional.f.1.forward", long, Map(), Seq((leaf, leaf, leaf)))
+    assert [p for p, _ in again.leaves()] == [f"input.{i}" for i in range(2000)] + ["output.0", "output.1", "output.2"]

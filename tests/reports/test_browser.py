@@ -240,7 +240,7 @@ def test_100k_rows_stay_responsive(driver, tmp_path):
     total = sum(len(u.rows) for u in c.units)
     assert total == 100_040
     start = time.perf_counter()
-    html = render_html(c)
+    html = render_html(c, page_rows=total)  # one page holding every row (the default limit splits beyond 100,000)
     render_s = time.perf_counter() - start
     page = tmp_path / "report-100k.html"
     page.write_text(html, encoding="utf-8")
@@ -281,6 +281,67 @@ def test_100k_rows_stay_responsive(driver, tmp_path):
     _screenshot(driver, tmp_path, "report-100k.png")
     print(f"100k rows: render {render_s:.1f}s, {size_mb:.1f} MB, load {load_s:.1f}s, filter {filter_s:.2f}s, "
           f"sort {sort_s:.2f}s, verdict filter {verdict_s:.2f}s")
+
+
+def test_split_report_and_a_units_page_in_chromium(driver, tmp_path, monkeypatch):
+    """Beyond PAGE_ROWS rows report.html is an aggregate page without row data; its links open each unit's own page
+    at the row, which links back."""
+    import msprobe_cmp.reports.html as html
+    from msprobe_cmp.cli import write_reports
+
+    a, b = _write_pair(tmp_path / "dumps", 300, evil=True)
+    small = compare(load_dump(a), load_dump(b))
+    (unit,) = small.units
+    units = tuple(
+        replace(unit, unit_a=replace(unit.unit_a, step=k, label=f"step{k}/rank"),
+                unit_b=replace(unit.unit_b, step=k, label=f"step{k}/rank"))
+        for k in range(3)
+    )
+    c = replace(small, units=units, counts=tuple((k, 3 * n) for k, n in small.counts),
+                verdict_counts=tuple((k, 3 * n) for k, n in small.verdict_counts))
+    monkeypatch.setattr(html, "PAGE_ROWS", 2 * len(unit.rows))
+    out = tmp_path / "out"
+    write_reports(c, out)
+    pages = ["step0_rank.html", "step1_rank.html", "step2_rank.html"]
+    assert sorted(p.name for p in (out / "report_units").iterdir()) == pages
+
+    driver.get((out / "report.html").as_uri())
+    _wait(driver, lambda: driver.execute_script("return document.readyState") == "complete", 30)
+    assert _errors(driver) == []
+    assert driver.execute_script("return window.__pwned === undefined")
+    assert driver.execute_script("return document.getElementById('rows') === null")  # no row table here
+    assert driver.execute_script(
+        "return Array.from(document.querySelectorAll('a.unit-page')).map(function (a) { return a.getAttribute('href'); })"
+    ) == [f"report_units/{p}" for p in pages] * 2  # the pairing table and the list under "Entries"
+    for svg in ("plot-trace", "plot-scatter", "plot-histogram"):
+        size = driver.execute_script(f"var r = document.getElementById('{svg}').getBoundingClientRect(); return [r.width, r.height];")
+        assert size[0] > 300 and size[1] > 100, svg
+    assert driver.execute_script("return document.querySelectorAll('#largest a.rowlink').length") > 0
+    _screenshot(driver, tmp_path, "report-split.png")
+
+    # the first divergent row's link opens its unit's page at the row, expanded
+    ref = c.first_divergent
+    driver.find_element("css selector", "table.kv a.rowlink").click()
+    _wait(driver, lambda: driver.current_url.endswith(f"/report_units/step{ref.unit}_rank.html#row-0-{ref.row}"), 30)
+    _wait(driver, lambda: driver.execute_script(
+        f"var tr = document.getElementById('row-0-{ref.row}'); return !!tr && tr.classList.contains('target');"), 30)
+    n = len(unit.rows)
+    assert _shown(driver) == f"{n} of {n} rows shown"
+    assert driver.find_element("css selector", "#rows-body tr.detail").text.count("A (target)") == 1
+    assert driver.execute_script("return window.__pwned === undefined")
+    assert _errors(driver) == []
+    _screenshot(driver, tmp_path, "report-unit-page.png")
+
+    # back to the summary, then another unit's page from the pairing table
+    driver.find_element("id", "back-link").click()
+    _wait(driver, lambda: driver.current_url.endswith("/out/report.html"), 30)
+    driver.find_element("css selector", "a.unit-page[href='report_units/step2_rank.html']").click()
+    _wait(driver, lambda: driver.current_url.endswith("/report_units/step2_rank.html"), 30)
+    _wait(driver, lambda: driver.execute_script(
+        "var e = document.getElementById('shown'); return !!e && e.textContent !== '';"), 30)
+    assert _shown(driver) == f"{n} of {n} rows shown"
+    assert "Unit 3 of 3" in driver.find_element("id", "back").text
+    assert _errors(driver) == []
 
 
 def _write_tensor_pair(root: Path) -> tuple[Path, Path]:

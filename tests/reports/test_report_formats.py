@@ -28,7 +28,7 @@ from msprobe_cmp.comparator.rowtable import RowTable
 from msprobe_cmp.dump import DumpMeta, Entry, Map, RankDump, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.reports import common, plots, render_csv, render_json, render_junit, render_markdown
 from msprobe_cmp.reports.html import build_page_data, page_numbers
-from msprobe_cmp.reports.tables import CSV_COLUMNS, _csv_row, _json_document, render_json_utf8
+from msprobe_cmp.reports.tables import CSV_COLUMNS, _csv_row, render_json_utf8
 
 
 def t(mx=1.0, mn=-1.0, mean=0.0, norm=2.0, shape=(4,), dtype="Float32", md5=None):
@@ -244,9 +244,7 @@ def test_junit_small_by_hand():
 # ------------------------------------------------------------------ JSON
 
 
-def test_json_equals_the_plain_document(nasty):
-    plain = json.dumps(_json_document(nasty), allow_nan=False, ensure_ascii=False)
-    assert json.loads(render_json(nasty)) == json.loads(plain)
+def test_json_rows_spell_sides_and_nonfinite_statistics(nasty):
     doc = json.loads(render_json(nasty))
     side = doc["units"][0]["rows"][0]["a"]
     assert list(side) == ["kind", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "value"]
@@ -277,15 +275,39 @@ def test_log_axis_bulk_placement_equals_one_by_one(values, flip):
     assert all(_same(b, axis.place(v)) for b, v in zip(bulk, values, strict=True))
 
 
-def test_column_marks_and_cell_counts_equal_a_loop():
+@pytest.mark.parametrize("log", [True, False])
+def test_column_marks_from_extremes_equal_placing_every_value(log):
+    """The trace's strokes are placed from each pixel column's extremes, gathered a batch at a time: the same
+    pixels as placing every value one by one and taking each column's lowest and highest."""
     rs = np.random.RandomState(3)
     xs = rs.randint(78, 90, 500)
-    ys = rs.standard_normal(500) * 50
+    vs = np.exp(rs.standard_normal(500) * 8) * rs.choice([1.0, -1.0], 500)
+    vs[rs.randint(0, 500, 40)] = 0.0
+    vs[rs.randint(0, 500, 20)] = np.nan
+    vs[rs.randint(0, 500, 20)] = np.inf
+    xs[:30], vs[:30] = 95, np.nan  # a column holding only non-finite values
+    axis = plots._LogAxis(vs.tolist(), 26.0, 170.0, flip=True)
+
+    def linear(v):  # any monotone placement with a band for non-finite values
+        out = 100.0 - np.minimum(np.maximum(np.asarray(v, dtype=np.float64), -5.0), 5.0) * 3.0
+        out[~np.isfinite(np.asarray(v, dtype=np.float64))] = 7.0
+        return out
+
+    place_all = axis.place_all if log else linear
     expected: dict[int, tuple[float, float]] = {}
-    for x, y in zip(xs.tolist(), ys.tolist(), strict=True):
+    for x, v in zip(xs.tolist(), vs.tolist(), strict=True):
+        y = axis.place(v) if log else float(linear(np.array([v]))[0])
         old = expected.get(x)
         expected[x] = (y, y) if old is None else (min(old[0], y), max(old[1], y))
-    assert plots._column_marks(xs, ys) == dict(sorted(expected.items()))
+    ext = plots._Extremes(plots.WIDTH)
+    for part in np.array_split(np.arange(500), 7):  # in batches, as unit after unit
+        ext.add(xs[part], vs[part])
+    assert ext.count == 500
+    assert ext.marks(log, place_all) == dict(sorted(expected.items()))
+
+
+def test_cell_counts_equal_a_loop():
+    rs = np.random.RandomState(3)
     cx, cy = rs.randint(-3, 40, 500), rs.randint(5, 60, 500)
     counts = plots._cell_counts(cx, cy)
     assert counts == dict(sorted(Counter(zip(cx.tolist(), cy.tolist(), strict=True)).items()))

@@ -174,6 +174,8 @@ class SpooledChains(Mapping[str, tuple[str, ...]]):
         return self.load()[entry]
 
     def get(self, entry: str, default: Any = None) -> Any:
+        """``entry``'s enclosing cells, innermost first, or ``default`` when the unit has no such entry (one dict
+        lookup on the loaded chains, not :class:`~collections.abc.Mapping`'s ``__getitem__`` and ``KeyError``)."""
         return self.load().get(entry, default)
 
     def __iter__(self) -> Iterator[str]:

@@ -260,12 +260,6 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
 
     def then() -> None:
         paths["saved"].unlink(missing_ok=True)
-        if pages_dir.is_dir() and not pages_dir.is_symlink():
-            for old in pages_dir.glob("*.html"):  # an earlier comparison's pages of units this one does not have
-                if old.name not in keep:
-                    old.unlink(missing_ok=True)
-            if not keep and not any(pages_dir.iterdir()):
-                pages_dir.rmdir()
 
     _write_together([
         (paths["saved"], lambda fh: write_saved(fh, comparison)),  # replaced last (the first written replaces last)
@@ -276,9 +270,30 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
         (paths["markdown"], lambda fh: _write_text(fh, [render_markdown(comparison, facts=facts)])),
         *((out / path, lambda fh, pieces=pieces: _write_text(fh, pieces())) for path, pieces in unit_pages),
     ], then)
+    _remove_stale_pages(pages_dir, keep)
     if unit_pages:
         paths["unit_pages"] = pages_dir
     return paths
+
+
+def _remove_stale_pages(pages_dir: Path, keep: set[str]) -> None:
+    """Once the new reports replaced theirs: remove the pages in ``pages_dir`` (``OUT/report_units``) of an earlier
+    comparison's units that are not in ``keep`` (this comparison's page names), and the directory when it is left
+    empty.  Best effort: a page that cannot be removed stays (report.html no longer links it); nothing is removed
+    through a symlinked directory."""
+    if not pages_dir.is_dir() or pages_dir.is_symlink():
+        return
+    for old in pages_dir.glob("*.html"):  # an earlier comparison's pages of units this one does not have
+        if old.name not in keep:
+            try:
+                old.unlink(missing_ok=True)
+            except OSError:
+                pass
+    try:
+        if not keep and not any(pages_dir.iterdir()):
+            pages_dir.rmdir()
+    except OSError:
+        pass
 
 
 def _write_text(fh: BinaryIO, pieces: Iterable[str]) -> None:
@@ -307,6 +322,24 @@ def _fill_temp(path: Path, write: Callable[[BinaryIO], object]) -> str:
     return tmp
 
 
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while the block runs (the few ``os.replace`` calls that put the reports in place), so
+    an interrupt cannot leave some reports of this comparison beside others of an earlier one: a signal that came
+    meanwhile is delivered when the block ends.  Outside the main thread, or without ``pthread_sigmask``, nothing is
+    held."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], then: Callable[[], object]) -> None:
     """Write each ``(path, write)`` of ``files`` atomically, none replacing its file before all were written: each
     ``write(fh)`` fills a temporary file beside its path (:func:`_fill_temp`), one after the other (one file open at
@@ -324,10 +357,11 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
         for path, write in files:
             temps.append((_fill_temp(path, write), path))
         then()
-        while temps:
-            tmp, path = temps[-1]
-            os.replace(tmp, path)
-            temps.pop()
+        with _interrupts_held():
+            while temps:
+                tmp, path = temps[-1]
+                os.replace(tmp, path)
+                temps.pop()
     except BaseException:
         for tmp, _ in temps:
             Path(tmp).unlink(missing_ok=True)

@@ -27,6 +27,7 @@ outside the row table (largest disagreements, first divergent / failing row, "No
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 import secrets
@@ -280,12 +281,28 @@ class _Strings:
         return k
 
 
+#: At most this many bytes of a unit page's file name before ``.html`` (file systems allow 255 bytes a name, and
+#: the temporary file written first adds ``.`` and ``.<8 random characters>.tmp``).
+PAGE_NAME_BYTES = 200
+
+
+def _page_name(label: str) -> str:
+    """``label`` as a file name: every character other than ``A-Z a-z 0-9 . _ -`` written as ``_``, no leading
+    ``.`` or ``-`` (a name a shell would read as an option), at most :data:`PAGE_NAME_BYTES` bytes (a longer one is
+    cut and ends with ``~`` and 8 hex digits of its SHA-256, so two long labels stay apart)."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", label).lstrip(".-").rstrip(".") or "unit"
+    if len(name) > PAGE_NAME_BYTES:
+        digest = hashlib.sha256(name.encode("ascii")).hexdigest()[:8]
+        name = f"{name[:PAGE_NAME_BYTES - 9]}~{digest}"
+    return name
+
+
 def unit_page_paths(comparison: Comparison, page_rows: int | None = None) -> list[str]:
     """The units' own pages of ``comparison``, one path per unit in unit order, relative to the output directory
     (``"report_units/step0_rank3.html"``: :data:`UNIT_PAGES_DIR`, the unit's A label, and its B label when it
-    differs, with every character other than ``A-Z a-z 0-9 . _ -`` written as ``_``; a name taken by an earlier
-    unit, ignoring case, gets ``-<unit index>``); ``[]`` when report.html holds every row: one unit, or at most
-    ``page_rows`` rows in all (default :data:`PAGE_ROWS`).  Read from the units' lengths only."""
+    differs, as a file name (:func:`_page_name`); a name taken by an earlier unit, ignoring case, gets ``-<unit
+    index>``, and ``-<unit index>-<k>`` for the first k that is free); ``[]`` when report.html holds every row: one
+    unit, or at most ``page_rows`` rows in all (default :data:`PAGE_ROWS`).  Read from the units' lengths only."""
     limit = PAGE_ROWS if page_rows is None else page_rows
     units = comparison.units
     if len(units) < 2 or sum(len(u.rows) for u in units) <= limit:
@@ -294,9 +311,13 @@ def unit_page_paths(comparison: Comparison, page_rows: int | None = None) -> lis
     taken: set[str] = set()
     for ui, u in enumerate(units):
         label = u.unit_a.label if u.unit_a.label == u.unit_b.label else f"{u.unit_a.label}_vs_{u.unit_b.label}"
-        name = re.sub(r"[^A-Za-z0-9._-]", "_", label).strip(".") or "unit"
+        name = _page_name(label)
         if name.casefold() in taken:
-            name = f"{name}-{ui}"
+            base, k = f"{name}-{ui}", 0
+            name = base
+            while name.casefold() in taken:
+                k += 1
+                name = f"{base}-{k}"
         taken.add(name.casefold())
         paths.append(f"{UNIT_PAGES_DIR}/{name}.html")
     return paths

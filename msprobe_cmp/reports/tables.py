@@ -722,11 +722,19 @@ def _text(value: object) -> str:
     return "" if value is None else neutralize_cell(str(value))
 
 
+#: The text of an integer, as ``repr`` writes one.
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
+
+
 def _value_cell(dtype: str | None, value: str | None) -> str:
     """A non-tensor value (its type name and ``repr`` text) as a CSV cell: a number as the csv module writes it
-    (``str`` of the int, ``repr`` of the float), anything else as neutralised text."""
+    (``str`` of the int, exact at any size, for an integer type: ``int``, ``int*``, ``numpy.int*``, ``numpy.uint*``;
+    ``repr`` of the float otherwise), anything else as neutralised text."""
     if value is None:
         return ""
+    if dtype is not None and _INTEGER_TEXT.fullmatch(value) and (
+            dtype == "int" or dtype.startswith(("int", "numpy.int", "numpy.uint"))):
+        return str(int(value))
     if dtype in ("int", "float", "bool") or (dtype or "").startswith(("numpy.", "float", "int")):
         try:
             number = float(value)

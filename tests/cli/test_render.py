@@ -333,3 +333,46 @@ def test_a_failed_units_page_replaces_nothing_and_leaves_no_directory(tmp_path, 
     assert code == 2 and "No space left on device" in err
     assert _tree(out) == before and not (out / "report_units").exists()
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_a_stale_page_that_cannot_be_removed_costs_nothing_of_the_new_reports(split, tmp_path, capsys):
+    """An earlier comparison's page that cannot be removed (here a directory named like a page) does not stop the
+    new reports: they and the saved comparison are all written, render reproduces them, and the page stays."""
+    out = tmp_path / "out"
+    argv = [FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"]
+    _run(argv, capsys)
+    (out / "report_units" / "zz.html").mkdir()
+    (out / "report_units" / "zz.html" / "inside").write_text("x")
+    code, _, err = _run(argv, capsys)
+    assert code in (0, 1) and err == ""
+    assert (out / "comparison-data.npz").is_file() and (out / "report_units" / "zz.html" / "inside").is_file()
+    r_code, _, _ = _run(["render", out, "-o", tmp_path / "rendered"], capsys)
+    assert r_code == code
+    written = {k: v for k, v in _tree(out).items() if not k.startswith("report_units/zz.html")}
+    assert _tree(tmp_path / "rendered") == written
+
+
+def test_interrupts_are_held_while_the_reports_replace_theirs(compared, tmp_path, capsys, monkeypatch):
+    """SIGINT raised while the files replace theirs arrives after the last one: every report and the saved file
+    are the new comparison's (render reproduces them), and the command stops with exit 130."""
+    import signal
+
+    import msprobe_cmp.cli as cli
+
+    out = tmp_path / "out"
+    calls = []
+    real_replace = os.replace
+
+    def replace_then_interrupt(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            signal.raise_signal(signal.SIGINT)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(cli.os, "replace", replace_then_interrupt)
+    code = cli.main([str(FIXTURES / "statistics_b"), str(FIXTURES / "statistics_a"), "-o", str(out)])
+    assert code == 130 and "interrupted" in capsys.readouterr().err
+    assert len(calls) == len(OUTPUT_FILES)  # every file was replaced before the interrupt was delivered
+    monkeypatch.undo()
+    r_code, _, _ = _run(["render", out, "-o", tmp_path / "rendered"], capsys)
+    assert r_code in (0, 1) and _tree(tmp_path / "rendered") == _tree(out)

@@ -383,3 +383,20 @@ def test_an_orjson_spelling_other_spans_otherwise_is_not_used(monkeypatch):
         assert not tables._orjson_spells_as_expected()
     finally:
         tables._orjson_spells_as_expected.cache_clear()
+
+
+@pytest.mark.parametrize(("dtype", "value", "cell"), [
+    ("int", "12345678901234567890", "12345678901234567890"),  # beyond float64's 2**53: exact, not ...7168
+    ("int", "9007199254740993", "9007199254740993"),
+    ("int", str(10**400), str(10**400)),  # not inf
+    ("int", "-3", "-3"),
+    ("numpy.int64", "7", "7"),
+    ("numpy.uint8", "255", "255"),
+    ("float", "0.1", "0.1"),
+    ("numpy.float32", "7", "7.0"),  # a float type's integral value stays a float
+    ("int", "1.5", "1.5"),
+    ("bool", "True", "True"),
+    (None, None, ""),
+])
+def test_value_cells_keep_integers_exact(dtype, value, cell):
+    assert tables._value_cell(dtype, value) == cell

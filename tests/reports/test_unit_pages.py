@@ -78,6 +78,30 @@ def test_unit_page_names_are_file_safe_and_distinct(c):
         "report_units/x_y.html", "report_units/x_y-1.html", "report_units/X_Y_vs_other_b.html"]
 
 
+def test_unit_page_names_fit_a_file_system_and_never_repeat(c):
+    """A suffixed name that an earlier label already spells gets a further suffix; a long label is cut to
+    PAGE_NAME_BYTES and ends with 8 hex digits of its SHA-256; no name starts with '-' or '.'."""
+    import hashlib
+
+    from msprobe_cmp.reports.html import PAGE_NAME_BYTES
+
+    def paths(*labels: str) -> list[str]:
+        units = tuple(replace(u, unit_a=replace(u.unit_a, label=la), unit_b=replace(u.unit_b, label=la))
+                      for u, la in zip(c.units, labels, strict=True))
+        return unit_page_paths(replace(c, units=units), page_rows=1)
+
+    assert paths("a", "a-2", "a") == ["report_units/a.html", "report_units/a-2.html", "report_units/a-2-1.html"]
+    assert paths("a", "a-2", "A") == ["report_units/a.html", "report_units/a-2.html", "report_units/A-2-1.html"]
+    long = "step" + "9" * 300 + "/rank"
+    cut = "step" + "9" * (PAGE_NAME_BYTES - 9 - 4)
+    digest = hashlib.sha256(("step" + "9" * 300 + "_rank").encode()).hexdigest()[:8]
+    got = paths(long + "0", long + "1", "-x/.y")
+    assert got[0] == f"report_units/{cut}~{hashlib.sha256(('step' + '9' * 300 + '_rank0').encode()).hexdigest()[:8]}.html"
+    assert got[1].startswith(f"report_units/{cut}~") and got[1] != got[0] and digest not in got[1]
+    assert all(len(g.split("/")[1]) == PAGE_NAME_BYTES + 5 for g in got[:2])
+    assert got[2] == "report_units/x_.y.html"
+
+
 def _row_links(page: str) -> list[str]:
     return re.findall(r'href="([^"]*#row-\d+-\d+)"', page)
 

@@ -376,20 +376,28 @@ def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
 
 
 def likely_origin(units: tuple[UnitComparison, ...]) -> LikelyOrigin | None:
-    """The first jump of the first unit (in unit order) that has one, with its cell and the arguments that differ
-    at its call and its cell (:mod:`msprobe_cmp.comparator.localise`); None when no row's error jumps."""
-    for i, u in enumerate(units):
-        if not u.jumps:
-            continue
-        j = u.jumps[0]
-        row = u.rows[j.row]
-        parents = u.parent_chains.get(row.entry_name, ())
-        ref = RowRef(i, j.row, row.name, u.unit_a.label, row.parent_cell, parents)
-        is_cell = parse_name(row.entry_name).kind == "cell"
-        cell = row.entry_name if is_cell else (parents[0] if parents else None)
-        arguments = _differing_arguments(u, {row.entry_name} | ({cell} if cell else set()))
-        return LikelyOrigin(ref, j, cell, arguments, _unpaired_inside(u, cell))
-    return None
+    """Where the difference most likely enters: the first jump of a unit (in execution order, its error's cause
+    comes first), with its cell and the arguments that differ at its call and its cell
+    (:mod:`msprobe_cmp.comparator.localise`); None when no row's error jumps.
+
+    Across units (ranks run at once, so unit order says nothing of cause) the unit chosen is the first, in unit
+    order, of those whose verdict is worst: a failing unit before the others, then the unit whose first jump's row
+    has the worst verdict (fail, warning, pass): a rank that fails is not hidden behind a rank with a harmless
+    drift that comes first."""
+    candidates = [(u.verdict != "fail", int(u.rows.verdict[u.jumps[0].row]), i)
+                  for i, u in enumerate(units) if u.jumps]
+    if not candidates:
+        return None
+    i = min(candidates)[2]
+    u = units[i]
+    j = u.jumps[0]
+    row = u.rows[j.row]
+    parents = u.parent_chains.get(row.entry_name, ())
+    ref = RowRef(i, j.row, row.name, u.unit_a.label, row.parent_cell, parents)
+    is_cell = parse_name(row.entry_name).kind == "cell"
+    cell = row.entry_name if is_cell else (parents[0] if parents else None)
+    arguments = _differing_arguments(u, {row.entry_name} | ({cell} if cell else set()))
+    return LikelyOrigin(ref, j, cell, arguments, _unpaired_inside(u, cell))
 
 
 def _mapping_file_notes(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from msprobe_cmp.comparator import CompareOptions, Comparison, compare
-from msprobe_cmp.comparator.compare import ComparisonRow
+from msprobe_cmp.comparator.compare import ComparisonRow, likely_origin
 from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf, ValueLeaf, load_dump
 from msprobe_cmp.errors import ConfigError
 
@@ -88,6 +88,24 @@ def test_divergence_and_failure_are_located_in_execution_order(tmp_path):
     third = c.row(c.first_failing)
     assert any("MaxAbsErr" in reason for reason in third.reasons)
     assert dict(c.verdict_counts)["fail"] == 2
+
+
+def test_the_likely_origin_across_ranks_is_in_a_failing_rank(tmp_path):
+    """rank0 drifts a little (a warning that enters at 'second'), rank1 fails (5.0 enters at 'third'): ranks run at
+    once, so the origin shown for the comparison is the failing rank's, though rank0 comes first; each unit keeps
+    its own first jump."""
+    write_unit(tmp_path / "a" / "step0" / "rank0", {"first": X, "second": X + 0.01, "third": X})
+    write_unit(tmp_path / "b" / "step0" / "rank0", {"first": X, "second": X, "third": X})
+    write_unit(tmp_path / "a" / "step0" / "rank1", {"first": X, "second": X, "third": X + 5.0})
+    write_unit(tmp_path / "b" / "step0" / "rank1", {"first": X, "second": X, "third": X})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    assert [u.verdict for u in c.units] == ["pass", "fail"]
+    assert c.first_divergent is not None and c.first_divergent.unit == 0  # rank0's drift comes first in unit order
+    o = c.likely_origin
+    assert o is not None and (o.ref.unit, o.ref.name) == (1, "Functional.third.0.forward.input.0")
+    assert likely_origin(c.units[:1]) is not None and likely_origin(c.units[:1]).ref.name == (
+        "Functional.second.0.forward.input.0")
+    assert likely_origin(()) is None
 
 
 def test_relative_errors_divide_by_b(tmp_path):

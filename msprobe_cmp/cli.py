@@ -316,6 +316,11 @@ def _fill_temp(path: Path, write: Callable[[BinaryIO], object]) -> str:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.chmod(tmp, _default_file_mode())
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None or exc.filename == tmp:  # a write that failed (a full disk): name the report
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

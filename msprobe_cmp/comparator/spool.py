@@ -60,7 +60,8 @@ def spool_unit(unit: UnitComparison, directory: Path, name: str) -> UnitComparis
     return the unit with their stand-ins (:class:`SpooledRows`, :class:`SpooledChains`) in their place.
 
     Raises:
-        OSError: the file cannot be written (a full disk, a directory that is not writable).
+        OSError: the file cannot be written (a full disk, a directory that is not writable); a failed write names
+            ``directory``.
     """
     path = directory / name
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
@@ -68,6 +69,12 @@ def spool_unit(unit: UnitComparison, directory: Path, name: str) -> UnitComparis
         with os.fdopen(fd, "wb") as fh:
             pickle.dump((unit.rows, dict(unit.parent_chains)), fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None or exc.filename == tmp:  # a full disk: name the directory (the user's $TMPDIR)
+            raise OSError(exc.errno, f"{exc.strerror or exc} (keeping the compared units' rows there until the "
+                          "reports are written)", str(directory)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -376,3 +376,43 @@ def test_interrupts_are_held_while_the_reports_replace_theirs(compared, tmp_path
     monkeypatch.undo()
     r_code, _, _ = _run(["render", out, "-o", tmp_path / "rendered"], capsys)
     assert r_code in (0, 1) and _tree(tmp_path / "rendered") == _tree(out)
+
+
+def test_a_full_disk_names_the_report_being_written(compared, tmp_path, capsys, monkeypatch):
+    """A write refused without a file name (ENOSPC from fh.write) is reported naming the report it was for, not
+    the temporary file, and replaces nothing."""
+    import msprobe_cmp.cli as cli
+
+    def full_disk(comparison):
+        yield "Npu Name"
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "csv_chunks", full_disk)
+    out = tmp_path / "out"
+    code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out], capsys)
+    assert code == 2
+    assert err.strip() == f"msprobe-cmp: error: {out / 'comparison.csv'}: No space left on device"
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_full_spool_directory_is_named(tmp_path, monkeypatch):
+    """The compared units' rows kept in $TMPDIR (the spool): a full disk there names the directory and says what
+    it holds; no temporary file stays."""
+    import pickle
+
+    from msprobe_cmp.comparator import spool as spool_module
+    from msprobe_cmp.comparator.result import UnitComparison, UnitRef
+    from msprobe_cmp.comparator.rowtable import RowTable
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pickle, "dump", full_disk)
+    ref_a = UnitRef("a", 0, 0, "step0/rank0", "a")
+    unit = UnitComparison(ref_a, UnitRef("b", 0, 0, "step0/rank0", "b"), RowTable.from_rows(()), (), (), None, None,
+                          "nothing_compared")
+    with pytest.raises(OSError) as caught:
+        spool_module.spool_unit(unit, tmp_path, "unit0000000.pkl")
+    assert caught.value.filename == str(tmp_path) and caught.value.errno == 28
+    assert "No space left on device (keeping the compared units' rows there" in caught.value.strerror
+    assert list(tmp_path.iterdir()) == []

@@ -123,7 +123,8 @@ def measure(rows: RowTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     e = np.full(n, np.nan)
     absolute = np.full(n, np.nan)
     known = both & err_ok & (scale > 0.0)
-    e[known] = err[known] / scale[known]
+    with np.errstate(over="ignore"):  # a huge error over a tiny magnitude is +Inf, as in Python's float maths
+        e[known] = err[known] / scale[known]
     absolute[known] = err[known]
     zero = both & err_ok & (scale == 0.0) & (err == 0.0)
     e[zero] = 0.0
@@ -393,8 +394,9 @@ def _calls(table: RowTable, s: OriginRules, ulps: float) -> _Calls:
     below_out = np.where(has_in, largest_in, np.where(backward, 0.0, carried))
     floor = np.minimum(ulps * eps, MAX_FLOOR)
     over = ek > floor
-    candidate = noise | (inputs & over & (ek > s.jump_ratio * carried[call_of])) | (
-        outputs & over & (ek > s.jump_ratio * below_out[call_of]))
+    with np.errstate(over="ignore"):  # jump_ratio times a huge carried error is +Inf: nothing jumps above it
+        candidate = noise | (inputs & over & (ek > s.jump_ratio * carried[call_of])) | (
+            outputs & over & (ek > s.jump_ratio * below_out[call_of]))
     return _Calls(
         rows=index.tolist(), magnitude=[None if v != v else v for v in sc.tolist()],
         e=[None if v != v else v for v in ek.tolist()], absolute=[None if v != v else v for v in ab.tolist()],

@@ -4,6 +4,7 @@ inputs carry, on dumps written here by hand (json + numpy), with the expected er
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +320,36 @@ def test_a_backward_reads_the_error_of_a_forward_that_did_not_jump(tmp_path: Pat
     assert backward.kind == "computed"
     assert backward.error_in == pytest.approx(forward_error, rel=1e-9)
     assert backward.error_out == pytest.approx(rel(grad_a, grad_b), rel=1e-9)
+
+
+def test_extreme_statistics_localise_without_numpy_warnings(tmp_path):
+    """Statistics spanning float64's range (random bit patterns, 1e308 beside 1e-300): errors over tiny magnitudes
+    and jump_ratio times huge carried errors overflow to +Inf quietly (no RuntimeWarning reaches the user's stderr),
+    and the comparison completes."""
+    import random
+    import struct
+    import warnings
+
+    rnd = random.Random(1)
+
+    def value() -> float:
+        while True:
+            x = struct.unpack("<d", struct.pack("<Q", rnd.getrandbits(64)))[0]
+            if math.isfinite(x):
+                return x
+
+    for side in ("A", "B"):
+        data = {}
+        for i in range(300):
+            leaves = [{"type": "mindspore.Tensor", "dtype": "Float32", "shape": [4, 8], "Max": value(),
+                       "Min": value(), "Mean": value(), "Norm": abs(value())} for _ in range(3)]
+            data[f"Functional.op{i % 7}.{i}.forward"] = {"input_args": leaves[:2], "input_kwargs": {},
+                                                          "output": leaves[2:]}
+        unit = tmp_path / side / "step0" / "rank0"
+        unit.mkdir(parents=True)
+        (unit / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "mindspore",
+                                                    "dump_data_dir": None, "data": data}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        c = compare(load_dump(tmp_path / "A"), load_dump(tmp_path / "B"))
+    assert len(c.units[0].rows) == 900 and c.verdict == "fail"

@@ -22,6 +22,7 @@ bug in msprobe-cmp (traceback shown), never a verdict.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -257,6 +258,9 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     (_, html), *unit_pages = html_pages(comparison, facts=facts)
     pages_dir = out / UNIT_PAGES_DIR
     keep = {(out / path).name for path, _ in unit_pages}
+    if unit_pages and (pages_dir.exists() or pages_dir.is_symlink()) and not pages_dir.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory (the units' pages are written there): move it away",
+                                 str(pages_dir))
 
     def then() -> None:
         paths["saved"].unlink(missing_ok=True)

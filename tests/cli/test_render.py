@@ -416,3 +416,18 @@ def test_a_full_spool_directory_is_named(tmp_path, monkeypatch):
     assert caught.value.filename == str(tmp_path) and caught.value.errno == 28
     assert "No space left on device (keeping the compared units' rows there" in caught.value.strerror
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("in_the_way", ["file", "dangling symlink"])
+def test_a_report_units_that_is_not_a_directory_is_named(split, tmp_path, capsys, in_the_way):
+    out = tmp_path / "out"
+    out.mkdir()
+    if in_the_way == "file":
+        (out / "report_units").write_text("mine")
+    else:
+        (out / "report_units").symlink_to(tmp_path / "nowhere")
+    code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)
+    assert code == 2
+    assert err.strip() == (f"msprobe-cmp: error: {out / 'report_units'}: not a directory (the units' pages are "
+                           "written there): move it away")
+    assert sorted(p.name for p in out.iterdir()) == ["report_units"]  # nothing written, nothing removed

@@ -136,6 +136,19 @@ def _screenshot(driver, tmp_path: Path, name: str) -> Path:
     return shot
 
 
+
+def _as_steps(small, steps: int):
+    """The one-unit comparison ``small`` repeated as ``steps`` units, steps 0 .. steps-1, counts summed."""
+    (unit,) = small.units
+    units = tuple(
+        replace(unit, unit_a=replace(unit.unit_a, step=k, label=f"step{k}/rank"),
+                unit_b=replace(unit.unit_b, step=k, label=f"step{k}/rank"))
+        for k in range(steps)
+    )
+    return replace(small, units=units, counts=tuple((k, steps * n) for k, n in small.counts),
+                   verdict_counts=tuple((k, steps * n) for k, n in small.verdict_counts))
+
+
 def test_report_in_chromium(driver, tmp_path):
     a, b = _write_pair(tmp_path / "dumps", 300, evil=True)
     c = compare(load_dump(a), load_dump(b))
@@ -230,13 +243,7 @@ def test_100k_rows_stay_responsive(driver, tmp_path):
     small = compare(load_dump(a), load_dump(b))
     (unit,) = small.units
     assert len(unit.rows) == 10_004
-    units = tuple(
-        replace(unit, unit_a=replace(unit.unit_a, step=k, label=f"step{k}/rank"),
-                unit_b=replace(unit.unit_b, step=k, label=f"step{k}/rank"))
-        for k in range(10)
-    )
-    c = replace(small, units=units, counts=tuple((k, 10 * n) for k, n in small.counts),
-                verdict_counts=tuple((k, 10 * n) for k, n in small.verdict_counts))
+    c = _as_steps(small, 10)
     total = sum(len(u.rows) for u in c.units)
     assert total == 100_040
     start = time.perf_counter()
@@ -292,13 +299,7 @@ def test_split_report_and_a_units_page_in_chromium(driver, tmp_path, monkeypatch
     a, b = _write_pair(tmp_path / "dumps", 300, evil=True)
     small = compare(load_dump(a), load_dump(b))
     (unit,) = small.units
-    units = tuple(
-        replace(unit, unit_a=replace(unit.unit_a, step=k, label=f"step{k}/rank"),
-                unit_b=replace(unit.unit_b, step=k, label=f"step{k}/rank"))
-        for k in range(3)
-    )
-    c = replace(small, units=units, counts=tuple((k, 3 * n) for k, n in small.counts),
-                verdict_counts=tuple((k, 3 * n) for k, n in small.verdict_counts))
+    c = _as_steps(small, 3)
     monkeypatch.setattr(html, "PAGE_ROWS", 2 * len(unit.rows))
     out = tmp_path / "out"
     write_reports(c, out)

@@ -59,3 +59,12 @@ def write_dump(root: Path) -> Path:
     for name, arr in ARRAYS.items():
         np.save(rank / "dump_tensor_data" / f"{name}.npy", arr)
     return rank
+
+
+def rank_with(parent: Path, text: str) -> Path:
+    """``parent/rank/dump.json`` holding ``text`` as it is (malformed on purpose, for reader tests); the rank
+    directory."""
+    rank_dir = parent / "rank"
+    rank_dir.mkdir(parents=True)
+    (rank_dir / "dump.json").write_text(text)
+    return rank_dir

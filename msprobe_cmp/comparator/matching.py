@@ -630,7 +630,7 @@ def _gradient_positions(bwd: Entry, fwd: Entry | None) -> _Positions | None:
     """
     if fwd is None:
         return None
-    outs = [(p, leaf) for p, leaf in bwd.leaf_tuple() if p.startswith("output")]
+    outs = [(p, leaf) for p, leaf in bwd.leaves() if p.startswith("output")]
     if not outs or any(not (p.startswith("output.") and p[7:].isdigit()) for p, _ in outs):
         return None
     grads = [tuple(leaf.shape) if isinstance(leaf, TensorLeaf) else None for _, leaf in outs]
@@ -659,7 +659,7 @@ def _entry_signature(forward: Mapping[str, Entry]) -> Callable[[Entry], object]:
         forward_name = _forward_name(entry.name)
         positions = _gradient_positions(entry, forward.get(forward_name)) if forward_name else None
         sig: list[tuple[str, object]] = []
-        for path, leaf in entry.leaf_tuple():
+        for path, leaf in entry.leaves():
             if leaf is None:
                 continue
             transposed = False
@@ -678,8 +678,8 @@ def _entry_signature(forward: Mapping[str, Entry]) -> Callable[[Entry], object]:
 def _outputs_agree(ea: Entry, eb: Entry) -> bool:
     """Both entries' ``output`` leaves have the same paths, in the same order, each pair both null, both values, or
     two tensors of one shape (so pairing them by position is what pairing them by forward input gives)."""
-    outs_a = [(p, leaf) for p, leaf in ea.leaf_tuple() if p.startswith("output")]
-    outs_b = [(p, leaf) for p, leaf in eb.leaf_tuple() if p.startswith("output")]
+    outs_a = [(p, leaf) for p, leaf in ea.leaves() if p.startswith("output")]
+    outs_b = [(p, leaf) for p, leaf in eb.leaves() if p.startswith("output")]
     if len(outs_a) != len(outs_b):
         return False
     for (pa, la), (pb, lb) in zip(outs_a, outs_b, strict=True):
@@ -709,9 +709,9 @@ def _backward_rows(
     if pa is None or pb is None:
         if (pa is None and pb is None) or (fa if pa is None else fb) is None:
             return None  # neither resolves, or the side that does not has no forward entry to tell why
-        at_b = {p: leaf for p, leaf in eb.leaf_tuple() if p.startswith("output")}
+        at_b = {p: leaf for p, leaf in eb.leaves() if p.startswith("output")}
         if not any(isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf) and tuple(la.shape) != tuple(lb.shape)
-                   for p, la in ea.leaf_tuple() if p.startswith("output") for lb in [at_b.get(p)]):
+                   for p, la in ea.leaves() if p.startswith("output") for lb in [at_b.get(p)]):
             return None  # by position every shape agrees: keep it
     name = ea.name
     rows: list[RowPair] = []
@@ -727,8 +727,8 @@ def _backward_rows(
             rows.append(RowPair(name, key[0], cls, leaf_a, by_key_b[key], True, True, aligned + notes, name_b))
         else:
             rows.append(RowPair(name, key[0], "only_in_a", leaf_a, None, True, False, aligned, name_b))
-    outs_a = [(p, leaf) for p, leaf in ea.leaf_tuple() if p.startswith("output")]
-    outs_b = [(p, leaf) for p, leaf in eb.leaf_tuple() if p.startswith("output")]
+    outs_a = [(p, leaf) for p, leaf in ea.leaves() if p.startswith("output")]
+    outs_b = [(p, leaf) for p, leaf in eb.leaves() if p.startswith("output")]
     taken_b: set[str] = set()
     if pa is not None and pb is not None:
         canonical_b = {pb[p][0]: (p, leaf, pb[p][1]) for p, leaf in outs_b}
@@ -813,7 +813,7 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
                 # Both entries hold the same argument paths, once each, in the same order: row k of A pairs with
                 # row k of B, which is what the keyed pairing below gives (and no B row is left over).
                 name = ea.name
-                for (path, leaf_a), (_, leaf_b) in zip(same[0], same[1], strict=True):
+                for path, leaf_a, leaf_b in zip(*same, strict=True):
                     cls, notes = _classify_same(leaf_a, leaf_b)
                     append(RowPair(name, path, cls, leaf_a, leaf_b, True, True, notes))
                 continue
@@ -856,22 +856,49 @@ def _classify_same(leaf_a: Leaf, leaf_b: Leaf) -> tuple[MatchClass, tuple[str, .
 
 def _same_paths(
     ea: Entry, eb: Entry
-) -> tuple[list[tuple[str, Leaf]], list[tuple[str, Leaf]]] | None:
-    """Both entries' leaves in causal order (:func:`_causal_leaves`) when their argument paths are the same,
-    in the same order, each path once; else None."""
-    ta, tb = ea.leaf_tuple(), eb.leaf_tuple()
-    if len(ta) != len(tb):
+) -> tuple[tuple[str, ...], tuple[Leaf, ...], tuple[Leaf, ...]] | None:
+    """``(paths, A's leaves, B's leaves)`` in causal order (:func:`_causal_leaves`) when both entries' argument paths
+    are the same, in the same order, each path once; else None."""
+    paths, leaves_a = ea.flat()
+    paths_b, leaves_b = eb.flat()
+    if paths is not paths_b and paths != paths_b:
         return None
-    paths = [p for p, _ in ta]
-    if paths != [p for p, _ in tb] or len(set(paths)) != len(paths):
+    key = (paths, ea.is_parameters_grad)
+    order = _CAUSAL_ORDERS.get(key, _UNKNOWN_ORDER)
+    if order is _UNKNOWN_ORDER:
+        order = _causal_order(*key)
+        if len(_CAUSAL_ORDERS) >= _CAUSAL_ORDERS_LIMIT:
+            _CAUSAL_ORDERS.clear()
+        _CAUSAL_ORDERS[key] = order
+    if order is None:
+        return paths, leaves_a, leaves_b  # the causal order is the file order
+    if order is _REPEATED_PATH:
         return None
-    if ea.is_parameters_grad:
-        return list(ta), list(tb)
+    assert isinstance(order, tuple)
+    return (tuple(map(paths.__getitem__, order)), tuple(map(leaves_a.__getitem__, order)),
+            tuple(map(leaves_b.__getitem__, order)))
+
+
+#: :func:`_causal_order` of a tuple of argument paths and whether its entry is a parameters_grad one, worked out
+#: once per distinct pair (the paths tuples are shared between entries: :meth:`Entry.flat`); cleared past a limit.
+_CAUSAL_ORDERS: dict[tuple[tuple[str, ...], bool], tuple[int, ...] | object | None] = {}
+_CAUSAL_ORDERS_LIMIT = 65536
+_UNKNOWN_ORDER = object()
+#: :func:`_causal_order`'s answer for paths that hold a path twice.
+_REPEATED_PATH = object()
+
+
+def _causal_order(paths: tuple[str, ...], is_parameters_grad: bool) -> tuple[int, ...] | object | None:
+    """The positions of ``paths`` in causal order (:func:`_causal_leaves`: outputs last, else file order), None when
+    that is the file order, or :data:`_REPEATED_PATH` when a path is there twice."""
+    if len(set(paths)) != len(paths):
+        return _REPEATED_PATH
+    if is_parameters_grad:
+        return None
     outputs = [p.startswith("output") for p in paths]
     if True not in outputs or all(outputs[outputs.index(True):]):
-        return list(ta), list(tb)  # outputs already last: the causal order is the file order
-    order = [k for k, o in enumerate(outputs) if not o] + [k for k, o in enumerate(outputs) if o]
-    return [ta[k] for k in order], [tb[k] for k in order]
+        return None  # outputs already last
+    return tuple([k for k, o in enumerate(outputs) if not o] + [k for k, o in enumerate(outputs) if o])
 
 
 def _keyed_items(view: EntryView | None) -> list[tuple[tuple[str, int], ViewItem]]:

@@ -141,9 +141,9 @@ class UnitFacts:
         """
         if unit.scanned:
             raise ValueError(f"{unit.label}: only the header was read; its facts come from the unit's entries")
-        flats = [e.leaf_tuple() for e in unit.entries]
+        flats = [e.flat()[1] for e in unit.entries]
         leaves = sum(map(len, flats))
-        has_md5 = any(isinstance(leaf, TensorLeaf) and has_checksum(leaf) for flat in flats for _, leaf in flat)
+        has_md5 = any(isinstance(leaf, TensorLeaf) and has_checksum(leaf) for flat in flats for leaf in flat)
         namespace = framework_namespace(unit.meta.framework, unit.entries)
         cells: list[str] = []
         apis: list[str] = []
@@ -343,6 +343,7 @@ def compare_units(
         _record_outcome(builder, i, out)
     if columnar:
         _compare_columnar(builder, pairs, columnar, rules, undefined, noise, unit_a, unit_b, mode)
+    del pairs, columnar  # every row is in the builder now: its pairs (a tuple a row) are not held from here on
     construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
     entry_names = builder.table.entry_names()
     chains, truncated = parent_chains(entry_names, construct)

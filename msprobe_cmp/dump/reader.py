@@ -381,13 +381,21 @@ def _read_dump_json_stdlib(file: Path, raw: bytes) -> DumpJson:
     return obj, None
 
 
-def _load_stack(file: Path) -> Mapping[str, tuple[str, ...]]:
+def _load_stack(file: Path, shared: dict[Any, Any]) -> Mapping[str, tuple[str, ...]]:
+    """stack.json: entry name → call-stack lines.  Equal names, lines and stacks are held once: ``shared`` maps
+    each to the first equal one met (:func:`load_rank_dump` seeds it with the unit's entry names); a dump's stacks
+    repeat from call to call (one call site per layer).
+
+    Raises:
+        DumpFormatError: the file is not a JSON object, or a value is not a list of frames (or null).
+    """
     if not file.is_file():
         return MappingProxyType({})
     obj = read_json(file)
     if not isinstance(obj, dict):
         raise DumpFormatError(file, None, "expected a JSON object")
     out: dict[str, tuple[str, ...]] = {}
+    share: Callable[[Any, Any], Any] = shared.setdefault
     for key, value in obj.items():
         if (
             isinstance(value, list)
@@ -397,31 +405,41 @@ def _load_stack(file: Path) -> Mapping[str, tuple[str, ...]]:
             and all(isinstance(n, str) for n in value[0])
         ):
             # msprobe 26.x deduplicated form: {"<id>": [[entry names...], [frames...]]}
-            frames = tuple(str(f) for f in value[1])
+            frames = tuple([share(f, f) for f in map(str, value[1])])
+            frames = share(frames, frames)
             for name in value[0]:
-                out[name] = frames
+                out[share(name, name)] = frames
         elif isinstance(value, list):
-            out[key] = tuple([f if type(f) is str else str(f) for f in value])
+            frames = tuple([share(f, f) for f in (f if type(f) is str else str(f) for f in value)])
+            out[share(key, key)] = share(frames, frames)
         elif value is None:
-            out[key] = ()
+            out[share(key, key)] = ()
         else:
             raise DumpFormatError(file, repr(key), "expected a list of stack frames")
     return MappingProxyType(out)
 
 
-def _load_construct(file: Path) -> Mapping[str, str | None]:
+def _load_construct(file: Path, shared: dict[Any, Any]) -> Mapping[str, str | None]:
+    """construct.json: entry name → parent cell entry name (None for top level), the names held once through
+    ``shared`` (as :func:`_load_stack`).
+
+    Raises:
+        DumpFormatError: the file is not a JSON object, or a value is not a name (or null, or Megatron's
+            ``[parent, micro_step]``).
+    """
     if not file.is_file():
         return MappingProxyType({})
     obj = read_json(file)
     if not isinstance(obj, dict):
         raise DumpFormatError(file, None, "expected a JSON object")
     out: dict[str, str | None] = {}
+    share: Callable[[Any, Any], Any] = shared.setdefault
     for key, value in obj.items():
         if isinstance(value, list) and value:  # Megatron form: [parent, micro_step]
             value = value[0]
         if value is not None and not isinstance(value, str):
             raise DumpFormatError(file, repr(key), "expected a parent cell name or null")
-        out[key] = value
+        out[share(key, key)] = value if value is None else share(value, value)
     return MappingProxyType(out)
 
 
@@ -680,14 +698,15 @@ def load_rank_dump(
         for _ in pairs:  # an error in the JSON further on is the one to give, as when the file is parsed whole
             pass
         raise
+    shared: dict[Any, Any] = {entry.name: entry.name for entry in entries}  # stack.json's and construct.json's names
     return RankDump(
         directory=directory,
         step=step,
         rank=rank,
         meta=meta,
         entries=entries,
-        stack=_load_stack(directory / STACK_JSON),
-        construct=_load_construct(directory / CONSTRUCT_JSON),
+        stack=_load_stack(directory / STACK_JSON, shared),
+        construct=_load_construct(directory / CONSTRUCT_JSON, shared),
         json_name=file.name,
         unread_json=_unread_json(directory, file),
     )
@@ -815,7 +834,8 @@ def load_dump(path: str | Path) -> Dump:
     Raises:
         DumpFormatError: when ``path`` does not exist, holds no dump.json where one is expected,
             any file is malformed, a rank directory's dump.json (or debug.json) is a directory, a dangling symlink
-            or no regular file, or two rank directories of one step name the same rank (``rank1`` and ``rank01``).
+            or no regular file, or two rank directories of one step name the same rank (``rank1`` and ``rank01``), or
+            two step directories the same step (``step1`` and ``step01``).
     """
     with paused_gc():
         return _load_dump(Path(path), load_rank_dump)
@@ -849,11 +869,18 @@ def _load_dump(p: Path, load: Callable[..., RankDump]) -> Dump:
     if ranks:
         return Dump(p, tuple(load(d, step, r) for d, r in ranks))
     units: list[RankDump] = []
+    steps: dict[int, str] = {}
     for child in sorted(p.iterdir()):
         s = _parse_step(child.name)
         if s is None or not child.is_dir():
             continue
-        units.extend(load(d, s, r) for d, r in _rank_dirs(child))
+        rank_dirs = _rank_dirs(child)
+        if rank_dirs:
+            other = steps.setdefault(s, child.name)
+            if other != child.name:
+                first, second = sorted((other, child.name))
+                raise DumpFormatError(p, None, f"{first} and {second} are the same step ({s}); keep one of them")
+        units.extend(load(d, s, r) for d, r in rank_dirs)
     if not units:
         raise DumpFormatError(p, None, "no dump.json or debug.json found (expected step<N>/rank<R>/dump.json below it)")
     units.sort(key=lambda u: (-1 if u.step is None else u.step, -1 if u.rank is None else u.rank))

@@ -280,16 +280,14 @@ def iter_leaves(node: Node, path: str) -> Iterator[tuple[str, Leaf]]:
 
 
 class _LeavesCache:
-    """Base of :class:`Entry` holding one slot, ``_leaves``, that is not a dataclass field: the entry's flattened
-    leaves (:meth:`Entry.leaf_tuple`), unset until first asked for; not part of equality, hash or repr."""
+    """Base of :class:`Entry` holding one slot, ``_flat``, that is not a dataclass field: the entry's flattened
+    leaves (:meth:`Entry.flat`), unset until first asked for; not part of equality, hash or repr."""
 
-    __slots__ = ("_leaves",)
-    _leaves: tuple[tuple[str, Leaf], ...]
-
-
-_set_leaves = _LeavesCache.__dict__["_leaves"].__set__  # the slot's own setter (the record is frozen)
+    __slots__ = ("_flat",)
+    _flat: tuple[tuple[str, ...], tuple[Leaf, ...]]
 
 
+_set_flat = _LeavesCache.__dict__["_flat"].__set__  # the slot's own setter (the record is frozen)
 @dataclass(frozen=True, slots=True)
 class Entry(_LeavesCache):
     """One record of ``dump.json``'s ``data``: an API, cell or parameters_grad entry.
@@ -370,32 +368,52 @@ class Entry(_LeavesCache):
         ``<name>.<k>``.  Flags about the call rather than its data (:data:`ENTRY_FLAG_FIELDS`, e.g.
         msprobe's ``is_recompute``) are kept in :attr:`fields` but are not leaves.
         """
-        return iter(self.leaf_tuple())
+        paths, leaves = self.flat()
+        return zip(paths, leaves, strict=True)
 
-    def leaf_tuple(self) -> tuple[tuple[str, Leaf], ...]:
-        """:meth:`leaves` as a tuple (the cached flattening itself: do not rely on its identity)."""
-        # Flattened once per entry (the comparator walks an entry's leaves several times); the cache is a slot, not
-        # a field, so equality, hashing and repr are unchanged.
+    def flat(self) -> tuple[tuple[str, ...], tuple[Leaf, ...]]:
+        """:meth:`leaves` as two tuples of one length: the argument paths and the leaves, in file order.
+
+        Worked out once per entry and kept (the comparator walks an entry's leaves several times; the cache is a
+        slot, not a field, so equality, hashing and repr are unchanged).  The paths tuple is shared by every entry
+        whose paths are the same (:func:`shared_paths`), so ``flat()[0] is other.flat()[0]`` tells two entries'
+        paths equal at once; do not rely on it being so (the shared tuples are dropped past a limit).
+        """
         try:
-            return self._leaves
+            return self._flat
         except AttributeError:
-            cached = tuple(self._flatten())
-            _set_leaves(self, cached)
-            return cached
+            paths: list[str] = []
+            leaves: list[Leaf] = []
+            if self.is_parameters_grad:
+                for key, node in self.fields:
+                    if isinstance(node, Seq) and len(node.items) == 1:
+                        _flatten_into(paths, leaves, node.items[0], key)
+                    else:
+                        _flatten_into(paths, leaves, node, key)
+            else:
+                for key, node in self.fields:
+                    if key not in ENTRY_FLAG_FIELDS:
+                        _flatten_into(paths, leaves, node, _FIELD_PATH.get(key, key))
+            flat = (shared_paths(tuple(paths)), tuple(leaves))
+            _set_flat(self, flat)
+            return flat
 
-    def _flatten(self) -> list[tuple[str, Leaf]]:
-        out: list[tuple[str, Leaf]] = []
-        if self.is_parameters_grad:
-            for key, node in self.fields:
-                if isinstance(node, Seq) and len(node.items) == 1:
-                    _flatten_into(out, node.items[0], key)
-                else:
-                    _flatten_into(out, node, key)
-            return out
-        for key, node in self.fields:
-            if key not in ENTRY_FLAG_FIELDS:
-                _flatten_into(out, node, _FIELD_PATH.get(key, key))
-        return out
+
+#: Each distinct tuple of argument paths met by :meth:`Entry.flat`, mapped to itself: entries of one kind of call
+#: share one tuple (and its strings).  Cleared when it holds :data:`_SHARED_PATHS_LIMIT` tuples.
+_SHARED_PATHS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_SHARED_PATHS_LIMIT = 65536
+
+
+def shared_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The tuple equal to ``paths`` (argument paths) that :meth:`Entry.flat` shares between entries: the first one
+    met since the table was last cleared, or ``paths`` itself."""
+    got = _SHARED_PATHS.get(paths)
+    if got is None:
+        if len(_SHARED_PATHS) >= _SHARED_PATHS_LIMIT:
+            _SHARED_PATHS.clear()
+        got = _SHARED_PATHS[paths] = paths
+    return got
 
 
 #: ``(path, n) → (f"{path}.0", ..., f"{path}.{n - 1}")``, the argument paths of a list's items: they repeat from
@@ -419,21 +437,24 @@ def _item_paths(path: str, count: int) -> tuple[str, ...]:
     return paths
 
 
-def _flatten_into(out: list[tuple[str, Leaf]], node: Node, path: str) -> None:
-    """Append :func:`iter_leaves` of ``node`` to ``out`` (the same pairs, without nested generators)."""
+def _flatten_into(paths_out: list[str], leaves_out: list[Leaf], node: Node, path: str) -> None:
+    """Append the paths and the leaves of :func:`iter_leaves` of ``node`` to ``paths_out`` and ``leaves_out`` (the
+    same pairs, without nested generators)."""
     if isinstance(node, Seq):
         items = node.items
         paths = _ITEM_PATHS.get((path, len(items))) or _item_paths(path, len(items))
         for i, item in enumerate(items):
             if isinstance(item, (Seq, Map)):
-                _flatten_into(out, item, paths[i])
+                _flatten_into(paths_out, leaves_out, item, paths[i])
             else:
-                out.append((paths[i], item))
+                paths_out.append(paths[i])
+                leaves_out.append(item)
     elif isinstance(node, Map):
         for key, value in node.items:
-            _flatten_into(out, value, f"{path}.{key}")
+            _flatten_into(paths_out, leaves_out, value, f"{path}.{key}")
     else:
-        out.append((path, node))
+        paths_out.append(path)
+        leaves_out.append(node)
 
 
 @dataclass(frozen=True)

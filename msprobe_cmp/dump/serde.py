@@ -328,8 +328,15 @@ def _node(obj: Any, depth: int, memo: _Memo) -> Node:
     return ValueLeaf("str", str(obj))
 
 
+#: The map of an empty JSON object (records are immutable: every empty object is this one).
+_EMPTY_MAP = Map(())
+
+
 def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Node:
-    """:func:`_node` of a JSON object: a tensor leaf, a value leaf (``{"type": ..., "value": ...}``) or a map."""
+    """:func:`_node` of a JSON object: a tensor leaf, a value leaf (``{"type": ..., "value": ...}``) or a map (an
+    empty one is :data:`_EMPTY_MAP`, held once: most entries' ``input_kwargs``)."""
+    if not obj:
+        return _EMPTY_MAP
     type_ = obj.get("type")
     if type(type_) is str:
         if type_ in TENSOR_TYPES or ("dtype" in obj and "shape" in obj and "value" not in obj):

@@ -552,3 +552,31 @@ def test_parameters_grad_rows_pair_by_name_when_one_side_has_no_backward_entries
     zero = rows[("Module.wpe.Embedding.parameters_grad", "weight")]
     assert (zero.match_class, zero.leaf_a.max, zero.leaf_b.max, zero.entry_name_b) == ("matched", 0.5, 0.0, None)
     assert rows[("Module.fc.Linear.parameters_grad", "weight")].match_class == "matched"
+
+
+# --- same argument paths on both sides: pairing by position from the shared paths tuples (Entry.flat) -------------
+
+
+def _leaf(x: float) -> TensorLeaf:
+    return TensorLeaf("torch.Tensor", "torch.float32", (2,), x, x, x, x)
+
+
+def test_same_paths_with_outputs_first_in_the_file_are_paired_in_causal_order() -> None:
+    # output written before the inputs: the rows come inputs first, each A leaf with B's leaf of its path
+    def entry(s: float) -> Entry:
+        return Entry("Functional.f.0.forward", (("output", Seq((_leaf(s),))),
+                                                ("input_args", Seq((_leaf(2 * s), _leaf(3 * s))))))
+    for _ in range(2):  # the second time from the kept order of these paths
+        rows = match_entries([entry(1.0)], [entry(10.0)])
+        assert [(r.arg_path, r.leaf_a.max, r.leaf_b.max, r.match_class) for r in rows] == [
+            ("input.0", 2.0, 20.0, "matched"), ("input.1", 3.0, 30.0, "matched"), ("output.0", 1.0, 10.0, "matched")]
+
+
+def test_same_paths_with_a_repeated_path_pair_the_nth_with_the_nth() -> None:
+    # a keyword argument named "a.b" and a nested {"a": {"b": ...}} give the path kwargs.a.b twice
+    def entry(s: float) -> Entry:
+        kwargs = Map((("a.b", _leaf(s)), ("a", Map((("b", _leaf(2 * s)),)))))
+        return Entry("Functional.g.0.forward", (("input_kwargs", kwargs), ("output", Seq((_leaf(3 * s),)))))
+    rows = match_entries([entry(1.0)], [entry(10.0)])
+    assert [(r.arg_path, r.leaf_a.max, r.leaf_b.max) for r in rows] == [
+        ("kwargs.a.b", 1.0, 10.0), ("kwargs.a.b", 2.0, 20.0), ("output.0", 3.0, 30.0)]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from small_dump import rank_with
 
 from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf, load_dump
 from msprobe_cmp.errors import DumpFormatError
@@ -206,13 +207,6 @@ def test_copy_of_fixture_with_extra_files_still_reads(tmp_path, msprobe_fixtures
     assert len(load_dump(tmp_path / "s").units) == 2
 
 
-def _rank_with(tmp_path: Path, text: str) -> Path:
-    rank_dir = tmp_path / "rank"
-    rank_dir.mkdir()
-    (rank_dir / "dump.json").write_text(text)
-    return rank_dir
-
-
 @pytest.mark.parametrize(
     ("text", "expect"),
     [
@@ -226,7 +220,7 @@ def _rank_with(tmp_path: Path, text: str) -> Path:
 )
 def test_pathological_json_is_a_one_line_error(tmp_path, text, expect):
     with pytest.raises(DumpFormatError, match=expect) as info:
-        load_dump(_rank_with(tmp_path, text))
+        load_dump(rank_with(tmp_path, text))
     assert "\n" not in str(info.value)
 
 
@@ -253,7 +247,7 @@ def test_a_statistic_too_large_for_a_float_is_a_one_line_error(tmp_path):
     text = ('{"task": "statistics", "data": {"F.x.0.forward": {"output": [{"type": "mindspore.Tensor", "dtype": '
             '"Float32", "shape": [2], "Max": 1' + "0" * 400 + '}]}}}')
     with pytest.raises(DumpFormatError, match=r"output\[0\]\.Max: integer too large"):
-        load_dump(_rank_with(tmp_path, text))
+        load_dump(rank_with(tmp_path, text))
 
 
 def test_a_typeless_tensor_leaf_is_a_one_line_error_and_a_kwargs_container_is_not(tmp_path):
@@ -261,7 +255,7 @@ def test_a_typeless_tensor_leaf_is_a_one_line_error_and_a_kwargs_container_is_no
     (tmp_path / "good").mkdir()
     leaf = '{"dtype": "Float32", "shape": [2, 3], "Max": 1.0, "Min": 0.0, "Mean": 0.5, "Norm": 1.2}'
     text = '{"task": "statistics", "data": {"F.x.0.forward": {"input_args": [' + leaf + "]}}}"
-    rank_dir = _rank_with(tmp_path / "bad", text)
+    rank_dir = rank_with(tmp_path / "bad", text)
     with pytest.raises(DumpFormatError) as info:
         load_dump(rank_dir)
     assert str(info.value) == (f"{rank_dir / 'dump.json'}: data['F.x.0.forward'].input_args[0].type: a tensor leaf "
@@ -270,7 +264,31 @@ def test_a_typeless_tensor_leaf_is_a_one_line_error_and_a_kwargs_container_is_no
     kwargs = ('{"dtype": {"type": "mindspore.dtype", "value": "Float32"}, "shape": [{"type": "int", "value": 2}, '
               '{"type": "int", "value": 3}]}')
     text = '{"task": "statistics", "data": {"F.zeros.0.forward": {"input_args": [], "input_kwargs": ' + kwargs + "}}}"
-    entry = load_dump(_rank_with(tmp_path / "good", text)).units[0].entries[0]
+    entry = load_dump(rank_with(tmp_path / "good", text)).units[0].entries[0]
     assert isinstance(entry.field("input_kwargs"), Map)
     assert [(p, (leaf.type, leaf.value)) for p, leaf in entry.leaves()] == [
         ("kwargs.dtype", ("mindspore.dtype", "Float32")), ("kwargs.shape.0", ("int", 2)), ("kwargs.shape.1", ("int", 3))]
+
+
+def test_stack_and_construct_hold_repeated_names_and_frames_once(tmp_path):
+    names = ("Cell.net.Dense.0.forward", "Functional.relu.0.forward", "Functional.relu.1.forward", "Tensor.add.0.forward")
+    unit_dir = tmp_path / "rank0"
+    _write_unit(unit_dir, names)
+    frames = ["File a.py, line 1, in f, \n x", "File b.py, line 9, in g, \n y"]
+    stack = {n: (frames if k % 2 else frames[:1]) for k, n in enumerate(names)}
+    stack["Unknown.0.forward"] = [3]  # not a string: kept as its text
+    construct = {n: (None if k == 0 else names[0]) for k, n in enumerate(names)}
+    construct["Tensor.add.0.forward"] = [names[0], 0]  # Megatron's [parent, micro_step]
+    (unit_dir / "stack.json").write_text(json.dumps(stack))
+    (unit_dir / "construct.json").write_text(json.dumps(construct))
+    unit = load_dump(unit_dir).units[0]
+    # the values are the files' own (read independently here)
+    assert dict(unit.stack) == {k: tuple(str(f) for f in v) for k, v in stack.items()}
+    assert dict(unit.construct) == {k: (v[0] if isinstance(v, list) else v) for k, v in construct.items()}
+    # held once: equal stacks are one tuple, equal frames one string, the names the entries' own strings
+    assert unit.stack[names[1]] is unit.stack[names[3]]
+    assert unit.stack[names[0]][0] is unit.stack[names[1]][0]
+    by_name = {e.name: e.name for e in unit.entries}
+    assert all(key is by_name[key] for key in unit.stack if key in by_name)
+    assert all(key is by_name[key] for key in unit.construct)
+    assert all(parent is by_name[names[0]] for parent in unit.construct.values() if parent is not None)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_dump import rank_with
 
 from msprobe_cmp.comparator import compare
 from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq, TensorLeaf, load_dump, reader, scan_dump
@@ -83,14 +84,19 @@ def test_two_directory_names_of_one_rank_are_an_error_naming_both(tmp_path, read
     assert len(load_dump(tmp_path / "step1").units) == 2
 
 
+
+@pytest.mark.parametrize("read", [load_dump, scan_dump])
+def test_two_directory_names_of_one_step_are_an_error_naming_both(tmp_path, read):
+    for step in ("step0", "step1", "step01"):
+        _unit(tmp_path / step / "rank0")
+    (tmp_path / "step001").mkdir()  # no rank below it: not a step of the dump, ignored
+    with pytest.raises(DumpFormatError) as info:
+        read(tmp_path)
+    assert str(info.value) == f"{tmp_path}: step01 and step1 are the same step (1); keep one of them"
+    (tmp_path / "step01" / "rank0" / "dump.json").unlink()  # step01 holds no unit now: the dump reads
+    assert [(u.step, u.rank) for u in read(tmp_path).units] == [(0, 0), (1, 0)]
+
 # 3. an integer too long to read ----------------------------------------------------------------------------------
-
-
-def _rank_with(tmp_path: Path, text: str) -> Path:
-    rank_dir = tmp_path / "rank"
-    rank_dir.mkdir()
-    (rank_dir / "dump.json").write_text(text)
-    return rank_dir
 
 
 _LIMIT = sys.get_int_max_str_digits()
@@ -110,7 +116,7 @@ _IN_HEADER = '{"task": "statistics", "level": {"deep": [0, ' + "9" * 5000 + '], 
     ],
 )
 def test_an_integer_too_long_names_the_field_and_the_reason(tmp_path, read, text, field):
-    file = _rank_with(tmp_path, text) / "dump.json"
+    file = rank_with(tmp_path, text) / "dump.json"
     with pytest.raises(DumpFormatError) as info:
         read(file.parent)
     assert str(info.value) == f"{file}: {field}: integer too large (5000 digits; at most {_LIMIT} are read)"
@@ -118,7 +124,7 @@ def test_an_integer_too_long_names_the_field_and_the_reason(tmp_path, read, text
 
 def test_an_integer_too_long_before_another_error_is_still_the_error_given(tmp_path):
     text = '{"task": "statistics", "x": ' + "1" * 5000 + ', "data": {"a": 1, "a": 2}}'
-    file = _rank_with(tmp_path, text) / "dump.json"
+    file = rank_with(tmp_path, text) / "dump.json"
     with pytest.raises(DumpFormatError) as info:
         load_dump(file.parent)
     assert str(info.value) == f"{file}: integer too large (5000 digits; at most {_LIMIT} are read)"

@@ -169,3 +169,16 @@ def test_leaf_paths_of_long_and_nested_lists():
     assert paths == want
     again = Entry.forward("Functional.f.1.forward", long, Map(), Seq((leaf, leaf, leaf)))
     assert [p for p, _ in again.leaves()] == [f"input.{i}" for i in range(2000)] + ["output.0", "output.1", "output.2"]
+
+
+def test_empty_objects_are_one_empty_map() -> None:
+    from msprobe_cmp.dump.serde import entries_from_json
+
+    data = {
+        "Functional.relu.0.forward": {"input_args": [], "input_kwargs": {}, "output": [{}]},
+        "Functional.relu.1.forward": {"input_args": [], "input_kwargs": {}, "output": [{"a": {}}]},
+    }
+    one, two = entries_from_json(data, "dump.json")
+    assert one.field("input_kwargs") == Map(()) and one.field("output") == Seq((Map(()),))
+    assert two.field("output") == Seq((Map((("a", Map(())),)),))
+    assert one.field("input_kwargs") is two.field("input_kwargs") is one.field("output").items[0]

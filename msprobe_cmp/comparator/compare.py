@@ -332,6 +332,24 @@ def _first_ref(units: tuple[UnitComparison, ...], attr: str) -> RowRef | None:
     return None
 
 
+def unit_comparison(comparison: Comparison, unit: int) -> Comparison:
+    """Unit ``unit`` of ``comparison`` (index into ``comparison.units``) as a comparison of its own, what its page
+    shows: the unit's rows, counts, verdict, first divergent / failing row and likely origin
+    (:func:`likely_origin` of the unit); the comparison's inputs, mode and
+    thresholds; no unpaired units and no notes (report.html lists them; the unit's own notes are in its row of the
+    pairing table).
+
+    Raises:
+        IndexError: no such unit.
+    """
+    units = (comparison.units[unit],)
+    u = units[0]
+    return replace(comparison, units=units, unpaired=(), counts=u.counts, verdict_counts=u.verdict_counts,
+                   first_divergent=_first_ref(units, "first_divergent"),
+                   first_failing=_first_ref(units, "first_failing"), verdict=u.verdict, notes=(),
+                   matched_share=None, likely_origin=likely_origin(units))
+
+
 def _rows_of(rows: RowTable, entries: set[str]) -> list[int]:
     """Indices of the rows whose (A) entry is one of ``entries``."""
     codes = [k for k, s in enumerate(rows.strings) if s in entries]
@@ -772,6 +790,7 @@ __all__ = [
     "compute_cell_rollups",
     "detect_mode",
     "likely_origin",
+    "unit_comparison",
     "pair_units",
     "unit_namespaces",
 ]

@@ -32,7 +32,7 @@ import math
 import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import chain as _chain
 from typing import Any
 
@@ -45,8 +45,7 @@ from msprobe_cmp.comparator.compare import (
     Comparison,
     ComparisonRow,
     SideSummary,
-    _first_ref,  # the comparison's own first divergent / failing reference, for a unit's page
-    likely_origin,
+    unit_comparison,
 )
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.comparator.rowtable import (
@@ -321,24 +320,6 @@ def unit_page_paths(comparison: Comparison, page_rows: int | None = None) -> lis
         taken.add(name.casefold())
         paths.append(f"{UNIT_PAGES_DIR}/{name}.html")
     return paths
-
-
-def unit_comparison(comparison: Comparison, unit: int) -> Comparison:
-    """Unit ``unit`` of ``comparison`` (index into ``comparison.units``) as a comparison of its own, what its page
-    shows: the unit's rows, counts, verdict, first divergent / failing row and likely origin
-    (:func:`~msprobe_cmp.comparator.compare.likely_origin` of the unit); the comparison's inputs, mode and
-    thresholds; no unpaired units and no notes (report.html lists them; the unit's own notes are in its row of the
-    pairing table).
-
-    Raises:
-        IndexError: no such unit.
-    """
-    units = (comparison.units[unit],)
-    u = units[0]
-    return replace(comparison, units=units, unpaired=(), counts=u.counts, verdict_counts=u.verdict_counts,
-                   first_divergent=_first_ref(units, "first_divergent"),
-                   first_failing=_first_ref(units, "first_failing"), verdict=u.verdict, notes=(),
-                   matched_share=None, likely_origin=likely_origin(units))
 
 
 @dataclass(frozen=True)

@@ -146,12 +146,16 @@ def _compare_parser() -> _Parser:
 def _demo_parser() -> _Parser:
     p = _Parser(
         prog="msprobe-cmp demo",
-        description="Train a small MindSpore MLP on scikit-learn's bundled digits twice (float32, and float16 "
-        "compute in the hidden layers), record both runs at mix level and compare them.",
+        description="A port, checked: train a small digits classifier written in PyTorch, its correct MindSpore "
+        "port and the port with one porting bug (a BatchNorm momentum left in PyTorch's convention), record the "
+        "three runs (level mix, task tensor) and compare each port against the PyTorch run: the correct port "
+        "passes, the buggy one fails with its likely origin at the changed cell.  Exit 0 when both verdicts come "
+        "out so.",
     )
     p.add_argument("-o", "--output", type=Path, default=Path("msprobe-cmp-demo"), metavar="OUT",
-                   help="directory for the two dumps and the reports (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=5, metavar="N", help="training steps to record (default: %(default)s)")
+                   help="directory for the three dumps (OUT/dumps) and the two comparisons' reports (OUT/correct, "
+                   "OUT/bug) (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps to record (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an earlier demo in the output directory")
     return p
 
@@ -658,22 +662,56 @@ def _mapping_file_text(dump_a: Dump, dump_b: Dump, mapping: NameMapping) -> str 
 
 
 def _run_demo(argv: Sequence[str]) -> int:
+    """``msprobe-cmp demo [-o OUT] [--steps N] [--force]``: record the PyTorch original, its correct MindSpore port
+    and the buggy port into OUT/dumps (:func:`~msprobe_cmp.recorder.demo.run_demo_recordings`), compare each port
+    against the original into OUT/correct and OUT/bug, and print each verdict, the bug's likely origin and where to
+    look.  Returns 0 when the correct port passes and the buggy one fails, 3 when a comparison had nothing to
+    compare, else 1.
+
+    Raises:
+        ConfigError: a usage error, or OUT holds an earlier demo (without ``--force``).
+        MissingFrameworkError: torch, mindspore or scikit-learn is not installed.
+    """
     args = _demo_parser().parse_args(list(argv))
     if args.steps < 1:
         raise ConfigError(f"--steps: must be at least 1, got {args.steps}")
     out: Path = args.output
-    _check_outputs(out, args.force, (*OUTPUT_FILES, "dumps"), dirs=("dumps",))
-    from msprobe_cmp.recorder.demo import run_demo_recordings
+    parts = {"correct": out / "correct", "bug": out / "bug"}
+    _check_outputs(out, args.force, ("dumps", *parts), dirs=("dumps", *parts))
+    for directory in parts.values():
+        _check_outputs(directory, args.force)
+    from msprobe_cmp.recorder.demo import bug_description, run_demo_recordings
 
-    _say(f"training and recording 2 runs of {args.steps} steps into {out / 'dumps'} ...")
-    baseline_dir, target_dir, summary = run_demo_recordings(out / "dumps", steps=args.steps, replace=args.force)
-    for line in summary:
+    _say(f"recording a digits classifier in PyTorch, its MindSpore port and a buggy port ({args.steps} training "
+         f"step(s) each) into {out / 'dumps'} ...")
+    runs = run_demo_recordings(out / "dumps", steps=args.steps, replace=args.force)
+    for line in runs.lines:
         _say(line)
-    comparison = compare(load_dump(target_dir), load_dump(baseline_dir))
-    files = write_reports(comparison, out)
-    _say(render_summary(comparison, files))
-    # The demo succeeded whatever the verdict (the float16 run is expected to differ).
-    return EXIT_OK if comparison.verdict in ("pass", "fail") else EXIT_NOTHING_COMPARED
+    verdicts = {}
+    for part, port, label, expected in (("correct", runs.mindspore, "correct port vs PyTorch:", "pass"),
+                                        ("bug", runs.bug, "buggy port vs PyTorch:  ", "fail")):
+        comparison = compare(load_dump(port), load_dump(runs.pytorch))
+        files = write_reports(comparison, parts[part])
+        verdicts[part] = comparison.verdict
+        counts = dict(comparison.verdict_counts)
+        as_expected = "as expected" if comparison.verdict == expected else f"UNEXPECTED: expected {expected.upper()}"
+        _say(f"{label} {comparison.verdict.upper()} ({counts.get('fail', 0)} failing, {counts.get('warning', 0)} "
+             f"warning rows; {as_expected}) -> {files['html']}")
+    # ``comparison`` is the buggy port's
+    _say(_terminal_text(f"the bug's {origin_line(comparison)}"))
+    _say(f"the bug: {bug_description()}")
+    origin = comparison.likely_origin
+    first = comparison.first_failing
+    _say(_terminal_text(
+        f"open {files['html']}: start at its 'likely origin' line, then find "
+        f"{origin.cell or origin.ref.name if origin else 'the first failing row'} in the cell tree"
+        + (f"; the first failing row is {first.label}" if first else "")
+        + "; the losses above agree (training normalises with the batch statistics), the moving statistics do not"))
+    if verdicts == {"correct": "pass", "bug": "fail"}:
+        return EXIT_OK
+    if any(v in ("nothing_compared", "too_few_matched") for v in verdicts.values()):
+        return EXIT_NOTHING_COMPARED
+    return EXIT_REGRESSION
 
 
 @contextmanager

@@ -1,31 +1,166 @@
-"""`msprobe-cmp demo` end to end: two real MindSpore trainings recorded, compared and reported."""
+"""`msprobe-cmp demo` end to end: a PyTorch model, its correct MindSpore port and a buggy port, recorded, compared and
+reported.  The demo runs once per module (one training step: the bug already fails there)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from msprobe_cmp.cli import main
 
-pytest.importorskip("mindspore")
-pytest.importorskip("sklearn")
+ROOT = Path(__file__).resolve().parents[2]
+needs_frameworks = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("mindspore", "torch", "sklearn")),
+    reason="needs mindspore, torch and scikit-learn",
+)
+
+BN2 = "Cell.bn2.BatchNorm1d.forward.0"
+BN2_TORCH = "Module.bn2.BatchNorm1d.forward.0"
 
 
-def test_demo_records_two_runs_and_reports_where_they_diverge(tmp_path, capsys):
-    out = tmp_path / "demo"
-    assert main(["demo", "-o", str(out), "--steps", "2"]) == 0
+@pytest.mark.parametrize("missing", ["torch", "mindspore"])
+def test_a_missing_framework_is_one_line_naming_the_extra(tmp_path: Path, missing: str) -> None:
+    # sys.modules[name] = None makes "import name" fail exactly as when it is not installed.
+    out = tmp_path / "out"
+    code = (f"import sys; sys.modules[{missing!r}] = None\n"
+            "from msprobe_cmp.cli import main\n"
+            f"sys.exit(main(['demo', '-o', {str(out)!r}]))\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == (f"msprobe-cmp: error: {missing} is not installed; install it with: "
+                          f"pip install 'msprobe-cmp[{missing}]'\n")
+    assert not out.exists()  # checked before anything is recorded
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Run the demo into an OUT holding an earlier demo's files: refused without --force, replaced with it."""
+    import io
+    from contextlib import redirect_stdout
+
+    out = tmp_path_factory.mktemp("demo") / "out"
+    stale_report = out / "bug" / "report.html"
+    stale_dump = out / "dumps" / "pytorch" / "step0" / "old-file"
+    for path in (stale_report, stale_dump):
+        path.parent.mkdir(parents=True)
+        path.write_text("earlier demo")
+    refused = main(["demo", "-o", str(out), "--steps", "1"])
+    kept = stale_report.read_text() == "earlier demo" and stale_dump.exists()
+    text = io.StringIO()
+    with redirect_stdout(text):
+        code = main(["demo", "-o", str(out), "--steps", "1", "--force"])
+    return {"out": out, "code": code, "text": text.getvalue(), "refused": refused, "kept": kept,
+            "stale_dump": stale_dump}
+
+
+def _doc(out: Path, part: str) -> dict:
+    return json.loads((out / part / "comparison.json").read_text())
+
+
+def _npy(out: Path, run: str, name: str) -> np.ndarray:
+    return np.load(out / "dumps" / run / "step0" / "rank" / "dump_tensor_data" / f"{name}.npy").astype(np.float64)
+
+
+@needs_frameworks
+def test_an_earlier_demo_is_refused_without_force_and_replaced_with_it(demo: dict[str, Any]) -> None:
+    assert demo["refused"] == 2 and demo["kept"]  # nothing was recorded or written by the refused run
+    assert demo["code"] == 0
+    assert not demo["stale_dump"].exists()
+    assert (demo["out"] / "bug" / "report.html").read_text() != "earlier demo"
+
+
+@needs_frameworks
+def test_the_correct_port_passes_and_the_bug_fails_at_the_changed_cell(demo: dict[str, Any]) -> None:
+    out, text = demo["out"], demo["text"]
+    correct, bug = _doc(out, "correct"), _doc(out, "bug")
+    assert correct["mode"] == bug["mode"] == "tensor"
+    assert correct["verdict"] == "pass" and correct["likely_origin"] is None
+    assert correct["verdict_counts"]["fail"] == 0 and correct["verdict_counts"]["warning"] == 0
+    assert bug["verdict"] == "fail"
+    assert bug["likely_origin"]["cell"] == BN2
+    assert bug["first_failing"]["name"] == f"{BN2}.parameters.moving_variance"
+    # Every failing row is bn2's moving variance (its own row, or the next step's BatchNorm reading it): the bug
+    # changes nothing else.
+    failing = [r["name"] for u in bug["units"] for r in u["rows"] if r["verdict"] == "fail"]
+    assert failing == [f"{BN2}.parameters.moving_variance"]
+    for part in ("correct", "bug"):
+        for name in ("report.html", "comparison.json", "comparison.csv", "junit.xml", "summary.md"):
+            assert (out / part / name).is_file()
+    lines = text.splitlines()
+    assert any(line.startswith("correct port vs PyTorch: PASS") for line in lines)
+    assert any(line.startswith("buggy port vs PyTorch:   FAIL") for line in lines)
+    assert f"the bug's likely origin: {BN2} (step0/rank)" in text
+    assert f"open {out / 'bug' / 'report.html'}" in text
+
+
+@needs_frameworks
+def test_the_bug_is_the_momentum_convention_measured_on_the_recorded_tensors(demo: dict[str, Any]) -> None:
+    """From bn2's recorded input (one batch of 64, moving mean 0 and variance 1 before the step), numpy gives what
+    each side's moving statistics must hold after it: PyTorch 0.9·old + 0.1·batch (unbiased variance), the buggy
+    port 0.1·old + 0.9·batch, the correct port PyTorch's."""
+    out = demo["out"]
+    x = _npy(out, "pytorch", f"{BN2_TORCH}.input.0")
+    assert x.shape == (64, 32)
+    mean, var = x.mean(axis=0), x.var(axis=0, ddof=1)
+    torch_mean, torch_var = _npy(out, "pytorch", f"{BN2_TORCH}.buffers.running_mean"), _npy(
+        out, "pytorch", f"{BN2_TORCH}.buffers.running_var")
+    np.testing.assert_allclose(torch_mean, 0.1 * mean, atol=1e-6)
+    np.testing.assert_allclose(torch_var, 0.9 + 0.1 * var, atol=1e-6)
+    np.testing.assert_allclose(_npy(out, "mindspore", f"{BN2}.parameters.moving_mean"), torch_mean, atol=1e-6)
+    np.testing.assert_allclose(_npy(out, "mindspore", f"{BN2}.parameters.moving_variance"), torch_var, atol=1e-6)
+    bug_var = _npy(out, "bug", f"{BN2}.parameters.moving_variance")
+    np.testing.assert_allclose(_npy(out, "bug", f"{BN2}.parameters.moving_mean"), 0.9 * mean, atol=1e-6)
+    np.testing.assert_allclose(bug_var, 0.1 + 0.9 * var, atol=1e-6)
+    # The failing row's metrics are these arrays': cosine below the 0.99 rule, MaxAbsErr above 1e-3.
+    cosine = float(bug_var @ torch_var / np.linalg.norm(bug_var) / np.linalg.norm(torch_var))
+    row = next(r for r in _doc(out, "bug")["units"][0]["rows"] if r["name"] == f"{BN2}.parameters.moving_variance")
+    assert row["metrics"]["Cosine"] == pytest.approx(cosine, abs=1e-6) and cosine < 0.99
+    assert row["metrics"]["MaxAbsErr"] == pytest.approx(np.abs(bug_var - torch_var).max(), rel=1e-5)
+
+
+@needs_frameworks
+def test_every_row_of_the_port_pairs_with_the_pytorch_run(demo: dict[str, Any]) -> None:
+    """Every row of the MindSpore port with a PyTorch counterpart is matched (the share of A's rows is 1), every
+    Module entry of the PyTorch run pairs with its Cell, and what PyTorch records alone is what MindSpore has no
+    twin of: BatchNorm's counter (``num_batches_tracked += 1``, a ``Tensor.add_``), the buffers before the call,
+    the arguments MindSpore's Primitives hold as attributes, and ``loss.backward()``'s seed gradient."""
+    out = demo["out"]
+    doc = _doc(out, "correct")
+    assert doc["matched_share"] == 1.0 and doc["matched_share_of"] == "A's rows"
+    rows = doc["units"][0]["rows"]
+    torch_entries = json.loads((out / "dumps" / "pytorch" / "step0" / "rank" / "dump.json").read_text())["data"]
+    matched_b = {r["entry_b"] for r in rows if r["match_class"] == "matched"}
+    modules = {name for name in torch_entries if name.startswith("Module.")}
+    assert modules and modules <= matched_b
+    ms_entries = json.loads((out / "dumps" / "mindspore" / "step0" / "rank" / "dump.json").read_text())["data"]
+    cells = {name for name in ms_entries if name.startswith("Cell.")}
+    assert cells and cells <= {r["entry"] for r in rows if r["match_class"] == "matched"}
+    only_b = {r["entry_b"] for r in rows if r["match_class"] == "only_in_b"}
+    assert {e.rsplit(".", 2)[0] for e in only_b if not e.startswith(("Module.", "Functional."))} == {
+        "Tensor.add_", "Torch.ones_like"}
+    assert all(r["arg_path_b"].startswith(("buffers_before.", "buffers.num_batches_tracked"))
+               for r in rows if r["match_class"] == "only_in_b" and r["entry_b"].startswith("Module."))
+
+
+@needs_frameworks
+def test_verdicts_other_than_expected_exit_1(demo: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """With the two ports swapped (the demo's own recordings, no training) the 'correct' comparison fails and the
+    'bug' one passes: the demo says so and exits 1."""
+    import msprobe_cmp.recorder.demo as demo_module
+
+    dumps = demo["out"] / "dumps"
+    swapped = demo_module.DemoRecordings(dumps / "pytorch", dumps / "bug", dumps / "mindspore", ("swapped",))
+    monkeypatch.setattr(demo_module, "run_demo_recordings", lambda *a, **k: swapped)
+    assert main(["demo", "-o", str(tmp_path / "out"), "--steps", "1"]) == 1
     text = capsys.readouterr().out
-    doc = json.loads((out / "comparison.json").read_text())
-    assert doc["mode"] == "tensor" and doc["compared_count"] > 0
-    first = doc["first_divergent"]
-    # Both runs start from the same weights and batches: the first difference is the first float16 op of fc1.
-    assert first["name"].startswith("Primitive.matmul.MatMul.0.forward")
-    assert first["parent_cell"] == "Cell.fc1.Dense.forward.0"
-    rows = {r["name"]: r for u in doc["units"][:1] for r in u["rows"]}
-    assert rows["Cell.fc1.Dense.forward.0.input.0"]["metrics"]["MaxAbsErr"] == 0.0  # same data in
-    assert rows["Cell.fc1.Dense.forward.0.output.0"]["metrics"]["MaxAbsErr"] > 0.0  # float16 compute out
-    assert "first divergent: Primitive.matmul.MatMul.0.forward" in text
-    # A second run refuses to overwrite, and --force replaces it.
-    assert main(["demo", "-o", str(out), "--steps", "1"]) == 2
-    assert main(["demo", "-o", str(out), "--steps", "1", "--force"]) == 0
+    assert "correct port vs PyTorch: FAIL (1 failing, 1 warning rows; UNEXPECTED: expected PASS)" in text
+    assert "buggy port vs PyTorch:   PASS (0 failing, 0 warning rows; UNEXPECTED: expected FAIL)" in text
+    assert "the bug's likely origin: none" in text

@@ -1,4 +1,6 @@
-"""The digits demo: two runs with the same names whose first difference is in the first hidden layer."""
+"""The digits workloads: the recorder's MLP (two precisions whose first difference is in the first hidden layer;
+bit-identical training under every recording option) and the port demo's three runs (PyTorch, its MindSpore port,
+the port with BatchNorm momentum in the wrong convention)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from msprobe_cmp.errors import ConfigError
@@ -45,19 +48,60 @@ def test_demo_rejects_unknown_dtype(tmp_path: Path, ms: Any) -> None:
         run_digits_training(tmp_path, hidden_dtype="int8")
 
 
-def test_demo_recordings_for_the_cli(tmp_path: Path, ms: Any) -> None:
+@pytest.fixture(scope="module")
+def port_runs(ms: Any) -> dict[str, dict[str, Any]]:
+    """The three port-demo runs, two steps each, without a recorder."""
+    pytest.importorskip("torch")
+    from msprobe_cmp.recorder.adapters.digits_port import PORTS, run_port_training
+
+    return {port: run_port_training(None, port=port, steps=2) for port in PORTS}
+
+
+def test_the_port_trains_like_the_original_and_the_bug_changes_only_the_moving_statistics(
+    port_runs: dict[str, dict[str, Any]],
+) -> None:
+    torch_run, port, bug = port_runs["pytorch"], port_runs["mindspore"], port_runs["bug"]
+    # ln(10) = 2.3026: ten classes, small random weights: the first loss is near chance.
+    assert abs(torch_run["losses"][0] - np.log(10)) < 0.3
+    np.testing.assert_allclose(port["losses"], torch_run["losses"], rtol=1e-6)
+    np.testing.assert_allclose(port["moving_mean"], torch_run["moving_mean"], atol=1e-6)
+    np.testing.assert_allclose(port["moving_variance"], torch_run["moving_variance"], atol=1e-6)
+    # Training normalises with the batch statistics: the bug leaves every loss bit-identical to the port's ...
+    assert bug["losses"] == port["losses"]
+    # ... and after two steps from (0, 1) PyTorch keeps 0.9² = 0.81 of the initial moving variance, the bug 0.1² =
+    # 0.01: its moving variance is far from PyTorch's.
+    assert np.abs(bug["moving_variance"] - torch_run["moving_variance"]).max() > 0.3
+
+
+def test_recording_the_port_runs_changes_nothing(tmp_path: Path, port_runs: dict[str, dict[str, Any]]) -> None:
+    from msprobe_cmp.recorder.adapters.digits_port import run_port_training
+
+    for port in ("pytorch", "bug"):
+        recorded = run_port_training(tmp_path / port, port=port, steps=2)
+        assert recorded["losses"] == port_runs[port]["losses"]
+        np.testing.assert_array_equal(recorded["moving_variance"], port_runs[port]["moving_variance"])
+        header = json.loads((tmp_path / port / "step1" / "rank" / "dump.json").read_text())
+        assert header["framework"] == ("pytorch" if port == "pytorch" else "mindspore")
+        assert header["task"] == "tensor" and header["level"] == "mix"
+
+
+def test_port_demo_rejects_bad_arguments(ms: Any) -> None:
+    from msprobe_cmp.recorder.adapters.digits_port import run_port_training
+
+    with pytest.raises(ConfigError, match="port: expected one of pytorch, mindspore, bug"):
+        run_port_training(None, port="mindtorch")
+    with pytest.raises(ConfigError, match="steps"):
+        run_port_training(None, port="bug", steps=0)
+
+
+def test_demo_recordings_refuse_an_earlier_demo(tmp_path: Path, ms: Any) -> None:
+    pytest.importorskip("torch")
     from msprobe_cmp.recorder.demo import run_demo_recordings
 
-    baseline, target, lines = run_demo_recordings(tmp_path / "dumps", steps=1)
-    assert (baseline, target) == (tmp_path / "dumps" / "float32", tmp_path / "dumps" / "float16")
-    assert (baseline / "step0" / "rank" / "dump.json").is_file() and (target / "step0" / "rank" / "dump.json").is_file()
-    assert len(lines) == 2 and "float32" in lines[0] and "float16" in lines[1]
-    with pytest.raises(ConfigError, match="earlier demo dump"):
+    (tmp_path / "dumps" / "bug").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="earlier demo dump is there; pass --force"):
         run_demo_recordings(tmp_path / "dumps", steps=1)
-    marker = baseline / "step0" / "old-file"
-    marker.write_text("x")
-    run_demo_recordings(tmp_path / "dumps", steps=1, replace=True)
-    assert not marker.exists()
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == ["bug"]  # nothing recorded
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
-"""Demo workload: a small MLP trained on scikit-learn's bundled digits, recorded with PrecisionDebugger.
+"""A small MLP trained on scikit-learn's bundled digits with MindSpore, recorded with PrecisionDebugger.
 
-Two runs that differ only in ``hidden_dtype`` give a realistic precision regression to compare:
-``"float16"`` computes the two hidden ``nn.Dense`` layers in float16 (``Cell.to_float``, mixed
+The recorder's own training workload (its tests train it at every level and task) and the digits data of
+``msprobe-cmp demo`` (:mod:`msprobe_cmp.recorder.adapters.digits_port` takes :func:`load_digits_standardized` and
+:func:`initial_weights` from here).  Two runs that differ only in ``hidden_dtype`` give a precision change to
+compare: ``"float16"`` computes the two hidden ``nn.Dense`` layers in float16 (``Cell.to_float``, mixed
 precision as users apply it; MindSpore 2.10 has CPU kernels for it) while everything else stays
 float32.  Both runs start from identical weights (numpy ``RandomState(seed)``) and see the same
 batches, so every entry name matches between the runs and the first difference appears in the
@@ -49,11 +51,12 @@ def load_digits_standardized() -> tuple[np.ndarray, np.ndarray]:
     return x.astype(np.float32), np.asarray(digits.target, dtype=np.int32)
 
 
-def initial_weights(seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Weights ``[out, in]`` and biases ``[out]`` of each layer, uniform in ±1/sqrt(fan_in) (float32)."""
+def initial_weights(seed: int, sizes: tuple[int, ...] = LAYER_SIZES) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Weights ``[out, in]`` and biases ``[out]`` of each dense layer of an MLP of widths ``sizes`` (input first),
+    uniform in ±1/sqrt(fan_in), drawn in that order from one ``np.random.RandomState(seed)`` (float32)."""
     rs = np.random.RandomState(seed)
     layers = []
-    for fan_in, fan_out in zip(LAYER_SIZES[:-1], LAYER_SIZES[1:], strict=True):
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
         bound = 1.0 / np.sqrt(fan_in)
         w = rs.uniform(-bound, bound, size=(fan_out, fan_in)).astype(np.float32)
         b = rs.uniform(-bound, bound, size=(fan_out,)).astype(np.float32)

@@ -37,7 +37,9 @@ MaxAbsErr thresholds) is then reported, not passed.
 ``key`` bias gradient is a sum that cancels exactly (softmax ignores a constant per query), so its values are
 ~1e-12 against ~1e-5 for the gradient it is summed from, and its Cosine between two runs is a random number.  A row
 whose magnitude ``max(|A|max, |B|max)`` is below ``noise_magnitude_ulps × eps`` (at most 1e-4) times the largest
-magnitude among the other rows of its entry is at rounding-noise magnitude: its Cosine decides nothing (a verdict
+magnitude among the other rows of its entry (of the same entry pair, wherever the matching placed them: a fused
+group, MatMul + BiasAdd against one ``linear``, puts MatMul's rows between BiasAdd's input and its bias gradient) is at
+rounding-noise magnitude: its Cosine decides nothing (a verdict
 the Cosine rules alone gave becomes a pass with a note), and it never jumps.  Rows holding a mask sentinel (a
 dtype's most negative finite value, ~-3.4e38 in float32, as attention masks do) are left out of the magnitudes.
 
@@ -206,27 +208,21 @@ def localise(
     holds_jump: set[str] = set()  # cells a jump happened inside
     forward_error: dict[str, float] = {}  # forward entry → the largest error of its rows
 
-    def judge(entry: str, measured: list[tuple[int, float | None, float | None, float | None, float, bool]]) -> None:
-        """One call's rows (index, magnitude, e, absolute error, eps, is output): rounding noise, then jumps."""
+    def judge(entry: str, measured: list[tuple[int, float | None, float, bool, float | None, float | None, float,
+                                                bool]]) -> None:
+        """One call's rows (index, magnitude, the magnitude it is held against, at rounding-noise magnitude, e,
+        absolute error, eps, is output): the rounding-noise rows (:func:`_calls` found them), then jumps."""
         nonlocal carried
-        # Rounding-noise magnitude: against the largest other tensor of the same call.
-        scales = [m[1] for m in measured if m[1] is not None]
-        if len(scales) >= 2:
-            top = max(scales)
-            second = sorted(scales)[-2]
-            kept = []
-            for m in measured:
-                sc = m[1]
-                ref = (second if sc == top else top) if sc is not None else 0.0
-                if sc and ref > 0.0 and sc < min(s.noise_magnitude_ulps * m[4], MAX_NOISE_MAGNITUDE) * ref:
-                    _judge_noise_row(rows, m[0], sc, ref, thresholds)
-                else:
-                    kept.append(m)
-            measured = kept
+        kept = []
+        for m in measured:
+            if m[3]:
+                _judge_noise_row(rows, m[0], m[1] or 0.0, m[2], thresholds)
+            else:
+                kept.append(m)
         # (index, e, absolute error, eps) of the inputs and of the outputs whose error is known
         ins: list[tuple[int, float, float | None, float]] = []
         outs: list[tuple[int, float, float | None, float]] = []
-        for k, _, e_known, absolute, eps, output in measured:
+        for k, _, _, _, e_known, absolute, eps, output in kept:
             if e_known is not None:
                 (outs if output else ins).append((k, e_known, absolute, eps))
         for k, e, _, eps in ins:
@@ -281,8 +277,8 @@ def localise(
         carried = calls.carried[g]
         lo, hi = calls.bounds[g], calls.bounds[g + 1]
         judge(calls.names[g] or "",
-              list(zip(calls.rows[lo:hi], calls.magnitude[lo:hi], calls.e[lo:hi], calls.absolute[lo:hi],
-                       calls.eps[lo:hi], calls.output[lo:hi], strict=True)))
+              list(zip(calls.rows[lo:hi], calls.magnitude[lo:hi], calls.reference[lo:hi], calls.noise[lo:hi],
+                       calls.e[lo:hi], calls.absolute[lo:hi], calls.eps[lo:hi], calls.output[lo:hi], strict=True)))
     if s.warn:
         verdicts = rows.cols["verdict"]
         for jump in jumps:
@@ -295,7 +291,9 @@ class _Calls(NamedTuple):
     """The measured rows of a unit grouped by call, in columns (:func:`_calls`).
 
     Row lists (one item per measured row, in row order; NaN given as None): ``rows`` (row index), ``magnitude``,
-    ``e``, ``absolute``, ``eps`` (:func:`_eps_of` of the row's dtypes), ``output`` (:func:`_is_output`).  Per call:
+    ``reference`` (the magnitude the row is held against: the largest of the other rows of its entry pair),
+    ``noise`` (at rounding-noise magnitude), ``e``, ``absolute``, ``eps`` (:func:`_eps_of` of the row's dtypes),
+    ``output`` (:func:`_is_output`).  Per call:
     ``bounds`` (its rows are ``bounds[g]:bounds[g + 1]`` of the row lists), ``names`` (its entry name, None for no
     name), ``largest`` (the largest error of its rows that are not at rounding-noise magnitude, 0.0 when none),
     ``carried`` (the largest of ``largest`` over the calls before it, 0.0 for the first).  ``judged``: the calls to
@@ -305,6 +303,8 @@ class _Calls(NamedTuple):
 
     rows: list[int]
     magnitude: list[float | None]
+    reference: list[float]
+    noise: list[bool]
     e: list[float | None]
     absolute: list[float | None]
     eps: list[float]
@@ -357,20 +357,25 @@ def _calls(table: RowTable, s: OriginRules, ulps: float) -> _Calls:
     eps = np.asarray(eps_list, dtype=np.float64)
     output = np.asarray(output_list, dtype=bool)
     sc, ek, ab = magnitude[index], e[index], absolute[index]
-    # Rounding-noise magnitude (judge's rule): each call's largest and second largest magnitude.
+    # Rounding-noise magnitude: each row against the largest magnitude among the other rows of its entry pair,
+    # wherever they are (a fused group, MatMul + BiasAdd against linear, interleaves two entries' rows: the bias
+    # gradient, BiasAdd's output.1, sits apart from BiasAdd's input.0)
+    pair = (entry_codes[index].astype(np.int64) << 32) | (entry_b_codes[index].astype(np.int64) & 0xFFFFFFFF)
+    pair_of = np.unique(pair, return_inverse=True)[1].reshape(-1) if m else np.zeros(0, np.int64)
+    pairs = int(pair_of.max()) + 1 if m else 0
     has = ~np.isnan(sc)
-    count = np.bincount(call_of[has], minlength=calls)
-    order = np.lexsort((sc[has], call_of[has]))
-    sorted_call, sorted_sc = call_of[has][order], sc[has][order]
-    last = np.flatnonzero(np.append(sorted_call[1:] != sorted_call[:-1], True)) if len(order) else np.zeros(0, int)
-    top = np.full(calls, np.nan)
-    second = np.full(calls, np.nan)
-    top[sorted_call[last]] = sorted_sc[last]
-    several = last[count[sorted_call[last]] >= 2]
-    second[sorted_call[several]] = sorted_sc[several - 1]
-    row_top, row_second = top[call_of], second[call_of]
+    count = np.bincount(pair_of[has], minlength=pairs)
+    order = np.lexsort((sc[has], pair_of[has]))
+    sorted_pair, sorted_sc = pair_of[has][order], sc[has][order]
+    last = np.flatnonzero(np.append(sorted_pair[1:] != sorted_pair[:-1], True)) if len(order) else np.zeros(0, int)
+    top = np.full(pairs, np.nan)
+    second = np.full(pairs, np.nan)
+    top[sorted_pair[last]] = sorted_sc[last]
+    several = last[count[sorted_pair[last]] >= 2]
+    second[sorted_pair[several]] = sorted_sc[several - 1]
+    row_top, row_second = top[pair_of], second[pair_of]
     ref = np.where(sc == row_top, row_second, row_top)
-    noise = (has & (count[call_of] >= 2) & (sc != 0.0) & (ref > 0.0)
+    noise = (has & (count[pair_of] >= 2) & (sc != 0.0) & (ref > 0.0)
              & (sc < np.minimum(s.noise_magnitude_ulps * eps, MAX_NOISE_MAGNITUDE) * ref))
     known = ~noise & ~np.isnan(ek)
     inputs, outputs = known & ~output, known & output
@@ -399,6 +404,7 @@ def _calls(table: RowTable, s: OriginRules, ulps: float) -> _Calls:
             outputs & over & (ek > s.jump_ratio * below_out[call_of]))
     return _Calls(
         rows=index.tolist(), magnitude=[None if v != v else v for v in sc.tolist()],
+        reference=np.where(noise, ref, 0.0).tolist(), noise=noise.tolist(),
         e=[None if v != v else v for v in ek.tolist()], absolute=[None if v != v else v for v in ab.tolist()],
         eps=eps_list, output=output_list, bounds=bounds.tolist(), names=names, largest=largest.tolist(),
         carried=carried.tolist(),

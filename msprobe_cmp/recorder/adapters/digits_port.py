@@ -74,16 +74,16 @@ def _batches(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def _build_torch(seed: int) -> Any:
+def _build_torch(seed: int, bias: bool) -> Any:
     torch = import_torch("pytorch")
     nn = torch.nn
 
     class DigitsNet(nn.Module):  # type: ignore[name-defined]
         def __init__(self) -> None:
             super().__init__()
-            self.fc1 = nn.Linear(LAYER_SIZES[0], LAYER_SIZES[1], bias=False)
+            self.fc1 = nn.Linear(LAYER_SIZES[0], LAYER_SIZES[1], bias=bias)
             self.bn1 = nn.BatchNorm1d(LAYER_SIZES[1], momentum=TORCH_MOMENTUM)
-            self.fc2 = nn.Linear(LAYER_SIZES[1], LAYER_SIZES[2], bias=False)
+            self.fc2 = nn.Linear(LAYER_SIZES[1], LAYER_SIZES[2], bias=bias)
             self.bn2 = nn.BatchNorm1d(LAYER_SIZES[2], momentum=TORCH_MOMENTUM)
             self.act = nn.ReLU()
             self.out = nn.Linear(LAYER_SIZES[2], LAYER_SIZES[3])
@@ -102,16 +102,16 @@ def _build_torch(seed: int) -> Any:
     return net
 
 
-def _build_mindspore(seed: int, bug: bool) -> Any:
+def _build_mindspore(seed: int, bug: bool, bias: bool) -> Any:
     ms = import_mindspore()
     nn = ms.nn
 
     class DigitsNet(nn.Cell):  # type: ignore[name-defined]
         def __init__(self) -> None:
             super().__init__()
-            self.fc1 = nn.Dense(LAYER_SIZES[0], LAYER_SIZES[1], has_bias=False)
+            self.fc1 = nn.Dense(LAYER_SIZES[0], LAYER_SIZES[1], has_bias=bias)
             self.bn1 = nn.BatchNorm1d(LAYER_SIZES[1], momentum=MINDSPORE_MOMENTUM)
-            self.fc2 = nn.Dense(LAYER_SIZES[1], LAYER_SIZES[2], has_bias=False)
+            self.fc2 = nn.Dense(LAYER_SIZES[1], LAYER_SIZES[2], has_bias=bias)
             # the bug: PyTorch's number in MindSpore's convention
             self.bn2 = nn.BatchNorm1d(LAYER_SIZES[2], momentum=TORCH_MOMENTUM if bug else MINDSPORE_MOMENTUM)
             self.act = nn.ReLU()
@@ -138,6 +138,7 @@ def run_port_training(
     level: str = "mix",
     task: str = "tensor",
     seed: int = 0,
+    bias_before_norm: bool = False,
 ) -> dict[str, Any]:
     """Train one of the three runs for ``steps`` SGD steps, recording every step under ``dump_path``.
 
@@ -151,6 +152,10 @@ def run_port_training(
         steps: training steps (≥ 1), one batch of 64 each.
         level, task: the recording level and task (``PrecisionDebugger``'s).
         seed: seeds the initial weights and the batch order.
+        bias_before_norm: give ``fc1`` and ``fc2`` a bias (the demo's have none, as layers before a BatchNorm are
+            usually written).  Their bias gradient is then zero but for rounding (BatchNorm removes the mean):
+            ~1e-8 on both sides, with a Cosine between them that is a random number (a test of the comparator's
+            rounding-noise rule).
 
     Returns:
         ``{"port", "losses": [float per step], "moving_mean": float32 [32] and "moving_variance": float32 [32]
@@ -170,7 +175,7 @@ def run_port_training(
     debugger = None
     if dump_path is not None:  # built before the model, as the recorder asks
         debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level, framework=framework)
-    net, step_fn, finish = train(seed, port == "bug")
+    net, step_fn, finish = train(seed, port == "bug", bias_before_norm)
     losses: list[float] = []
     try:
         for x, y in batches:
@@ -191,11 +196,11 @@ def run_port_training(
             "dump_path": None if dump_path is None else str(dump_path)}
 
 
-def _train_torch(seed: int, bug: bool) -> tuple[Any, Any, Any]:
+def _train_torch(seed: int, bug: bool, bias: bool) -> tuple[Any, Any, Any]:
     """The PyTorch model and its step (``(x, y) -> (loss, update)``) and final-state reader."""
     torch = import_torch("pytorch")
     torch.manual_seed(seed)
-    net = _build_torch(seed)
+    net = _build_torch(seed, bias)
     net.train()
     optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
 
@@ -212,12 +217,12 @@ def _train_torch(seed: int, bug: bool) -> tuple[Any, Any, Any]:
     return net, step_fn, finish
 
 
-def _train_mindspore(seed: int, bug: bool) -> tuple[Any, Any, Any]:
+def _train_mindspore(seed: int, bug: bool, bias: bool) -> tuple[Any, Any, Any]:
     """The MindSpore port (with the bug when ``bug``) and its step and final-state reader."""
     ms = import_mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_seed(seed)
-    net = _build_mindspore(seed, bug)
+    net = _build_mindspore(seed, bug, bias)
     net.set_train(True)
     optimizer = ms.nn.SGD(net.trainable_params(), learning_rate=LEARNING_RATE)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any, Union
 
@@ -799,6 +799,10 @@ class Entry:
         paths, leaves = self.flat()
         return zip(paths, leaves, strict=True)
 
+    def paths(self) -> tuple[str, ...]:
+        """The argument paths of :meth:`flat`, without making its leaves."""
+        return self._layout.flat()[0]
+
     def flat(self) -> tuple[tuple[str, ...], tuple[Leaf, ...]]:
         """:meth:`leaves` as two tuples of one length: the argument paths and the leaves, in file order.
 
@@ -815,6 +819,28 @@ class Entry:
         if all_columns:  # every leaf a column leaf: the common entry
             return paths, tuple([leaf_view(cols, i) for i in range(start, start + len(slots))])
         return paths, tuple([leaf_view(cols, start + s) if type(s) is int else s for s in slots])  # type: ignore
+
+
+def tensor_leaf_rows(entries: Iterable[Entry]) -> list[tuple[LeafColumns, np.ndarray]]:
+    """Where the tensor leaves of ``entries`` are held: for each :class:`LeafColumns` (in the order first met), the
+    rows of it that are their leaves, int64 ``[k]``, in entry order and, within an entry, file order.  What reads
+    many leaves' values reads these columns at these rows (no :class:`TensorLeaf` is made for a reader's entry)."""
+    found: dict[int, tuple[LeafColumns, list[int]]] = {}
+    for entry in entries:
+        cols = entry._cols
+        if cols is not None:
+            got = found.get(id(cols))
+            if got is None:
+                got = found[id(cols)] = (cols, [])
+            got[1].extend(map(entry._start.__add__, entry._layout.flat()[2]))
+        else:  # an entry built through the constructor: each tensor leaf is a row of its own columns
+            for leaf in entry.flat()[1]:
+                if isinstance(leaf, TensorLeaf):
+                    got = found.get(id(leaf._c))
+                    if got is None:
+                        got = found[id(leaf._c)] = (leaf._c, [])
+                    got[1].append(leaf._i)
+    return [(cols, np.fromiter(rows, np.int64, len(rows))) for cols, rows in found.values()]
 
 
 def _is_parameters_grad(name: str) -> bool:

@@ -1,4 +1,4 @@
-"""Typed records of the dump format (frozen, slotted dataclasses of plain values).
+"""Typed records of the dump format (immutable, slotted, of plain values) and the leaf columns that hold tensor leaves.
 
 The on-disk layout is msprobe's (docs/design.md §1).  One ``dump.json`` holds a header
 (:class:`DumpMeta`) and ``data``: a mapping of entry names to :class:`Entry` records.  An
@@ -8,8 +8,11 @@ entry's fields hold nested nodes: :class:`Seq` (a JSON list), :class:`Map` (a JS
 input that needs none).
 
 Everything here is immutable and framework-free; conversion from and to JSON lives in
-:mod:`msprobe_cmp.dump.serde`.  The records are built through their constructors and have ``__slots__`` (no
-per-instance ``__dict__``): a 100k-entry dump holds 300k tensor leaves, ~230 bytes each with their statistics.
+:mod:`msprobe_cmp.dump.serde`.  A 100k-entry dump holds 300k tensor leaves: they are not one object each but rows of
+their file's :class:`LeafColumns` (statistics, codes into per-file tables, NaN/Inf counts; ~90 bytes a leaf), and a
+:class:`TensorLeaf` is a view of one row, made when asked for.  An entry read from a file holds its name, its first
+row and an :class:`EntryLayout` shared by the entries of one kind of call (docs/design.md §2, "leaf columns").  The
+other records are frozen, slotted dataclasses built through their constructors.
 """
 
 from __future__ import annotations
@@ -170,20 +173,28 @@ class LeafColumns:
         return code
 
     def append(
-        self, type_: str, dtype: str, shape: tuple[int, ...], stats: tuple[object, object, object, object],
-        md5: str | None, data_name: str | None, requires_grad: bool | None, extra_code: int,
+        self, type_: str, dtype: str, shape: tuple[int, ...], mx: float | None, mn: float | None, me: float | None,
+        no: float | None, md5: str | None, data_name: str | None, requires_grad: bool | None, extra_code: int,
         counts: tuple[int, int, int] | None,
     ) -> int:
-        """Add one leaf (``stats``: max, min, mean, norm, each a float or None; ``extra_code`` from
+        """Add one leaf (``mx, mn, me, no``: its max, min, mean and norm, each a float or None; ``extra_code`` from
         :meth:`extra_code_of`; ``counts`` its :attr:`TensorLeaf.nonfinite_counts`) and return its row."""
         i = len(self.defined)
-        mx, mn, me, no = stats
-        self.stats.extend((_NAN if mx is None else mx, _NAN if mn is None else mn,  # type: ignore[arg-type]
-                           _NAN if me is None else me, _NAN if no is None else no))
-        self.defined.append((mx is not None) | (mn is not None) << 1 | (me is not None) << 2 | (no is not None) << 3)
-        self.type_code.append(self.string_code(type_))
-        self.dtype_code.append(self.string_code(dtype))
-        self.shape_code.append(self.shape_code_of(shape))
+        if mx is None or mn is None or me is None or no is None:
+            self.stats.extend((_NAN if mx is None else mx, _NAN if mn is None else mn,
+                               _NAN if me is None else me, _NAN if no is None else no))
+            self.defined.append((mx is not None) | (mn is not None) << 1 | (me is not None) << 2
+                                | (no is not None) << 3)
+        else:
+            self.stats.extend((mx, mn, me, no))
+            self.defined.append(15)
+        codes = self._string_codes
+        code = codes.get(type_)
+        self.type_code.append(self.string_code(type_) if code is None else code)
+        code = codes.get(dtype)
+        self.dtype_code.append(self.string_code(dtype) if code is None else code)
+        code = self._shape_codes.get(shape)
+        self.shape_code.append(self.shape_code_of(shape) if code is None else code)
         self.md5_code.append(-1 if md5 is None else self.string_code(md5))
         self.data_name_code.append(-1 if data_name is None else self.string_code(data_name))
         self.extra_code.append(extra_code)
@@ -274,7 +285,7 @@ class TensorLeaf:
         for d in shape:
             numel *= d
         counts = compute_nonfinite_counts(extra, numel) if extra else None
-        i = cols.append(type, dtype, shape, (_float(max), _float(min), _float(mean), _float(norm)), md5, data_name,
+        i = cols.append(type, dtype, shape, _float(max), _float(min), _float(mean), _float(norm), md5, data_name,
                         requires_grad, cols.extra_code_of(extra, False) if extra else 0, counts)
         _set_c(self, cols)
         _set_i(self, i)
@@ -459,7 +470,7 @@ _new_object = object.__new__
 _NAN_KEY = ("NaN",)
 
 
-def _float(value: object) -> object:
+def _float(value: object) -> float | None:
     """A statistic as kept: None, or the value as a float (an int converted; a value that is no number raises)."""
     return None if value is None else float(value)  # type: ignore[arg-type]
 

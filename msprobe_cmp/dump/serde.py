@@ -4,6 +4,9 @@ The one place that knows how a record is spelled in JSON (docs/design.md §4).  
 (:func:`~msprobe_cmp.dump.reader.read_dump_json` for dump.json, one ``data`` member at a time;
 :func:`~msprobe_cmp.dump.reader.read_json` for the others) and hands the values to the ``*_from_json`` functions with
 the file and the JSON path of the value, so that every error names both; the writer calls the ``*_to_json`` functions.
+The tensor leaves of one call (a file's entries, or one node or leaf) are added to one
+:class:`~msprobe_cmp.dump.schema.LeafColumns` as they are read; the nodes hold
+:data:`~msprobe_cmp.dump.schema.COLUMN_LEAF` in their place, and the entries their layout and first row.
 ``x_from_json(x_to_json(r)) == r`` for every record but a tensor leaf whose ``md5`` is empty or blank: that is no
 checksum and reads as None.
 
@@ -268,10 +271,10 @@ def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> object:
         type_,
         dtype,
         tuple(shape),
-        (mx if type(mx) is float else _stat(mx, ".Max"),
-         mn if type(mn) is float else _stat(mn, ".Min"),
-         me if type(me) is float else _stat(me, ".Mean"),
-         no if type(no) is float else _stat(no, ".Norm")),
+        mx if type(mx) is float else _stat(mx, ".Max"),
+        mn if type(mn) is float else _stat(mn, ".Min"),
+        me if type(me) is float else _stat(me, ".Mean"),
+        no if type(no) is float else _stat(no, ".Norm"),
         md5,
         data_name,
         rg,
@@ -323,7 +326,8 @@ def _thaw(value: object) -> Any:
 
 
 def _node(obj: Any, depth: int, memo: _Memo) -> Any:
-    """:func:`node_from_json` of a value at ``depth`` (at most :data:`_MAX_DEPTH`): raises :class:`_Invalid`."""
+    """:func:`node_from_json` of a value at ``depth`` (at most :data:`_MAX_DEPTH`), a tensor leaf added to
+    ``memo.cols`` and held as :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`: raises :class:`_Invalid`."""
     t = type(obj)
     if t is dict:
         return _object(obj, depth, memo)
@@ -364,8 +368,9 @@ _EMPTY_MAP = Map(())
 
 
 def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Any:
-    """:func:`_node` of a JSON object: a tensor leaf, a value leaf (``{"type": ..., "value": ...}``) or a map (an
-    empty one is :data:`_EMPTY_MAP`, held once: most entries' ``input_kwargs``)."""
+    """:func:`_node` of a JSON object: a tensor leaf (:data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`), a value leaf
+    (``{"type": ..., "value": ...}``) or a map (an empty one is :data:`_EMPTY_MAP`, held once: most entries'
+    ``input_kwargs``)."""
     if not obj:
         return _EMPTY_MAP
     type_ = obj.get("type")

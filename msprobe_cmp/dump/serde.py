@@ -232,9 +232,15 @@ def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> object:
     dtype, shape, mx, mn, me, no, md5, data_name, rg = map(obj.get, _PICKED)
     if type(dtype) is not str:
         raise _Invalid(f"expected a string, got {dtype!r:.40}", ".dtype")
-    if type(shape) is not list or not _INT.issuperset(map(type, shape)) or (shape and min(shape) < 0):
+    numel = 1
+    if type(shape) is list:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                numel = -1
+                break
+            numel *= d
+    if numel < 0 or type(shape) is not list:
         raise _Invalid(f"expected a list of non-negative ints, got {shape!r:.60}", ".shape")
-    numel = math.prod(shape)
     if numel >= 2**63:
         raise _Invalid("more than 2**63 elements: too large", ".shape")
     if md5 is not None:

@@ -60,7 +60,14 @@ from msprobe_cmp.comparator.mapping.files import PLACEHOLDER_RE, FusedRecord
 from msprobe_cmp.comparator.matching import MatchClass, RowPair, _backward_twin, classify_pair, execution_order
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
-from msprobe_cmp.dump.schema import NONFINITE_COUNT_KEYS, Entry, Leaf, TensorLeaf
+from msprobe_cmp.dump.schema import (
+    NONFINITE_COUNT_KEYS,
+    Entry,
+    Leaf,
+    TensorLeaf,
+    _TensorLeafFields,
+    dataclass_fields_of,
+)
 from msprobe_cmp.errors import DumpFormatError
 
 __all__ = [
@@ -75,13 +82,13 @@ __all__ = [
 
 
 
-@dataclass(frozen=True)
 class CombinedLeaf(TensorLeaf):
     """A tensor leaf standing for several recorded tensors combined: their concatenation along ``axis``
     (``how == "concat"``) or their element-wise sum (``how == "sum"``).
 
     The statistics fields hold the combined statistics (:func:`combine_concatenated`, :func:`combine_summed`);
-    ``data_name`` the parts' file names joined by ``" + "`` when every part has a file, else None.
+    ``data_name`` the parts' file names joined by ``" + "`` when every part has a file, else None.  Built as a
+    :class:`TensorLeaf` (its fields, in order), then the three below; equality, hash and repr over all of them.
 
     Attributes:
         parts: the recorded leaves, in order.
@@ -89,9 +96,60 @@ class CombinedLeaf(TensorLeaf):
         axis: the concatenation axis, non-negative (0 for a sum).
     """
 
+    __slots__ = ("_axis", "_how", "_parts")
+    _parts: tuple[TensorLeaf, ...]
+    _how: Literal["concat", "sum"]
+    _axis: int
+
+    def __init__(
+        self, type: str, dtype: str, shape: tuple[int, ...], max: float | None = None,  # noqa: A002
+        min: float | None = None, mean: float | None = None, norm: float | None = None,  # noqa: A002
+        md5: str | None = None, data_name: str | None = None, requires_grad: bool | None = None,
+        extra: tuple[tuple[str, object], ...] = (), parts: tuple[TensorLeaf, ...] = (),
+        how: Literal["concat", "sum"] = "concat", axis: int = 0,
+    ) -> None:
+        super().__init__(type, dtype, shape, max, min, mean, norm, md5, data_name, requires_grad, extra)
+        _SET_PARTS(self, tuple(parts))
+        _SET_HOW(self, how)
+        _SET_AXIS(self, axis)
+
+    @property
+    def parts(self) -> tuple[TensorLeaf, ...]:
+        """The recorded leaves, in order."""
+        return self._parts
+
+    @property
+    def how(self) -> Literal["concat", "sum"]:
+        """``"concat"`` or ``"sum"``."""
+        return self._how
+
+    @property
+    def axis(self) -> int:
+        """The concatenation axis (0 for a sum)."""
+        return self._axis
+
+    def _key(self) -> tuple[object, ...]:
+        return (*super()._key(), self._parts, self._how, self._axis)
+
+    def _names(self) -> tuple[str, ...]:
+        return _COMBINED_FIELDS
+
+
+@dataclass(frozen=True)
+class _CombinedLeafFields(_TensorLeafFields):
+    """The fields of :class:`CombinedLeaf` as a dataclass's (:func:`~msprobe_cmp.dump.schema.dataclass_fields_of`)."""
+
     parts: tuple[TensorLeaf, ...] = ()
     how: Literal["concat", "sum"] = "concat"
     axis: int = 0
+
+
+dataclass_fields_of(CombinedLeaf, _CombinedLeafFields)
+_SET_PARTS = CombinedLeaf.__dict__["_parts"].__set__
+_SET_HOW = CombinedLeaf.__dict__["_how"].__set__
+_SET_AXIS = CombinedLeaf.__dict__["_axis"].__set__
+_COMBINED_FIELDS = ("type", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "requires_grad",
+                    "extra", "parts", "how", "axis")
 
 
 def _any_nan(values: Iterable[float]) -> bool:

@@ -9,8 +9,9 @@ import fnmatch
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import chain, repeat
-from typing import NamedTuple
+from itertools import chain, pairwise, repeat
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,7 +31,6 @@ from msprobe_cmp.comparator.outcomes import (
     can_compare_as_columns,
     compare_row,
     compare_statistics_columns,
-    has_checksum,
     judge_zero_gradient,
     statistics_outcome_of_failing,
     thresholds_and_floor,
@@ -57,7 +57,7 @@ from msprobe_cmp.comparator.rowtable import (
 from msprobe_cmp.comparator.rules import RuleOutcome, Rules
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
-from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, TensorLeaf
+from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, TensorLeaf, tensor_leaf_rows
 
 #: The metric names :func:`compare_statistics_columns` fills, in its column order.
 _STAT_COLUMN_NAMES = METRIC_NAMES[STAT_DIFF_COLUMN:]
@@ -141,9 +141,10 @@ class UnitFacts:
         """
         if unit.scanned:
             raise ValueError(f"{unit.label}: only the header was read; its facts come from the unit's entries")
-        flats = [e.flat()[1] for e in unit.entries]
-        leaves = sum(map(len, flats))
-        has_md5 = any(isinstance(leaf, TensorLeaf) and has_checksum(leaf) for flat in flats for leaf in flat)
+        leaves = sum(len(e.paths()) for e in unit.entries)
+        # has_checksum of each tensor leaf, read from the leaf columns: an md5 code of -1 is None
+        has_md5 = any(bool((cols.code_array("md5_code")[rows] >= 0).any())
+                      for cols, rows in tensor_leaf_rows(unit.entries))
         namespace = framework_namespace(unit.meta.framework, unit.entries)
         cells: list[str] = []
         apis: list[str] = []
@@ -378,11 +379,14 @@ def _set_names_and_sides(
     row-by-row pass would intern them (per row: entry, B's entry, parent cell, argument path, B's argument path,
     mapping), so the string table's codes do not depend on how the columns are filled."""
     n = len(pairs)
-    columns = list(zip(*pairs, strict=True))
-    entry_names, entry_names_b = columns[_FIELD["entry_name"]], columns[_FIELD["entry_name_b"]]
-    in_as, in_bs = columns[_FIELD["in_a"]], columns[_FIELD["in_b"]]
-    keys = list(zip(entry_names, entry_names_b, in_as, in_bs, strict=True))
-    starts = [0, *(i for i, (x, y) in enumerate(zip(keys, keys[1:], strict=False), 1) if x != y)]
+
+    def field_of(name: str) -> tuple[Any, ...]:  # one field of every row (the rows' other fields are not copied)
+        return tuple(map(itemgetter(_FIELD[name]), pairs))
+
+    entry_names, entry_names_b, in_as, in_bs = map(field_of, ("entry_name", "entry_name_b", "in_a", "in_b"))
+    # where a run of rows of one entry pair starts (the rows' keys compared in pairs, not kept)
+    starts = [0, *(i for i, (x, y) in enumerate(pairwise(zip(entry_names, entry_names_b, in_as, in_bs, strict=True)), 1)
+                   if x != y)]
     construct_a, construct_b = unit_a.construct.get, unit_b.construct.get
     stack_a, stack_b = unit_a.stack.get, unit_b.stack.get
     stack_code = builder.stack_code
@@ -390,7 +394,7 @@ def _set_names_and_sides(
     stacks: list[int] = []
     stacks_b: list[int] = []
     for i in starts:
-        entry_name, entry_name_b, in_a, in_b = keys[i]
+        entry_name, entry_name_b, in_a, in_b = entry_names[i], entry_names_b[i], in_as[i], in_bs[i]
         name_b = entry_name_b or entry_name
         parent_name = construct_a(entry_name) if in_a else None
         if parent_name is None and in_b:
@@ -403,8 +407,7 @@ def _set_names_and_sides(
     lengths = np.diff(np.asarray([*starts, n], dtype=np.int64))
     parent_rows = list(chain.from_iterable(map(repeat, parents, lengths.tolist())))
     named = {"entry": entry_names, "entry_b": entry_names_b, "parent_cell": parent_rows,
-             "arg_path": columns[_FIELD["arg_path"]], "arg_path_b": columns[_FIELD["arg_path_b"]],
-             "mapped_by": columns[_FIELD["mapped_by"]]}
+             "arg_path": field_of("arg_path"), "arg_path_b": field_of("arg_path_b"), "mapped_by": field_of("mapped_by")}
     code = builder.code
     codes = {text: code(text) for text in dict.fromkeys(chain.from_iterable(zip(*named.values(), strict=True)))}
     cols = builder.cols
@@ -412,10 +415,12 @@ def _set_names_and_sides(
         cols[column][:] = np.fromiter(map(codes.__getitem__, texts), np.int32, n)
     cols["stack"][:] = np.repeat(np.asarray(stacks, dtype=np.int32), lengths)
     cols["stack_b"][:] = np.repeat(np.asarray(stacks_b, dtype=np.int32), lengths)
-    cols["match_class"][:] = np.fromiter(map(MATCH_CLASS_CODE.__getitem__, columns[_FIELD["match_class"]]),
-                                         np.uint8, n)
-    for side, leaves, present in ((0, columns[_FIELD["leaf_a"]], in_as), (1, columns[_FIELD["leaf_b"]], in_bs)):
-        builder.set_sides(side, [leaf if there else ABSENT_LEAF for leaf, there in zip(leaves, present, strict=True)])
+    del named, parent_rows
+    classes = map(itemgetter(_FIELD["match_class"]), pairs)
+    cols["match_class"][:] = np.fromiter(map(MATCH_CLASS_CODE.__getitem__, classes), np.uint8, n)
+    for side, field, present in ((0, _FIELD["leaf_a"], in_as), (1, _FIELD["leaf_b"], in_bs)):
+        builder.set_sides(side, [leaf if there else ABSENT_LEAF
+                                 for leaf, there in zip(map(itemgetter(field), pairs), present, strict=True)])
 
 
 def _compare_columnar(

@@ -1,4 +1,4 @@
-"""Typed records of the dump format (frozen, slotted dataclasses of plain values).
+"""Typed records of the dump format (immutable, slotted, of plain values) and the leaf columns that hold tensor leaves.
 
 The on-disk layout is msprobe's (docs/design.md §1).  One ``dump.json`` holds a header
 (:class:`DumpMeta`) and ``data``: a mapping of entry names to :class:`Entry` records.  An
@@ -8,16 +8,22 @@ entry's fields hold nested nodes: :class:`Seq` (a JSON list), :class:`Map` (a JS
 input that needs none).
 
 Everything here is immutable and framework-free; conversion from and to JSON lives in
-:mod:`msprobe_cmp.dump.serde`.  The records are built through their constructors and have ``__slots__`` (no
-per-instance ``__dict__``): a 100k-entry dump holds 300k tensor leaves, ~230 bytes each with their statistics.
+:mod:`msprobe_cmp.dump.serde`.  A 100k-entry dump holds 300k tensor leaves: they are not one object each but rows of
+their file's :class:`LeafColumns` (statistics, codes into per-file tables, NaN/Inf counts; ~90 bytes a leaf), and a
+:class:`TensorLeaf` is a view of one row, made when asked for.  An entry read from a file holds its name, its first
+row and an :class:`EntryLayout` shared by the entries of one kind of call (docs/design.md §2, "leaf columns").  The
+other records are frozen, slotted dataclasses built through their constructors.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Union
+import math
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import FrozenInstanceError, dataclass, field
+from typing import Any, Union
+
+import numpy as np
 
 #: Format version our writer stamps into dump.json as ``msprobe_cmp_format`` (msprobe ignores the key).
 FORMAT_VERSION = 1
@@ -90,46 +96,267 @@ def compute_nonfinite_counts(
     return (counts[0], counts[1], counts[2])
 
 
-class _CountsCache:
-    """Base of :class:`TensorLeaf` holding one slot, ``_counts``, that is not a dataclass field: the cache of
-    :attr:`TensorLeaf.nonfinite_counts` (unset until first read; not part of equality, hash or repr)."""
+class LeafColumns:
+    """The tensor leaves of one file (or the one leaf built by :class:`TensorLeaf`'s constructor), column-wise: leaf
+    ``i`` is row ``i`` of every column.  The one representation of a tensor leaf: a :class:`TensorLeaf` is a view
+    ``(columns, i)`` of it.
 
-    __slots__ = ("_counts",)
-    _counts: tuple[int, int, int] | None
+    Attributes (one item per leaf unless said; ``array.array`` columns, read as numpy arrays through the ``*_array``
+    methods once the file is read):
+        stats: ``array('d')`` of ``4 * n`` float64: leaf ``i``'s ``(max, min, mean, norm)`` at ``[4 * i, 4 * i + 4)``,
+            in the tensor's value units; NaN where not recorded (:attr:`defined` tells a recorded NaN from None).
+        defined: ``bytearray``: bit ``k`` (1, 2, 4, 8) set when statistic ``k`` of :data:`STAT_KEYS` was recorded.
+        type_code, dtype_code, md5_code, data_name_code: ``array('i')`` (int32) codes into :attr:`strings`; -1 for
+            None (md5, data_name).
+        shape_code: ``array('i')`` codes into :attr:`shapes`.
+        extra_code: ``array('i')`` codes into :attr:`extras` (0 is ``()``).
+        requires_grad: ``array('b')``: -1 None, 0 False, 1 True.
+        counts: ``array('q')`` of ``3 * n`` int64: the NaN, +Inf and -Inf counts at ``[3 * i, 3 * i + 3)`` (0 where
+            :attr:`counted` is not set).
+        counted: ``bytearray``: 1 when the leaf's counts are valid (:attr:`TensorLeaf.nonfinite_counts` not None).
+        strings, shapes, extras: the tables the codes index (a string, a shape or an ``extra`` held once a file).
+    """
+
+    __slots__ = ("_extra_codes", "_shape_codes", "_string_codes", "counted", "counts", "data_name_code", "defined",
+                 "dtype_code", "extra_code", "extras", "md5_code", "requires_grad", "shape_code", "shapes", "stats",
+                 "strings", "type_code")
+
+    def __init__(self) -> None:
+        self.stats = array("d")
+        self.defined = bytearray()
+        self.type_code = array("i")
+        self.dtype_code = array("i")
+        self.shape_code = array("i")
+        self.md5_code = array("i")
+        self.data_name_code = array("i")
+        self.extra_code = array("i")
+        self.requires_grad = array("b")
+        self.counts = array("q")
+        self.counted = bytearray()
+        self.strings: list[str] = []
+        self.shapes: list[tuple[int, ...]] = []
+        self.extras: list[tuple[tuple[str, object], ...]] = [()]
+        self._string_codes: dict[str, int] = {}
+        self._shape_codes: dict[tuple[int, ...], int] = {}
+        self._extra_codes: dict[tuple[tuple[str, object], ...], int] = {(): 0}
+
+    def __len__(self) -> int:
+        return len(self.defined)
+
+    def string_code(self, text: str) -> int:
+        """The code of ``text`` in :attr:`strings`, added when new."""
+        code = self._string_codes.get(text)
+        if code is None:
+            code = self._string_codes[text] = len(self.strings)
+            self.strings.append(text)
+        return code
+
+    def shape_code_of(self, shape: tuple[int, ...]) -> int:
+        """The code of ``shape`` in :attr:`shapes`, added when new."""
+        code = self._shape_codes.get(shape)
+        if code is None:
+            code = self._shape_codes[shape] = len(self.shapes)
+            self.shapes.append(shape)
+        return code
+
+    def extra_code_of(self, extra: tuple[tuple[str, object], ...], shared: bool) -> int:
+        """The code of ``extra`` in :attr:`extras`: one code for equal ones when ``shared`` (its values are ints and
+        strings only, for which equal means the same), else a new code."""
+        if shared:
+            code = self._extra_codes.get(extra)
+            if code is not None:
+                return code
+            code = self._extra_codes[extra] = len(self.extras)
+        else:
+            code = len(self.extras)
+        self.extras.append(extra)
+        return code
+
+    def append(
+        self, type_: str, dtype: str, shape: tuple[int, ...], mx: float | None, mn: float | None, me: float | None,
+        no: float | None, md5: str | None, data_name: str | None, requires_grad: bool | None, extra_code: int,
+        counts: tuple[int, int, int] | None,
+    ) -> int:
+        """Add one leaf (``mx, mn, me, no``: its max, min, mean and norm, each a float or None; ``extra_code`` from
+        :meth:`extra_code_of`; ``counts`` its :attr:`TensorLeaf.nonfinite_counts`) and return its row."""
+        i = len(self.defined)
+        if mx is None or mn is None or me is None or no is None:
+            self.stats.extend((_NAN if mx is None else mx, _NAN if mn is None else mn,
+                               _NAN if me is None else me, _NAN if no is None else no))
+            self.defined.append((mx is not None) | (mn is not None) << 1 | (me is not None) << 2
+                                | (no is not None) << 3)
+        else:
+            self.stats.extend((mx, mn, me, no))
+            self.defined.append(15)
+        codes = self._string_codes
+        code = codes.get(type_)
+        self.type_code.append(self.string_code(type_) if code is None else code)
+        code = codes.get(dtype)
+        self.dtype_code.append(self.string_code(dtype) if code is None else code)
+        code = self._shape_codes.get(shape)
+        self.shape_code.append(self.shape_code_of(shape) if code is None else code)
+        self.md5_code.append(-1 if md5 is None else self.string_code(md5))
+        self.data_name_code.append(-1 if data_name is None else self.string_code(data_name))
+        self.extra_code.append(extra_code)
+        self.requires_grad.append(-1 if requires_grad is None else 1 if requires_grad else 0)
+        if counts is None:
+            self.counts.extend(_NO_COUNTS)
+            self.counted.append(0)
+        else:
+            self.counts.extend(counts)
+            self.counted.append(1)
+        return i
+
+    def finish(self) -> None:
+        """Drop the tables' look-up dictionaries (no leaf is added afterwards)."""
+        self._string_codes = {}
+        self._shape_codes = {}
+        self._extra_codes = {}
+
+    # -- numpy views (of a finished file) -----------------------------------------------------------------------
+    def stats_array(self) -> np.ndarray:
+        """The statistics as a read-only float64 array ``[n, 4]`` (NaN where not recorded)."""
+        return _frozen(np.frombuffer(self.stats, np.float64).reshape(len(self), 4))
+
+    def defined_array(self) -> np.ndarray:
+        """Which statistics were recorded, bool ``[n, 4]`` (False: None)."""
+        bits = np.frombuffer(self.defined, np.uint8)
+        return (bits[:, None] >> np.arange(4, dtype=np.uint8)) & 1 == 1
+
+    def code_array(self, column: str) -> np.ndarray:
+        """One code column (``"type_code"``, ``"dtype_code"``, ``"shape_code"``, ``"md5_code"``,
+        ``"data_name_code"``, ``"extra_code"``) as a read-only int32 array ``[n]``."""
+        return _frozen(np.frombuffer(getattr(self, column), np.int32))
+
+    def counts_array(self) -> tuple[np.ndarray, np.ndarray]:
+        """The NaN/+Inf/-Inf counts, int64 ``[n, 3]``, and whether they are valid, bool ``[n]``."""
+        return (_frozen(np.frombuffer(self.counts, np.int64).reshape(len(self), 3)),
+                np.frombuffer(self.counted, np.uint8) == 1)
 
 
-_set_counts = _CountsCache.__dict__["_counts"].__set__  # the slot's own setter (the record is frozen)
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    arr.flags.writeable = False
+    return arr
 
 
-@dataclass(frozen=True, slots=True)
-class TensorLeaf(_CountsCache):
-    """Summary of one tensor argument, as one dump.json leaf.
+_NAN = math.nan
+_NO_COUNTS = (0, 0, 0)
+#: The bit of :attr:`LeafColumns.defined` of each statistic (max, min, mean, norm).
+_STAT_BITS = (1, 2, 4, 8)
+_TENSOR_LEAF_FIELDS = ("type", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "requires_grad",
+                       "extra")
+
+
+class TensorLeaf:
+    """Summary of one tensor argument, as one dump.json leaf: a view of row ``i`` of a :class:`LeafColumns`.
 
     Attributes:
         type: the leaf's ``type`` string (``"mindspore.Tensor"``, ``"torch.Tensor"``, ``"numpy.ndarray"``).
         dtype: the framework's spelling of the dtype (``"Float32"``, ``"BFloat16"``, ``"torch.float32"``).
         shape: the tensor's shape; ``()`` for a 0-d tensor.
         max, min, mean, norm: the statistics (``Norm`` is the L2 norm over all elements), in the
-            tensor's value units; None when not computed (empty tensor, structure task).  May be NaN/±Inf.
+            tensor's value units, as floats; None when not computed (empty tensor, structure task).  May be NaN/±Inf.
         md5: the checksum string of msprobe's md5 summary mode (a CRC32 in 8 hex digits), if any.
         data_name: file name of the saved tensor in ``dump_tensor_data/`` (tensor task), if any.
         requires_grad: PyTorch's ``requires_grad`` when recorded (MindSpore dumps have none).
         extra: any other keys of the leaf, kept for round-tripping, as ``(key, value)`` pairs.
 
-    Frozen, with ``__slots__`` (about 120 bytes besides the values); equality, hash and repr over the fields above.
+    The constructor (the fields above, in that order, ``type``, ``dtype`` and ``shape`` required) makes a leaf of
+    its own one-row columns; the reader's leaves are views of their file's columns
+    (:meth:`Entry.flat`), made when asked for.  Immutable (assigning raises
+    :class:`dataclasses.FrozenInstanceError`); equality, hash and repr over the fields above, as a dataclass's
+    (two views of one row are equal even when a statistic is NaN); pickled as its fields.
     """
 
-    type: str
-    dtype: str
-    shape: tuple[int, ...]
-    max: float | None = None
-    min: float | None = None
-    mean: float | None = None
-    norm: float | None = None
-    md5: str | None = None
-    data_name: str | None = None
-    requires_grad: bool | None = None
-    extra: tuple[tuple[str, object], ...] = ()
+    __slots__ = ("_c", "_i")
+    _c: LeafColumns
+    _i: int
+
+    def __init__(
+        self, type: str, dtype: str, shape: tuple[int, ...], max: float | None = None,  # noqa: A002
+        min: float | None = None, mean: float | None = None, norm: float | None = None,  # noqa: A002
+        md5: str | None = None, data_name: str | None = None, requires_grad: bool | None = None,
+        extra: tuple[tuple[str, object], ...] = (),
+    ) -> None:
+        shape = tuple(shape)
+        extra = tuple(extra)
+        cols = LeafColumns()
+        numel = 1
+        for d in shape:
+            numel *= d
+        counts = compute_nonfinite_counts(extra, numel) if extra else None
+        i = cols.append(type, dtype, shape, _float(max), _float(min), _float(mean), _float(norm), md5, data_name,
+                        requires_grad, cols.extra_code_of(extra, False) if extra else 0, counts)
+        _set_c(self, cols)
+        _set_i(self, i)
+
+    @property
+    def type(self) -> str:
+        """The leaf's ``type`` string."""
+        c = self._c
+        return c.strings[c.type_code[self._i]]
+
+    @property
+    def dtype(self) -> str:
+        """The framework's dtype spelling."""
+        c = self._c
+        return c.strings[c.dtype_code[self._i]]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's shape."""
+        c = self._c
+        return c.shapes[c.shape_code[self._i]]
+
+    @property
+    def max(self) -> float | None:
+        """The Max statistic, or None."""
+        c, i = self._c, self._i
+        return c.stats[4 * i] if c.defined[i] & 1 else None
+
+    @property
+    def min(self) -> float | None:
+        """The Min statistic, or None."""
+        c, i = self._c, self._i
+        return c.stats[4 * i + 1] if c.defined[i] & 2 else None
+
+    @property
+    def mean(self) -> float | None:
+        """The Mean statistic, or None."""
+        c, i = self._c, self._i
+        return c.stats[4 * i + 2] if c.defined[i] & 4 else None
+
+    @property
+    def norm(self) -> float | None:
+        """The Norm statistic (L2), or None."""
+        c, i = self._c, self._i
+        return c.stats[4 * i + 3] if c.defined[i] & 8 else None
+
+    @property
+    def md5(self) -> str | None:
+        """The checksum string, or None."""
+        c = self._c
+        code = c.md5_code[self._i]
+        return None if code < 0 else c.strings[code]
+
+    @property
+    def data_name(self) -> str | None:
+        """The saved tensor's file name, or None."""
+        c = self._c
+        code = c.data_name_code[self._i]
+        return None if code < 0 else c.strings[code]
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """PyTorch's ``requires_grad``, or None."""
+        flag = self._c.requires_grad[self._i]
+        return None if flag < 0 else flag == 1
+
+    @property
+    def extra(self) -> tuple[tuple[str, object], ...]:
+        """The leaf's other keys, as ``(key, value)`` pairs."""
+        c = self._c
+        return c.extras[c.extra_code[self._i]]
 
     @property
     def numel(self) -> int:
@@ -144,68 +371,116 @@ class TensorLeaf(_CountsCache):
         """``(NaN, +Inf, -Inf)`` counts when the recorder wrote them (:data:`NONFINITE_COUNT_KEYS`), else None.
 
         None too when a count is not a non-negative integer at most :attr:`numel` (an integral float is
-        accepted): such counts are not trusted (:attr:`has_invalid_nonfinite_counts`).  Worked out on first read
-        (:func:`compute_nonfinite_counts`) and kept.
+        accepted): such counts are not trusted (:attr:`has_invalid_nonfinite_counts`).  Worked out when the leaf
+        was added to its columns (:func:`compute_nonfinite_counts`).
         """
-        try:
-            return self._counts
-        except AttributeError:
-            counts = compute_nonfinite_counts(self.extra, self.numel) if self.extra else None
-            _set_counts(self, counts)
-            return counts
+        c, i = self._c, self._i
+        if not c.counted[i]:
+            return None
+        counts = c.counts
+        return (counts[3 * i], counts[3 * i + 1], counts[3 * i + 2])
 
     @property
     def has_invalid_nonfinite_counts(self) -> bool:
         """True when the leaf carries count fields that :attr:`nonfinite_counts` cannot use
         (wrong type, negative, or more than the tensor's elements)."""
-        if not self.extra or self.nonfinite_counts is not None:
+        c, i = self._c, self._i
+        if not c.extra_code[i] or c.counted[i]:
             return False
         return any(k in NONFINITE_COUNT_KEYS for k, _ in self.extra)
 
     @property
     def stats(self) -> tuple[float | None, float | None, float | None, float | None]:
         """``(max, min, mean, norm)`` in :data:`STAT_KEYS` order."""
-        return (self.max, self.min, self.mean, self.norm)
+        c, i = self._c, self._i
+        bits = c.defined[i]
+        s = c.stats
+        return (s[4 * i] if bits & 1 else None, s[4 * i + 1] if bits & 2 else None,
+                s[4 * i + 2] if bits & 4 else None, s[4 * i + 3] if bits & 8 else None)
+
+    @property
+    def columns(self) -> tuple[LeafColumns, int]:
+        """``(columns, row)``: where the leaf is held."""
+        return self._c, self._i
+
+    def _key(self) -> tuple[object, ...]:
+        """The values equality, hash, repr and pickling go by: the fields, in order (a subclass adds its own)."""
+        return (self.type, self.dtype, self.shape, *self.stats, self.md5, self.data_name, self.requires_grad,
+                self.extra)
+
+    def _names(self) -> tuple[str, ...]:
+        """The names of :meth:`_key`'s values (for repr)."""
+        return _TENSOR_LEAF_FIELDS
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, TensorLeaf)
+        if self._c is other._c and self._i == other._i and self._names() is _TENSOR_LEAF_FIELDS:
+            return True  # one row: equal even with a NaN statistic (as a record is equal to itself)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        # A NaN hashes by its object's identity: hashed as one constant, so that equal leaves hash alike
+        return hash(tuple(_NAN_KEY if v != v else v for v in self._key()))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={v!r}" for n, v in zip(self._names(), self._key(), strict=True))
+        return f"{type(self).__qualname__}({inner})"
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return (type(self), self._key())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
-def _tensor_leaf_init() -> Callable[..., None]:
-    """:class:`TensorLeaf`'s ``__init__``: the dataclass's (same parameters, same defaults, every field set), with
-    each field set through its slot's own setter rather than ``object.__setattr__`` (about twice as fast; a dump's
-    leaves are built by the hundred thousand).  Checked against the dataclass's fields when the module loads."""
-    names = ("type", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "requires_grad", "extra")
-    if tuple(f.name for f in fields(TensorLeaf)) != names:  # pragma: no cover - a field was added or moved
-        raise AssertionError("TensorLeaf's fields changed: update _tensor_leaf_init")
-    (s_type, s_dtype, s_shape, s_max, s_min, s_mean, s_norm, s_md5, s_data_name, s_requires_grad,
-     s_extra) = (getattr(TensorLeaf, name).__set__ for name in names)
+@dataclass(frozen=True)
+class _TensorLeafFields:
+    """The fields of :class:`TensorLeaf` as a dataclass's (:func:`dataclass_fields_of`)."""
 
-    def __init__(
-        self: TensorLeaf, type: str, dtype: str, shape: tuple[int, ...], max: float | None = None,  # noqa: A002
-        min: float | None = None, mean: float | None = None, norm: float | None = None,  # noqa: A002
-        md5: str | None = None, data_name: str | None = None, requires_grad: bool | None = None,
-        extra: tuple[tuple[str, object], ...] = (),
-    ) -> None:
-        s_type(self, type)
-        s_dtype(self, dtype)
-        s_shape(self, shape)
-        s_max(self, max)
-        s_min(self, min)
-        s_mean(self, mean)
-        s_norm(self, norm)
-        s_md5(self, md5)
-        s_data_name(self, data_name)
-        s_requires_grad(self, requires_grad)
-        s_extra(self, extra)
-
-    generated = inspect.signature(TensorLeaf.__init__).parameters.values()
-    if [(p.name, p.default) for p in generated] != [
-        (p.name, p.default) for p in inspect.signature(__init__).parameters.values()
-    ]:  # pragma: no cover
-        raise AssertionError("TensorLeaf's defaults changed: update _tensor_leaf_init")
-    __init__.__qualname__ = "TensorLeaf.__init__"
-    return __init__
+    type: str
+    dtype: str
+    shape: tuple[int, ...]
+    max: float | None = None
+    min: float | None = None
+    mean: float | None = None
+    norm: float | None = None
+    md5: str | None = None
+    data_name: str | None = None
+    requires_grad: bool | None = None
+    extra: tuple[tuple[str, object], ...] = ()
 
 
-TensorLeaf.__init__ = _tensor_leaf_init()  # type: ignore[method-assign]
+def dataclass_fields_of(cls: type, fields_of: type) -> None:
+    """Give ``cls`` the field table of the dataclass ``fields_of`` (the same fields, as its constructor takes them),
+    so that :func:`dataclasses.fields`, :func:`dataclasses.replace` and :func:`dataclasses.asdict` work on its
+    instances as on the frozen dataclass records they were (the records themselves are not dataclasses)."""
+    cls.__dataclass_fields__ = fields_of.__dataclass_fields__  # type: ignore[attr-defined]
+    cls.__dataclass_params__ = fields_of.__dataclass_params__  # type: ignore[attr-defined]
+
+
+dataclass_fields_of(TensorLeaf, _TensorLeafFields)
+_set_c = TensorLeaf.__dict__["_c"].__set__  # the slots' own setters (the leaf is frozen)
+_set_i = TensorLeaf.__dict__["_i"].__set__
+_new_object = object.__new__
+_NAN_KEY = ("NaN",)
+
+
+def _float(value: object) -> float | None:
+    """A statistic as kept: None, or the value as a float (an int converted; a value that is no number raises)."""
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def leaf_view(cols: LeafColumns, i: int) -> TensorLeaf:
+    """The :class:`TensorLeaf` of row ``i`` of ``cols`` (a view: nothing is copied)."""
+    leaf = _new_object(TensorLeaf)
+    _set_c(leaf, cols)
+    _set_i(leaf, i)
+    return leaf
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,17 +554,110 @@ def iter_leaves(node: Node, path: str) -> Iterator[tuple[str, Leaf]]:
         yield path, node
 
 
-class _LeavesCache:
-    """Base of :class:`Entry` holding one slot, ``_flat``, that is not a dataclass field: the entry's flattened
-    leaves (:meth:`Entry.flat`), unset until first asked for; not part of equality, hash or repr."""
+class _ColumnLeaf:
+    """The type of :data:`COLUMN_LEAF`."""
 
-    __slots__ = ("_flat",)
-    _flat: tuple[tuple[str, ...], tuple[Leaf, ...]]
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "COLUMN_LEAF"
+
+    def __reduce__(self) -> str:
+        return "COLUMN_LEAF"
 
 
-_set_flat = _LeavesCache.__dict__["_flat"].__set__  # the slot's own setter (the record is frozen)
-@dataclass(frozen=True, slots=True)
-class Entry(_LeavesCache):
+#: Where an entry's layout (:class:`EntryLayout`) holds a tensor leaf of the entry's columns: the k-th of them in file
+#: order (depth first, over every field) is row ``start + k`` of the columns (``start``: the entry's first row).
+COLUMN_LEAF = _ColumnLeaf()
+
+
+class EntryLayout:
+    """What an entry holds besides its tensor leaves' values: its fields with :data:`COLUMN_LEAF` where a leaf of its
+    columns goes, and (worked out on first use) its argument paths and its leaves in file order.
+
+    Entries of one kind of call have equal layouts; the reader holds one layout for all of them
+    (:mod:`msprobe_cmp.dump.serde`).  Not part of the public records: :class:`Entry` reads it.
+
+    Attributes:
+        fields: the entry's ``(key, node)`` pairs, a column leaf as :data:`COLUMN_LEAF`.
+        parameters_grad: whether the entry is a parameters_grad one (its paths are spelled otherwise).
+    """
+
+    __slots__ = ("_flat", "fields", "parameters_grad")
+    _flat: tuple[tuple[str, ...], tuple[Leaf | int, ...], tuple[int, ...], bool]
+
+    def __init__(self, fields: tuple[tuple[str, Node | _ColumnLeaf], ...], parameters_grad: bool) -> None:
+        self.fields = fields
+        self.parameters_grad = parameters_grad
+
+    def flat(self) -> tuple[tuple[str, ...], tuple[Leaf | int, ...], tuple[int, ...], bool]:
+        """``(paths, slots, offsets, all_columns)``: the argument paths (:func:`shared_paths`); in each slot the
+        leaf, or for a column leaf its offset (an int) from the entry's first row; the offsets of the column leaves
+        that are leaves, in file order (a flag field's, :data:`ENTRY_FLAG_FIELDS`, are rows but not leaves); and
+        whether every slot is a column leaf, at offsets ``0, 1, ...``.  Worked out once and kept."""
+        try:
+            return self._flat
+        except AttributeError:
+            pass
+        paths: list[str] = []
+        slots: list[Leaf | int] = []
+        offset = 0
+        for key, node in self.fields:
+            numbered, offset = _numbered(node, offset)
+            if self.parameters_grad:
+                if isinstance(numbered, Seq) and len(numbered.items) == 1:
+                    _flatten_into(paths, slots, numbered.items[0], key)
+                else:
+                    _flatten_into(paths, slots, numbered, key)
+            elif key not in ENTRY_FLAG_FIELDS:
+                _flatten_into(paths, slots, numbered, _FIELD_PATH.get(key, key))
+        offsets = tuple([s for s in slots if type(s) is int])
+        all_columns = offsets == tuple(range(len(slots)))
+        self._flat = flat = (shared_paths(tuple(paths)), tuple(slots), offsets, all_columns)
+        return flat
+
+
+def _numbered(node: Any, offset: int) -> tuple[Any, int]:
+    """``node`` with its :data:`COLUMN_LEAF` s replaced by ``offset``, ``offset + 1``, ... in file order, and the next
+    offset."""
+    if node is COLUMN_LEAF:
+        return offset, offset + 1
+    if isinstance(node, Seq):
+        items = []
+        for v in node.items:
+            got, offset = _numbered(v, offset)
+            items.append(got)
+        return Seq(tuple(items)), offset
+    if isinstance(node, Map):
+        pairs = []
+        for k, v in node.items:
+            got, offset = _numbered(v, offset)
+            pairs.append((k, got))
+        return Map(tuple(pairs)), offset
+    return node, offset
+
+
+def fill_column_leaves(node: object, rows: Iterator[TensorLeaf]) -> object:
+    """``node`` (a node, or a tuple of ``(key, node)`` fields) with each :data:`COLUMN_LEAF` replaced by the next of
+    ``rows``, in file order (depth first); the containers that hold none are returned as they are."""
+    if node is COLUMN_LEAF:
+        return next(rows)
+    if isinstance(node, Seq):
+        items = tuple([fill_column_leaves(v, rows) for v in node.items])
+        return node if all(map(_is, items, node.items)) else Seq(items)  # type: ignore[arg-type]
+    if isinstance(node, Map):
+        pairs = tuple([(k, fill_column_leaves(v, rows)) for k, v in node.items])
+        return node if all(a[1] is b[1] for a, b in zip(pairs, node.items, strict=True)) else Map(pairs)  # type: ignore[arg-type]
+    if isinstance(node, tuple):
+        return tuple([(k, fill_column_leaves(v, rows)) for k, v in node])
+    return node
+
+
+def _is(a: object, b: object) -> bool:
+    return a is b
+
+
+class Entry:
     """One record of ``dump.json``'s ``data``: an API, cell or parameters_grad entry.
 
     Attributes:
@@ -299,10 +667,84 @@ class Entry(_LeavesCache):
             ``parameters`` (Map) and, for PyTorch modules with buffers, ``buffers_before`` / ``buffers`` (Map);
             backward: ``input`` (gradients w.r.t. the forward outputs) and ``output``
             (gradients w.r.t. the forward inputs); parameters_grad: one ``(param name, Seq of leaves)`` each.
+
+    An entry read from a file holds its tensor leaves as rows ``[start, start + count)`` of the file's
+    :class:`LeafColumns` and its fields as an :class:`EntryLayout` shared with the entries of the same kind of call;
+    :attr:`fields` and :meth:`flat` make the nodes and the :class:`TensorLeaf` views when asked for.  An entry built
+    through the constructor holds the given nodes.  Immutable; equality, hash and repr over ``(name, fields)``.
     """
 
+    __slots__ = ("_cols", "_layout", "_start", "name")
     name: str
-    fields: tuple[tuple[str, Node], ...] = ()
+    _layout: EntryLayout
+    _cols: LeafColumns | None
+    _start: int
+
+    def __init__(self, name: str, fields: tuple[tuple[str, Node], ...] = ()) -> None:
+        fields = tuple(fields)
+        _set_entry_name(self, name)
+        _set_layout(self, EntryLayout(fields, _is_parameters_grad(name)))
+        _set_cols(self, None)
+        _set_start(self, 0)
+
+    @classmethod
+    def in_columns(cls, name: str, layout: EntryLayout, cols: LeafColumns, start: int) -> Entry:
+        """An entry whose column leaves (:data:`COLUMN_LEAF` in ``layout``) are rows ``start, start + 1, ...`` of
+        ``cols`` (the reader's entries)."""
+        entry = _new_object(cls)
+        _set_entry_name(entry, name)
+        _set_layout(entry, layout)
+        _set_cols(entry, cols)
+        _set_start(entry, start)
+        return entry
+
+    @property
+    def fields(self) -> tuple[tuple[str, Node], ...]:
+        """The fields, as ``(key, node)`` pairs (the nodes holding column leaves made on each call)."""
+        fields = self._layout.fields
+        if self._cols is None:
+            return fields  # type: ignore[return-value]
+        return fill_column_leaves(fields, self._rows())  # type: ignore[return-value]
+
+    def _rows(self) -> Iterator[TensorLeaf]:
+        """The views of the entry's rows, from its first on (in file order)."""
+        cols = self._cols
+        assert cols is not None
+        return (leaf_view(cols, i) for i in range(self._start, len(cols)))
+
+    def leaf_rows(self) -> tuple[LeafColumns | None, int, tuple[int, ...]]:
+        """``(columns, start, offsets)``: the k-th :class:`TensorLeaf` of :meth:`flat` that is held in ``columns`` is
+        row ``start + offsets[k]`` (the reader's entries; in file order); ``(None, 0, ())`` for an entry built
+        through the constructor, whose leaves are its own objects."""
+        cols = self._cols
+        if cols is None:
+            return None, 0, ()
+        return cols, self._start, self._layout.flat()[2]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Entry)
+        if self.name != other.name:
+            return False
+        if self._layout is other._layout and self._cols is other._cols and self._start == other._start:
+            return True
+        return self.fields == other.fields
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.fields))
+
+    def __repr__(self) -> str:
+        return f"Entry(name={self.name!r}, fields={self.fields!r})"
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return (_entry_of, (self.name, self._layout.fields, self._layout.parameters_grad, self._cols, self._start))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     @classmethod
     def forward(
@@ -347,10 +789,7 @@ class Entry(_LeavesCache):
     @property
     def is_parameters_grad(self) -> bool:
         """True for ``...parameters_grad`` (and 26.x ``...parameters_grad.<k>``) entries."""
-        if "parameters_grad" not in self.name:
-            return False
-        tokens = self.name.split(".")
-        return tokens[-1] == "parameters_grad" or (len(tokens) > 1 and tokens[-2] == "parameters_grad")
+        return self._layout.parameters_grad
 
     def field(self, key: str) -> Node:
         """The node of field ``key`` (``"input_args"``, ``"output"``, ...), or None when absent."""
@@ -371,32 +810,79 @@ class Entry(_LeavesCache):
         paths, leaves = self.flat()
         return zip(paths, leaves, strict=True)
 
+    def paths(self) -> tuple[str, ...]:
+        """The argument paths of :meth:`flat`, without making its leaves."""
+        return self._layout.flat()[0]
+
     def flat(self) -> tuple[tuple[str, ...], tuple[Leaf, ...]]:
         """:meth:`leaves` as two tuples of one length: the argument paths and the leaves, in file order.
 
-        Worked out once per entry and kept (the comparator walks an entry's leaves several times; the cache is a
-        slot, not a field, so equality, hashing and repr are unchanged).  The paths tuple is shared by every entry
-        whose paths are the same (:func:`shared_paths`), so ``flat()[0] is other.flat()[0]`` tells two entries'
-        paths equal at once; do not rely on it being so (the shared tuples are dropped past a limit).
+        The paths are worked out once per layout and kept; the paths tuple is shared by every entry whose paths
+        are the same (:func:`shared_paths`), so ``flat()[0] is other.flat()[0]`` tells two entries' paths equal at
+        once; do not rely on it being so (the shared tuples are dropped past a limit).  The leaves of the entry's
+        columns are :class:`TensorLeaf` views made on each call (equal from call to call, not the same objects).
         """
-        try:
-            return self._flat
-        except AttributeError:
-            paths: list[str] = []
-            leaves: list[Leaf] = []
-            if self.is_parameters_grad:
-                for key, node in self.fields:
-                    if isinstance(node, Seq) and len(node.items) == 1:
-                        _flatten_into(paths, leaves, node.items[0], key)
-                    else:
-                        _flatten_into(paths, leaves, node, key)
-            else:
-                for key, node in self.fields:
-                    if key not in ENTRY_FLAG_FIELDS:
-                        _flatten_into(paths, leaves, node, _FIELD_PATH.get(key, key))
-            flat = (shared_paths(tuple(paths)), tuple(leaves))
-            _set_flat(self, flat)
-            return flat
+        paths, slots, offsets, all_columns = self._layout.flat()
+        cols = self._cols
+        if not offsets or cols is None:
+            return paths, slots  # type: ignore[return-value]
+        start = self._start
+        if all_columns:  # every leaf a column leaf: the common entry
+            return paths, tuple([leaf_view(cols, i) for i in range(start, start + len(slots))])
+        return paths, tuple([leaf_view(cols, start + s) if type(s) is int else s for s in slots])  # type: ignore
+
+
+def tensor_leaf_rows(entries: Iterable[Entry]) -> list[tuple[LeafColumns, np.ndarray]]:
+    """Where the tensor leaves of ``entries`` are held: for each :class:`LeafColumns` (in the order first met), the
+    rows of it that are their leaves, int64 ``[k]``, in entry order and, within an entry, file order.  What reads
+    many leaves' values reads these columns at these rows (no :class:`TensorLeaf` is made for a reader's entry)."""
+    found: dict[int, tuple[LeafColumns, list[int]]] = {}
+    for entry in entries:
+        cols = entry._cols
+        if cols is not None:
+            got = found.get(id(cols))
+            if got is None:
+                got = found[id(cols)] = (cols, [])
+            got[1].extend(map(entry._start.__add__, entry._layout.flat()[2]))
+        else:  # an entry built through the constructor: each tensor leaf is a row of its own columns
+            for leaf in entry.flat()[1]:
+                if isinstance(leaf, TensorLeaf):
+                    got = found.get(id(leaf._c))
+                    if got is None:
+                        got = found[id(leaf._c)] = (leaf._c, [])
+                    got[1].append(leaf._i)
+    return [(cols, np.fromiter(rows, np.int64, len(rows))) for cols, rows in found.values()]
+
+
+def _is_parameters_grad(name: str) -> bool:
+    """:attr:`Entry.is_parameters_grad` of an entry named ``name``."""
+    if "parameters_grad" not in name:
+        return False
+    tokens = name.split(".")
+    return tokens[-1] == "parameters_grad" or (len(tokens) > 1 and tokens[-2] == "parameters_grad")
+
+
+def _entry_of(name: str, fields: tuple[tuple[str, Any], ...], parameters_grad: bool, cols: LeafColumns | None,
+              start: int) -> Entry:
+    """An unpickled :class:`Entry`."""
+    if cols is None:
+        return Entry(name, fields)
+    return Entry.in_columns(name, EntryLayout(fields, parameters_grad), cols, start)
+
+
+@dataclass(frozen=True)
+class _EntryFields:
+    """The fields of :class:`Entry` as a dataclass's (:func:`dataclass_fields_of`)."""
+
+    name: str
+    fields: tuple[tuple[str, Node], ...] = ()
+
+
+dataclass_fields_of(Entry, _EntryFields)
+_set_entry_name = Entry.__dict__["name"].__set__
+_set_layout = Entry.__dict__["_layout"].__set__
+_set_cols = Entry.__dict__["_cols"].__set__
+_set_start = Entry.__dict__["_start"].__set__
 
 
 #: Each distinct tuple of argument paths met by :meth:`Entry.flat`, mapped to itself: entries of one kind of call
@@ -437,7 +923,7 @@ def _item_paths(path: str, count: int) -> tuple[str, ...]:
     return paths
 
 
-def _flatten_into(paths_out: list[str], leaves_out: list[Leaf], node: Node, path: str) -> None:
+def _flatten_into(paths_out: list[str], leaves_out: list[Leaf | int], node: Any, path: str) -> None:
     """Append the paths and the leaves of :func:`iter_leaves` of ``node`` to ``paths_out`` and ``leaves_out`` (the
     same pairs, without nested generators)."""
     if isinstance(node, Seq):

@@ -4,6 +4,9 @@ The one place that knows how a record is spelled in JSON (docs/design.md §4).  
 (:func:`~msprobe_cmp.dump.reader.read_dump_json` for dump.json, one ``data`` member at a time;
 :func:`~msprobe_cmp.dump.reader.read_json` for the others) and hands the values to the ``*_from_json`` functions with
 the file and the JSON path of the value, so that every error names both; the writer calls the ``*_to_json`` functions.
+The tensor leaves of one call (a file's entries, or one node or leaf) are added to one
+:class:`~msprobe_cmp.dump.schema.LeafColumns` as they are read; the nodes hold
+:data:`~msprobe_cmp.dump.schema.COLUMN_LEAF` in their place, and the entries their layout and first row.
 ``x_from_json(x_to_json(r)) == r`` for every record but a tensor leaf whose ``md5`` is empty or blank: that is no
 checksum and reads as None.
 
@@ -22,18 +25,23 @@ from pathlib import Path
 from typing import Any
 
 from msprobe_cmp.dump.schema import (
+    COLUMN_LEAF,
     FORMAT_VERSION,
     TENSOR_TYPES,
     DumpMeta,
     Entry,
+    EntryLayout,
     JsonObject,
+    LeafColumns,
     Map,
     Node,
     Seq,
     TensorLeaf,
     ValueLeaf,
-    _set_counts,
+    _is_parameters_grad,
     compute_nonfinite_counts,
+    fill_column_leaves,
+    leaf_view,
 )
 from msprobe_cmp.errors import DumpFormatError
 
@@ -152,39 +160,63 @@ def _kept_extra(extra: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, object],
     return tuple(out)
 
 
-class _Memo:
-    """What the tensor leaves of one file repeat, held once (one per file read, dropped with it).
+#: What :class:`_Memo` keeps of an ``extra`` of ints: its code, its NaN/Inf counts (or None) and the largest count.
+_IntExtra = tuple[int, tuple[int, int, int] | None, int]
 
-    ``shared`` maps a value to the first equal one met: the ``type`` and ``dtype`` strings and the shapes (tuples
-    of ints) of the leaves, and their ``extra`` tuples when every value in them is an int (our recorder's NaN/Inf
-    counts, mostly zeros): 300k leaves of a 100k-entry dump then hold a few hundred distinct ones, not 300k each
-    (~200 bytes a leaf).  Only ints, strings and tuples of them are shared: for them equal means the same (``1``,
-    ``1.0`` and ``True`` are equal but not the same, ``0.0`` and ``-0.0`` too).  ``extra_keys`` maps a tensor
-    object's key tuple to its keys that are not :data:`_LEAF_KEYS` (a dump holds few distinct key tuples).
+
+class _Memo:
+    """What one file's reading builds and shares (one per file read).
+
+    ``cols`` holds the file's tensor leaves (:class:`~msprobe_cmp.dump.schema.LeafColumns`: their ``type`` and
+    ``dtype`` strings and their shapes held once).  ``int_extras`` maps an ``extra`` whose values are all ints (our
+    recorder's NaN/Inf counts, mostly zeros) to its code in ``cols``, its counts and their largest: 300k leaves of a
+    100k-entry dump hold a few distinct ones.  Only ints and strings are shared: for them equal means the same
+    (``1``, ``1.0`` and ``True`` are equal but not the same).  ``extra_keys`` maps a tensor object's key tuple to its
+    keys that are not :data:`_LEAF_KEYS` (a dump holds few distinct key tuples).  ``layouts`` maps an entry's
+    fields (column leaves as :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`) to the one
+    :class:`~msprobe_cmp.dump.schema.EntryLayout` of the entries that have them; ``values`` is set when a value leaf
+    was built (an entry holding one keeps a layout of its own: equal values are not always the same).
     """
 
-    __slots__ = ("counts", "extra_keys", "shared")
+    __slots__ = ("cols", "extra_keys", "int_extras", "layouts", "values")
 
     def __init__(self) -> None:
-        self.shared: dict[Any, Any] = {}
+        self.cols = LeafColumns()
         self.extra_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
-        self.counts: dict[int, tuple[tuple[int, int, int] | None, int]] = {}
+        self.int_extras: dict[tuple[tuple[str, ...], tuple[int, ...]], _IntExtra] = {}
+        self.layouts: dict[tuple[bool, tuple[tuple[str, object], ...]], EntryLayout] = {}
+        self.values = False
 
     def add_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
         """Note and return the keys of ``keys`` (a tensor object's) that are not :data:`_LEAF_KEYS`, in order."""
         extra_keys = self.extra_keys[keys] = tuple([k for k in keys if k not in _LEAF_KEY_SET])
         return extra_keys
 
-    def add_extra(self, keys: tuple[str, ...], values: tuple[int, ...]) -> tuple[tuple[str, object], ...]:
-        """Note and return the ``extra`` of a tensor object with the extra keys ``keys``, whose values are the ints
-        ``values``, and note its NaN/Inf counts in :attr:`counts` (under ``id(extra)``, kept alive by
-        :attr:`shared`): the counts :func:`~msprobe_cmp.dump.schema.compute_nonfinite_counts` reads from it for a
-        tensor of any size (or None), and the largest of them: they are the tensor's when it holds at least that
-        many elements, else it has none."""
-        extra = self.shared[(keys, values)] = tuple(zip(keys, values, strict=True))
+    def add_extra(
+        self, keys: tuple[str, ...], values: tuple[int, ...]
+    ) -> _IntExtra:
+        """Note and return, for the ``extra`` of a tensor object with the extra keys ``keys`` whose values are the
+        ints ``values``: its code in :attr:`cols`, the counts
+        :func:`~msprobe_cmp.dump.schema.compute_nonfinite_counts` reads from it for a tensor of any size (or None),
+        and the largest of them: they are the tensor's when it holds at least that many elements, else it has
+        none."""
+        extra = tuple(zip(keys, values, strict=True))
         counts = compute_nonfinite_counts(extra, math.inf)
-        self.counts[id(extra)] = (counts, max(counts) if counts is not None else 0)
-        return extra
+        got = self.int_extras[(keys, values)] = (
+            self.cols.extra_code_of(extra, True), counts, max(counts) if counts is not None else 0)
+        return got
+
+    def layout(self, fields: tuple[tuple[str, object], ...], name: str) -> EntryLayout:
+        """The layout of an entry named ``name`` whose fields are ``fields`` (shared unless :attr:`values`)."""
+        pg = _is_parameters_grad(name)
+        if self.values:
+            self.values = False
+            return EntryLayout(fields, pg)  # type: ignore[arg-type]
+        key = (pg, fields)
+        got = self.layouts.get(key)
+        if got is None:
+            got = self.layouts[key] = EntryLayout(fields, pg)  # type: ignore[arg-type]
+        return got
 
 
 _INT = frozenset({int})
@@ -194,8 +226,9 @@ _INT = frozenset({int})
 _PICKED = ("dtype", "shape", "Max", "Min", "Mean", "Norm", "md5", "data_name", "requires_grad")
 
 
-def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> TensorLeaf:
-    """:func:`tensor_leaf_from_json` without the file: raises :class:`_Invalid`."""
+def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> object:
+    """Add the leaf of a tensor object to ``memo.cols`` and return :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`
+    (:func:`tensor_leaf_from_json` without the file): raises :class:`_Invalid`."""
     dtype, shape, mx, mn, me, no, md5, data_name, rg = map(obj.get, _PICKED)
     if type(dtype) is not str:
         raise _Invalid(f"expected a string, got {dtype!r:.40}", ".dtype")
@@ -218,24 +251,26 @@ def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> TensorLeaf:
         raise _Invalid("expected a string", ".data_name")
     if rg is not None and type(rg) is not bool:
         raise _Invalid("expected true or false", ".requires_grad")
-    shared = memo.shared
-    extra: tuple[tuple[str, object], ...] = ()
-    counts: tuple[int, int, int] | None | object = _UNKNOWN
+    cols = memo.cols
+    extra_code = 0
+    counts: tuple[int, int, int] | None = None
     if not _LEAF_KEY_SET.issuperset(obj):  # keys other than msprobe's (our recorder's counts): kept as written
         keys = tuple(obj)
         extra_keys = memo.extra_keys.get(keys) or memo.add_keys(keys)
         values = tuple(map(obj.__getitem__, extra_keys))
         if _INT.issuperset(map(type, values)):  # only ints: shared with the leaves before (see _Memo)
-            extra = shared.get((extra_keys, values)) or memo.add_extra(extra_keys, values)
-            counts, largest = memo.counts[id(extra)]
+            extra_code, counts, largest = memo.int_extras.get((extra_keys, values)) or memo.add_extra(
+                extra_keys, values)
             if largest > numel:
                 counts = None
         else:
             extra = _kept_extra(tuple(zip(extra_keys, values, strict=True)))
-    leaf = TensorLeaf(
-        shared.setdefault(type_, type_),
-        shared.setdefault(dtype, dtype),
-        shared.setdefault(shape := tuple(shape), shape),
+            extra_code = cols.extra_code_of(extra, False)
+            counts = compute_nonfinite_counts(extra, numel)
+    cols.append(
+        type_,
+        dtype,
+        tuple(shape),
         mx if type(mx) is float else _stat(mx, ".Max"),
         mn if type(mn) is float else _stat(mn, ".Min"),
         me if type(me) is float else _stat(me, ".Mean"),
@@ -243,15 +278,10 @@ def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> TensorLeaf:
         md5,
         data_name,
         rg,
-        extra,
+        extra_code,
+        counts,
     )
-    if counts is not _UNKNOWN:  # TensorLeaf.nonfinite_counts, worked out once for the leaves sharing the extra
-        _set_counts(leaf, counts)
-    return leaf
-
-
-#: Counts not worked out by :func:`_tensor_leaf` (the leaf works them out when asked).
-_UNKNOWN = object()
+    return COLUMN_LEAF
 
 
 def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> TensorLeaf:
@@ -265,10 +295,13 @@ def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> 
         DumpFormatError: when ``dtype`` is not a string, ``shape`` is not a list of non-negative
             ints, a statistic is not a number/null, or ``data_name``/``md5`` are not strings.
     """
+    memo = _Memo()
     try:
-        return _tensor_leaf(obj, str(obj.get("type")), _Memo())
+        _tensor_leaf(obj, str(obj.get("type")), memo)
     except _Invalid as exc:
         raise exc.error(file, where) from None
+    memo.cols.finish()
+    return leaf_view(memo.cols, 0)
 
 
 def _freeze(value: Any, depth: int) -> object:
@@ -292,15 +325,16 @@ def _thaw(value: object) -> Any:
     return value
 
 
-def _node(obj: Any, depth: int, memo: _Memo) -> Node:
-    """:func:`node_from_json` of a value at ``depth`` (at most :data:`_MAX_DEPTH`): raises :class:`_Invalid`."""
+def _node(obj: Any, depth: int, memo: _Memo) -> Any:
+    """:func:`node_from_json` of a value at ``depth`` (at most :data:`_MAX_DEPTH`), a tensor leaf added to
+    ``memo.cols`` and held as :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`: raises :class:`_Invalid`."""
     t = type(obj)
     if t is dict:
         return _object(obj, depth, memo)
     if t is list:
         if obj and depth >= _MAX_DEPTH:
             raise _Invalid(_TOO_DEEP, "[0]")
-        items: list[Node] = []
+        items: list[Any] = []
         try:
             for v in obj:
                 if type(v) is dict:
@@ -319,6 +353,7 @@ def _node(obj: Any, depth: int, memo: _Memo) -> Node:
     if obj is None:
         return None
     # A bare scalar where a node is expected: keep it as a value of its JSON type.
+    memo.values = True
     if t is bool:
         return ValueLeaf("bool", obj)
     if t is int:
@@ -332,9 +367,10 @@ def _node(obj: Any, depth: int, memo: _Memo) -> Node:
 _EMPTY_MAP = Map(())
 
 
-def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Node:
-    """:func:`_node` of a JSON object: a tensor leaf, a value leaf (``{"type": ..., "value": ...}``) or a map (an
-    empty one is :data:`_EMPTY_MAP`, held once: most entries' ``input_kwargs``)."""
+def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Any:
+    """:func:`_node` of a JSON object: a tensor leaf (:data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`), a value leaf
+    (``{"type": ..., "value": ...}``) or a map (an empty one is :data:`_EMPTY_MAP`, held once: most entries'
+    ``input_kwargs``)."""
     if not obj:
         return _EMPTY_MAP
     type_ = obj.get("type")
@@ -343,6 +379,7 @@ def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Node:
             # msprobe's tensor types, and the tensor-like types of other tool versions: a dtype and a shape
             return _tensor_leaf(obj, type_, memo)
         if len(obj) == 2 and "value" in obj:
+            memo.values = True
             try:
                 return ValueLeaf(type_, _freeze(obj["value"], depth))
             except _Invalid as exc:
@@ -351,7 +388,7 @@ def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Node:
         raise _malformed_leaf(obj)
     if obj and depth >= _MAX_DEPTH:
         raise _Invalid(_TOO_DEEP, f".{next(iter(obj))}")
-    items: list[tuple[str, Node]] = []
+    items: list[tuple[str, Any]] = []
     key = ""
     try:
         for key, v in obj.items():
@@ -381,9 +418,13 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
     try:
         if depth > _MAX_DEPTH:
             raise _Invalid(_TOO_DEEP)
-        return _node(obj, depth, _Memo())
+        memo = _Memo()
+        node = _node(obj, depth, memo)
     except _Invalid as exc:
         raise exc.error(file, where) from None
+    cols = memo.cols
+    cols.finish()
+    return fill_column_leaves(node, (leaf_view(cols, i) for i in range(len(cols))))  # type: ignore[return-value]
 
 
 #: JSON types of an entry's known fields (msprobe 1.x-26.x always writes these shapes); null is allowed too.
@@ -466,13 +507,18 @@ def entries_from_json(
     """
     build = _debug_fields if debug else _entry_fields
     memo = _Memo()
+    cols = memo.cols
+    layout = memo.layout
+    in_columns = Entry.in_columns
     entries: list[Entry] = []
     name = ""
     try:
         for name, obj in data.items() if isinstance(data, Mapping) else data:
-            entries.append(Entry(name, build(obj, memo)))
+            start = len(cols)
+            entries.append(in_columns(name, layout(build(obj, memo), name), cols, start))
     except _Invalid as exc:
         raise exc.error(file, f"data[{name!r}]") from None
+    cols.finish()
     return tuple(entries)
 
 

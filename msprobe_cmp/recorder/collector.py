@@ -24,7 +24,7 @@ import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -95,18 +95,37 @@ class DeviceFetcher(Protocol):
         ...
 
 
-@dataclass(frozen=True)
 class PendingTensorLeaf(TensorLeaf):
     """A tensor leaf whose numbers are still on the device (``async_dump``).
 
     Written as a leaf with null statistics if it is never resolved; :meth:`Collector.substitute`
-    replaces it by the finished :class:`~msprobe_cmp.dump.schema.TensorLeaf`.
+    replaces it by the finished :class:`~msprobe_cmp.dump.schema.TensorLeaf`.  Built as a tensor leaf (its fields)
+    and ``token``, keyword only.
 
     Attributes:
         token: identifies the deferred value within the collector.
     """
 
-    token: int = -1
+    __slots__ = ("token",)
+    token: int
+
+    def __init__(self, *args: Any, token: int = -1, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "token", token)
+
+    def _key(self) -> tuple[object, ...]:
+        return (*super()._key(), self.token)
+
+    def _names(self) -> tuple[str, ...]:
+        return (*super()._names(), "token")
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return (_pending_leaf, (super()._key(), self.token))
+
+
+def _pending_leaf(fields: tuple[object, ...], token: int) -> PendingTensorLeaf:
+    """An unpickled :class:`PendingTensorLeaf`."""
+    return PendingTensorLeaf(*fields, token=token)
 
 
 #: Adapter callback: a framework object → HostTensor / DeferredTensor / ValueLeaf, or None when it is not

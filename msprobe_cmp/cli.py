@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import queue
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -64,7 +66,7 @@ from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkErr
 from msprobe_cmp.reports import relative_paths, render_markdown
 from msprobe_cmp.reports.common import ReportFacts, arguments_line, judged_by_statistics, origin_line
 from msprobe_cmp.reports.html import UNIT_PAGES_DIR, html_pages
-from msprobe_cmp.reports.tables import csv_chunks, junit_chunks, write_json
+from msprobe_cmp.reports.tables import csv_chunks, json_chunks, junit_chunks
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -268,7 +270,7 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     _write_together([
         (paths["saved"], lambda fh: write_saved(fh, comparison)),  # replaced last (the first written replaces last)
         (paths["csv"], lambda fh: _write_text(fh, csv_chunks(comparison))),
-        (paths["json"], lambda fh: write_json(comparison, fh, facts=facts)),
+        (paths["json"], lambda fh: _write_text(fh, json_chunks(comparison, facts=facts))),
         (paths["html"], lambda fh: _write_text(fh, html())),
         (paths["junit"], lambda fh: _write_text(fh, junit_chunks(comparison, facts=facts))),
         (paths["markdown"], lambda fh: _write_text(fh, [render_markdown(comparison, facts=facts)])),
@@ -300,11 +302,47 @@ def _remove_stale_pages(pages_dir: Path, keep: set[str]) -> None:
         pass
 
 
+#: How many encoded pieces of a report :func:`_write_text` lets wait for its writing thread (each at most a chunk of
+#: rows' text, a few MB: :data:`~msprobe_cmp.reports.common.CHUNK_ROWS`).
+_PIECES_WAITING = 2
+
+
 def _write_text(fh: BinaryIO, pieces: Iterable[str]) -> None:
     """Write ``pieces`` of text to ``fh`` as every report is encoded: UTF-8, a lone surrogate escape (``"\\ud800"``
-    in a dump's names, which UTF-8 cannot encode) written as a backslash escape."""
-    for piece in pieces:
-        fh.write(piece.encode("utf-8", errors="backslashreplace"))
+    in a dump's names, which UTF-8 cannot encode) written as a backslash escape.
+
+    The bytes are handed, in order, to a thread that writes them while the next pieces are made (``fh.write`` lets
+    other threads run while the kernel copies the bytes: hundreds of MB for a large comparison, about a third of the
+    reports' time); at most :data:`_PIECES_WAITING` pieces wait for it.  The thread has ended when this returns or
+    raises: an error of ``fh.write`` (a full disk) is raised here, once the pieces made so far are dropped; an error
+    making the pieces (an interrupt) is raised once the thread has stopped.
+
+    Raises:
+        OSError: ``fh`` cannot be written.
+    """
+    waiting: queue.Queue[bytes | None] = queue.Queue(_PIECES_WAITING)
+    failed: list[BaseException] = []
+
+    def drain() -> None:
+        while (data := waiting.get()) is not None:
+            if not failed:  # after a failure, the pieces still coming are dropped
+                try:
+                    fh.write(data)
+                except BaseException as exc:  # raised in the caller's thread
+                    failed.append(exc)
+
+    writer = threading.Thread(target=drain, name="msprobe-cmp report writer", daemon=True)
+    writer.start()
+    try:
+        for piece in pieces:
+            if failed:
+                break
+            waiting.put(piece.encode("utf-8", errors="backslashreplace"))
+    finally:
+        waiting.put(None)
+        writer.join()
+    if failed:
+        raise failed[0]
 
 
 def _fill_temp(path: Path, write: Callable[[BinaryIO], object]) -> str:

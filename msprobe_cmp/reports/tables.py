@@ -685,8 +685,16 @@ def write_json(comparison: Comparison, fh: BinaryIO, *, facts: ReportFacts | Non
     Raises:
         OSError: ``fh`` cannot be written.
     """
-    for part in _json_texts(comparison, facts):
+    for part in json_chunks(comparison, facts=facts):
         fh.write(part.encode("utf-8", errors="backslashreplace"))
+
+
+def json_chunks(comparison: Comparison, *, facts: ReportFacts | None = None) -> Iterator[str]:
+    """:func:`render_json`'s compact text in pieces, in order (what :func:`write_json` writes, before encoding): the
+    fields before the units, then per unit its fields and its rows
+    :data:`~msprobe_cmp.reports.common.CHUNK_ROWS` at a time, so that no more than a chunk's text is in memory at
+    once.  ``facts``: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`)."""
+    return _json_texts(comparison, facts)
 
 
 def render_json_utf8(comparison: Comparison, *, facts: ReportFacts | None = None) -> bytes:

@@ -211,8 +211,8 @@ def _each_repr(values: np.ndarray) -> bytes:
 
 def _repr_text(values: np.ndarray) -> bytes:
     """``repr`` of each of ``values`` (float64 [n], C-contiguous, every value finite), in order, separated by commas,
-    with one byte more at each end (a bracket or a comma): orjson's text of them all, respelled in place where orjson spells a value otherwise
-    (:func:`float_texts`).
+    with one byte more at each end (a bracket or a comma): orjson's text of them all, respelled in place where
+    orjson spells a value otherwise (:func:`float_texts`).
 
     In the text's bytes, a value in ``[1e-5, 1e-4)`` (``0.0000975``) gets its first digit and a point written over the
     last two bytes of ``0.0000``, the bytes before them marked to go (``xxxxx9.75``; a single digit's point goes too)
@@ -254,8 +254,9 @@ _WORD_MARKS = (0x01, 0x02, 0x03, 0x04)
 
 def float_rows(values: np.ndarray, defined: np.ndarray, spelling: FloatSpelling) -> list[str]:
     """The text of each row of ``values`` (float64 [n, k]) as ``spelling`` spells its values (:func:`float_texts`),
-    the row's k texts joined by commas (a CSV line's cells): one string a row, the row's values written in one text, not one string
-    each.  ``defined``: bool [n, k], False where the value is missing (its text is ``spelling.undefined``).
+    the row's k texts joined by commas (a CSV line's cells, a JSON array's items): one string a row, the row's
+    values written in one text, not one string each.  ``defined``: bool [n, k], False where the value is missing
+    (its text is ``spelling.undefined``).
 
     The finite values are written by orjson all at once (respelled as ``repr`` writes them for
     ``spelling.python_repr``: :func:`_repr_text`), the others as ``0.0`` and that text then replaced by the value's
@@ -302,6 +303,21 @@ def float_rows(values: np.ndarray, defined: np.ndarray, spelling: FloatSpelling)
     return out.decode("utf-8").split("\n" if k > 1 else ",")
 
 
+def int_rows(values: np.ndarray) -> list[str]:
+    """The text of each row of ``values`` (an integer array [n, k]): its k numbers in decimal joined by commas (a
+    JSON array's items), written by orjson all at once and cut into rows.
+
+    Raises:
+        ValueError: ``values`` is not a 2-D array of signed integers.
+    """
+    if np.ndim(values) != 2 or np.asarray(values).dtype.kind != "i":
+        raise ValueError(f"values is not a 2-D array of signed integers: {np.ndim(values)} dimensions of "
+                         f"{np.asarray(values).dtype}")
+    if not len(values):
+        return []
+    return orjson.dumps(np.ascontiguousarray(values, dtype=np.int64), option=_NUMPY).decode("ascii")[2:-2].split("],[")
+
+
 def float_texts(values: np.ndarray, defined: np.ndarray, spelling: FloatSpelling) -> list[str]:
     """The text of each of ``values`` as ``spelling`` spells it, in C order (a 2-D block row by row).
 
@@ -341,9 +357,14 @@ def _picked(words: np.ndarray, codes: np.ndarray) -> _Pieces:
     return words[codes].tolist()
 
 
-def _joined_rows(pieces: Iterable[_Pieces], n: int, sep: str = "") -> Iterator[str]:
-    """The text of each of ``n`` rows: the row's item of every piece (:data:`_Pieces`), in order, joined by ``sep``.
-    Neighbouring pieces that are one text for every row are joined once."""
+def joined_rows(pieces: Iterable[list[str] | str], n: int, sep: str = "") -> Iterator[str]:
+    """The text of each of ``n`` rows: the row's item of every piece, in order, joined by ``sep``; a piece is a list
+    of one text per row, or one text that is every row's (:data:`_Pieces`).  Neighbouring pieces that are one text
+    for every row are joined once.
+
+    Raises:
+        ValueError: a list piece does not have ``n`` items (when the rows are taken).
+    """
     merged: list[_Pieces] = []
     for piece in pieces:
         if isinstance(piece, str) and merged and isinstance(merged[-1], str):
@@ -555,7 +576,7 @@ class _JsonRows:
         texts = [""] * len(t)  # rows of several sets of metrics: each row's object made whole
         for p, columns in enumerate(patterns):
             rows = np.flatnonzero(which == p)
-            _scatter(texts, rows, list(_joined_rows(pieces(columns, rows), len(rows))))
+            _scatter(texts, rows, list(joined_rows(pieces(columns, rows), len(rows))))
         return [texts]
 
     def text(self, t: RowTable, first: int) -> str:
@@ -567,7 +588,7 @@ class _JsonRows:
         strings, has_text = self.strings, self.has_text
         entry_b = np.where(has_text[t.entry_b], t.entry_b, t.entry)
         path_b = np.where(has_text[t.arg_path_b], t.arg_path_b, t.arg_path)
-        return ",".join(_joined_rows((
+        return ",".join(joined_rows((
             '{"index":', list(map(str, range(first, first + len(t)))),
             ',"name":', _picked(self.opened, t.entry), ".", _picked(self.closed, t.arg_path),
             ',"entry":', _picked(strings, t.entry), ',"entry_b":', _picked(strings, entry_b),
@@ -942,7 +963,7 @@ def csv_chunks(comparison: Comparison) -> Iterator[str]:
             before, numbers, after = cells.columns(window)
             quoted = [_csv_text_column([column])[0] if isinstance(column, str) else _csv_text_column(column)
                       for column in (*before, *after)]
-            yield "\n".join(_joined_rows((*quoted[:len(before)], *numbers, *quoted[len(before):]), len(window),
+            yield "\n".join(joined_rows((*quoted[:len(before)], *numbers, *quoted[len(before):]), len(window),
                                           ",")) + "\n"
 
 

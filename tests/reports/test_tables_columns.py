@@ -36,6 +36,7 @@ from msprobe_cmp.reports.tables import (
     METRIC_COLUMNS,
     float_rows,
     float_texts,
+    int_rows,
     render_json_utf8,
     write_json,
 )
@@ -160,6 +161,19 @@ def test_float_rows_of_rows_without_values_and_of_bad_input():
         float_rows(np.zeros((2, 4)), np.zeros((4, 2), dtype=bool), CSV_FLOATS)
     with pytest.raises(ValueError, match="comma"):
         float_rows(np.zeros((1, 1)), np.zeros((1, 1), dtype=bool), CSV_FLOATS._replace(undefined="n,a"))
+
+
+def test_int_rows_are_each_rows_numbers_joined_by_commas():
+    values = np.random.default_rng(9).integers(-2**63, 2**63 - 1, (500, 7), dtype=np.int64)
+    values[0] = [0, -1, 2**63 - 1, -2**63, 10, -10, 1]
+    assert int_rows(values) == [",".join(map(str, row)) for row in values.tolist()]
+    assert int_rows(np.array([[3], [-2]], dtype=np.int8)) == ["3", "-2"]
+    assert int_rows(np.zeros((0, 3), dtype=np.int64)) == []
+    assert int_rows(np.zeros((2, 0), dtype=np.int64)) == ["", ""]
+    with pytest.raises(ValueError, match="signed integers"):
+        int_rows(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="signed integers"):
+        int_rows(np.zeros(2, dtype=np.int64))
 
 
 # ------------------------------------------------------------------ a comparison with every kind of row

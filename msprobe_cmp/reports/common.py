@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -707,6 +707,21 @@ def compact_encoder(sample: Any) -> Callable[[Any], str]:
     except (orjson.JSONEncodeError, TypeError):
         return dumps_standard
     return lambda doc: orjson.dumps(doc).decode("utf-8")
+
+
+def spliced_json(dumps: Callable[[Any], str], before: dict[str, Any], key: str, items: Iterable[Iterable[str]],
+                 after: dict[str, Any] | None = None) -> Iterator[str]:
+    """The compact JSON text of ``{**before, key: [...], **after}`` in pieces, its list written from ``items``: each
+    item the JSON text of one or more of the list's items (joined by commas) in pieces, so that a document too large
+    to hold is written a part at a time.  ``before`` and ``after`` are written by ``dumps`` (compact JSON of an
+    object is its members' JSON joined by commas between braces, so the pieces joined are ``dumps`` of the whole)."""
+    opened = dumps(before)[:-1]
+    yield f"{opened}{',' if before else ''}{dumps(key)}:["
+    for k, item in enumerate(items):
+        if k:
+            yield ","
+        yield from item
+    yield "]," + dumps(after)[1:] if after else "]}"
 
 
 def dumps_compact(doc: Any) -> str:

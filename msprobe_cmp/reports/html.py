@@ -79,6 +79,7 @@ from msprobe_cmp.reports.common import (
     format_side,
     origin_line,
     select_largest_disagreements,
+    spliced_json,
 )
 from msprobe_cmp.reports.plots import render_histogram_svg, render_scatter_svg, render_trace_svg
 from msprobe_cmp.reports.tables import FloatSpelling, float_rows, int_rows, joined_rows
@@ -663,12 +664,8 @@ class PageData:
         ``left_out``; the rows and the cells hold numbers (ints within 64 bits), indexes and those words.
         """
         dumps = compact_encoder(self.before_rows)
-        yield _script_safe(dumps(self.before_rows)[:-1] + ',"rows":[')
-        first = True
-        for texts in self.row_texts(dumps):
-            yield _script_safe(("" if first else ",") + ",".join(texts))
-            first = False
-        yield _script_safe("]," + dumps(self.after_rows)[1:])
+        chunks = ([",".join(texts)] for texts in self.row_texts(dumps))
+        return map(_script_safe, spliced_json(dumps, self.before_rows, "rows", chunks, self.after_rows))
 
 
 def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
@@ -770,7 +767,12 @@ def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
     Raises:
         RuntimeError: the rendered template does not hold the marker exactly once (a template fault).
     """
-    paths = unit_page_paths(comparison, page_rows)
+    return _report_chunks(comparison, facts, max_rows, max_stack_chars, unit_page_paths(comparison, page_rows))
+
+
+def _report_chunks(comparison: Comparison, facts: ReportFacts | None, max_rows: int, max_stack_chars: int,
+                   paths: list[str]) -> Iterator[str]:
+    """:func:`html_chunks` of ``comparison`` whose units' own pages are ``paths`` (:func:`unit_page_paths`)."""
     view = _View(unit_pages=tuple(paths)) if paths else _View()
     return _page_chunks(comparison, ReportFacts.of(comparison, facts), max_rows, max_stack_chars, view)
 
@@ -797,9 +799,9 @@ def html_pages(comparison: Comparison, *, facts: ReportFacts | None = None, page
     then each unit's page when the comparison is split (:func:`unit_page_paths`), in unit order.  ``pieces()``
     renders the page when called (:func:`html_chunks`, :func:`unit_page_chunks`), so a writer that writes one page
     before making the next holds one unit's rows at a time."""
-    paths = unit_page_paths(comparison, page_rows)
+    paths = unit_page_paths(comparison, page_rows)  # once, for report.html's links and the pages' names
     pages: list[tuple[str, Callable[[], Iterator[str]]]] = [
-        ("report.html", lambda: html_chunks(comparison, facts=facts, page_rows=page_rows))]
+        ("report.html", lambda: _report_chunks(comparison, facts, MAX_ROWS, MAX_STACK_CHARS, paths))]
     pages += [(path, lambda ui=ui: unit_page_chunks(comparison, ui))  # type: ignore[misc]
               for ui, path in enumerate(paths)]
     return pages

@@ -88,6 +88,7 @@ from msprobe_cmp.reports.common import (
     origin_text,
     row_windows,
     side_texts,
+    spliced_json,
 )
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
@@ -157,8 +158,17 @@ class FloatSpelling(NamedTuple):
 #: The CSV's numbers: what ``csv.writer`` writes for a float (its ``repr``), ``""`` for a missing one.
 CSV_FLOATS = FloatSpelling(True, "nan", "inf", "-inf", "")
 
-#: comparison.json's numbers as orjson writes them; non-finite ones as strings (module docstring), missing ones null.
-JSON_FLOATS = FloatSpelling(False, '"NaN"', '"Infinity"', '"-Infinity"', "null")
+def _json_number(x: float | None) -> float | str | None:
+    """A number of comparison.json: as it is, or the string of a non-finite one (module docstring)."""
+    if x is None or math.isfinite(x):
+        return x
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+#: comparison.json's numbers as orjson writes them; non-finite ones as strings (:func:`_json_number`), missing ones
+#: null.
+JSON_FLOATS = FloatSpelling(False, f'"{_json_number(math.nan)}"', f'"{_json_number(math.inf)}"',
+                            f'"{_json_number(-math.inf)}"', "null")
 
 #: comparison.json's numbers as the standard library writes them (the encoder of a document orjson refuses).
 JSON_STANDARD_FLOATS = JSON_FLOATS._replace(python_repr=True)
@@ -372,12 +382,6 @@ def joined_rows(pieces: Iterable[list[str] | str], n: int, sep: str = "") -> Ite
         else:
             merged.append(piece)
     return map(sep.join, zip(*(repeat(p, n) if isinstance(p, str) else p for p in merged), strict=True))
-
-
-def _json_number(x: float | None) -> float | str | None:
-    if x is None or math.isfinite(x):
-        return x
-    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
 def _json_rules(rules: Rules) -> dict[str, Any]:
@@ -722,17 +726,15 @@ def _json_texts(comparison: Comparison, facts: ReportFacts | None) -> Iterator[s
     head = _json_head(comparison, compared)
     dumps, made = _json_encoder(comparison, head, unit_compared)
     floats = JSON_STANDARD_FLOATS if dumps is dumps_standard else JSON_FLOATS
-    yield dumps(head)[:-1] + ',"units":['
-    for k, (unit, n) in enumerate(zip(comparison.units, unit_compared, strict=True)):
+
+    def unit_texts(k: int, unit: UnitComparison, n: int) -> Iterator[str]:
         (before, after), rows = made.pop(k) if k in made else (_json_unit_fields(unit, n),
                                                                _JsonRows(unit.rows, dumps, floats))
-        yield ("," if k else "") + dumps(before)[:-1] + ',"rows":['
-        for start, window in row_windows(unit.rows):
-            if start:
-                yield ","
-            yield rows.text(window, start)
-        yield "]," + dumps(after)[1:]
-    yield "]}"
+        windows = ([rows.text(window, start)] for start, window in row_windows(unit.rows))
+        return spliced_json(dumps, before, "rows", windows, after)
+
+    units = (unit_texts(k, unit, n) for k, (unit, n) in enumerate(zip(comparison.units, unit_compared, strict=True)))
+    return spliced_json(dumps, head, "units", units)
 
 
 def _json_document(comparison: Comparison, facts: ReportFacts | None = None) -> dict[str, Any]:

@@ -249,10 +249,12 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     """The saved comparison and then each report are written to a temporary file, a unit or a bounded chunk of rows
     at a time, never whole in memory (:data:`~msprobe_cmp.reports.common.CHUNK_ROWS`): the saved comparison first (a
     comparison that cannot be saved fails before any report is rendered), the units' own pages last, one unit's
-    rows in memory at a time.  None replaces its file until every one is written (a comparison that cannot be saved
-    or rendered writes nothing).  Then an earlier saved comparison in ``out`` is removed, and so are the pages in
-    ``out/report_units`` of units this comparison does not have (the whole directory when report.html holds every
-    row); the reports replace their files and the saved comparison replaces its own last.  A failure midway (a full
+    rows in memory at a time; comparison.json and comparison.csv are written by a process forked for them while this
+    one writes the pages, junit.xml and summary.md (:func:`_write_together`: two cores for the largest files; this
+    process alone where no process can be forked).  None replaces its file until every one is written (a comparison
+    that cannot be saved or rendered writes nothing).  Then an earlier saved comparison in ``out`` is removed, and so
+    are the pages in ``out/report_units`` of units this comparison does not have (the whole directory when
+    report.html holds every row); the reports replace their files and the saved comparison replaces its own last.  A failure midway (a full
     disk) so leaves reports without a saved comparison, never a saved comparison next to reports of another
     comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the reports beside it are
     its own."""
@@ -273,12 +275,12 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     _write_together([
         (paths["saved"], lambda fh: write_saved(fh, comparison)),  # replaced last (the first written replaces last)
         (paths["json"], lambda fh: _write_text(fh, json_chunks(comparison, facts=facts))),
-        (paths["junit"], lambda fh: _write_text(fh, junit_chunks(comparison, facts=facts))),
         (paths["csv"], lambda fh: _write_text(fh, csv_chunks(comparison))),
         (paths["html"], lambda fh: _write_text(fh, html())),
+        (paths["junit"], lambda fh: _write_text(fh, junit_chunks(comparison, facts=facts))),
         (paths["markdown"], lambda fh: _write_text(fh, [render_markdown(comparison, facts=facts)])),
         *((out / path, lambda fh, pieces=pieces: _write_text(fh, pieces())) for path, pieces in unit_pages),
-    ], then, alongside=(paths["json"], paths["junit"]))
+    ], then, alongside=(paths["json"], paths["csv"]))  # the two tables there, the pages (and their facts) here
     _remove_stale_pages(pages_dir, keep)
     if unit_pages:
         paths["unit_pages"] = pages_dir

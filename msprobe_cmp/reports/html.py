@@ -406,9 +406,17 @@ def _page_side_texts(t: RowTable, s: int, rows: np.ndarray, names: list[str | No
     ]
 
 
+def _int_columns(columns: list[list[int]]) -> np.ndarray:
+    """int64 [m, k]: the k columns (lists of m ints each) side by side, a row a line."""
+    out = np.empty((len(columns[0]) if columns else 0, len(columns)), dtype=np.int64)
+    for j, column in enumerate(columns):
+        out[:, j] = column
+    return out
+
+
 def _side_numbers(side: list[list[str | None]], number: Callable[[str | None], int]) -> np.ndarray:
     """int64 [m, 5]: ``number`` of each text of a side's five columns (:func:`_page_side_texts`), a row a line."""
-    return np.array([list(map(number, column)) for column in side], dtype=np.int64).T.copy()
+    return _int_columns([list(map(number, column)) for column in side])
 
 
 @dataclass
@@ -550,10 +558,9 @@ class PageData:
                                       else stack_id_of(stack_b))
             self.units.append(_PageUnit(
                 index=ui, table=t, kept=kept,
-                numbers=np.array([list(map(get, entries)), list(map(get, paths)), list(map(get, family_names)),
-                                  [family_of[e][1] for e in entries], list(map(get, parents)), stack_column,
-                                  list(map(get, names_b)), list(map(get, chains)), stack_b_column],
-                                 dtype=np.int64).T.copy(),
+                numbers=_int_columns([list(map(get, entries)), list(map(get, paths)), list(map(get, family_names)),
+                                      [family_of[e][1] for e in entries], list(map(get, parents)), stack_column,
+                                      list(map(get, names_b)), list(map(get, chains)), stack_b_column]),
                 reasons=t.reasons[kept], notes=t.notes[kept],
                 texts={c: "[" + ",".join(str(ref[x]) for x in tuples[c]) + "]" for c in {*reasons, *notes}},
                 sides=(_side_numbers(side_a, get), _side_numbers(side_b, get)),

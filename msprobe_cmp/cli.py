@@ -254,10 +254,10 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     process alone where no process can be forked).  None replaces its file until every one is written (a comparison
     that cannot be saved or rendered writes nothing).  Then an earlier saved comparison in ``out`` is removed, and so
     are the pages in ``out/report_units`` of units this comparison does not have (the whole directory when
-    report.html holds every row); the reports replace their files and the saved comparison replaces its own last.  A failure midway (a full
-    disk) so leaves reports without a saved comparison, never a saved comparison next to reports of another
-    comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the reports beside it are
-    its own."""
+    report.html holds every row); the reports replace their files and the saved comparison replaces its own last.
+    A failure midway (a full disk) so leaves reports without a saved comparison, never a saved comparison next to
+    reports of another comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the
+    reports beside it are its own."""
     facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot data), derived once
     paths = {"html": out / "report.html", "json": out / "comparison.json", "csv": out / "comparison.csv",
              "junit": out / "junit.xml", "markdown": out / "summary.md", "saved": out / SAVED_FILE}

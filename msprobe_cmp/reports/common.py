@@ -123,7 +123,7 @@ def nonfinite_disagreement(row: ComparisonRow) -> bool:
 
 #: Severity of each verdict code (:data:`VERDICTS` order), most severe 0.
 _SEVERITY_OF_CODE = np.array([_SEVERITY[v] for v in VERDICTS], dtype=np.int64)
-_REL_COLUMNS = [METRIC_INDEX[k] for k in _REL_STATS]
+_REL_COLUMNS = np.array([METRIC_INDEX[k] for k in _REL_STATS], dtype=np.int64)
 
 
 def _metric_or(t: RowTable, rows: np.ndarray, name: str, default: float) -> np.ndarray:
@@ -155,8 +155,8 @@ def _key_columns(t: RowTable, rows: np.ndarray) -> _KeyColumns:
     failing = severity == 0
     if failing.any():
         nonfinite[failing] = np.where(_nonfinite_mask(t, rows[failing]), 0, 1)
-    rel_values = t.metrics[rows][:, _REL_COLUMNS]
-    rel_ok = (t.metric_state[rows][:, _REL_COLUMNS] == METRIC_VALUE) & ~np.isnan(rel_values)
+    rel_values = t.metrics[np.ix_(rows, _REL_COLUMNS)]
+    rel_ok = (t.metric_state[np.ix_(rows, _REL_COLUMNS)] == METRIC_VALUE) & ~np.isnan(rel_values)
     rel = np.where(rel_ok, rel_values, -np.inf).max(axis=1, initial=-np.inf)
     return _KeyColumns(severity, nonfinite, t.compared_by[rows] == COMPARED_BY_CODE["tensor"],
                        _metric_or(t, rows, "Cosine", 2.0), -_metric_or(t, rows, "MaxAbsErr", 0.0),
@@ -179,6 +179,26 @@ def _key_order(c: _KeyColumns) -> np.ndarray:
     tensor = c.tensor
     return np.lexsort((np.where(tensor, c.minus_rel, 0.0), tensor, np.where(tensor, c.minus_abs, c.minus_rel),
                        np.where(tensor, c.cosine, c.minus_bound), c.nonfinite, c.severity))
+
+
+def _key_prefix(c: _KeyColumns, best: int) -> np.ndarray:
+    """The first ``best`` items of :func:`_key_order` (all of them when there are fewer), sorting only the items that
+    can be among them: every item whose severity and non-finite flag come before those of the ``best``-th, and of
+    the items sharing those of the ``best``-th, the ones whose third key item is at most the one the rest need (a
+    partition finds it; ties are all kept).  The rest's order does not matter, so a comparison of many rows is not
+    sorted whole."""
+    n = len(c.severity)
+    if best >= n:
+        return _key_order(c)
+    primary = c.severity * 2 + c.nonfinite  # the order of (severity, nonfinite): the flag is 0 or 1
+    reached = np.cumsum(np.bincount(primary))
+    level = int(np.searchsorted(reached, best))  # the (severity, nonfinite) of the best-th item
+    need = best - (int(reached[level - 1]) if level else 0)  # how many of that level are among the first best
+    third = np.where(c.tensor, c.cosine, c.minus_bound)
+    group = primary == level
+    bound = np.partition(third[group], need - 1)[need - 1]
+    subset = np.flatnonzero((primary < level) | (group & (third <= bound)))
+    return subset[_key_order(_KeyColumns(*(column[subset] for column in c)))][:best]
 
 
 def _disagreement_keys(t: RowTable, rows: np.ndarray) -> list[tuple[float, ...]]:
@@ -399,7 +419,7 @@ def rank_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[Di
     that many tensors from the end of the whole list.
 
     The candidates' keys are read from the columns (:func:`_disagreement_keys`), a unit at a time, and only each
-    unit's best ``8 * limit + 64`` rows are kept (a stable sort's prefix, sorted as columns: :func:`_key_order`): the
+    unit's best ``8 * limit + 64`` rows are kept (a stable sort's prefix, sorted as columns: :func:`_key_prefix`): the
     best rows of the whole comparison are among them.  Those are ranked (ties in unit, then execution order); every
     candidate is gathered only when they do not settle the list: fewer than ``limit`` distinct tensors among them,
     or rows ranked equal to the last one listed beyond them that could be more rows of a listed tensor
@@ -442,7 +462,7 @@ def _candidates(comparison: Comparison, best: int | None
         columns = _key_columns(t, rows)
         picked = np.arange(len(rows))
         if best is not None and best < len(rows):
-            picked = _key_order(columns)[:best]  # a stable sort's prefix
+            picked = _key_prefix(columns, best)  # a stable sort's prefix
         items += [(ui, row) for row in rows[picked].tolist()]
         keys += _keys_of(columns, picked)
     return items, keys, total

@@ -148,3 +148,50 @@ def test_a_failing_then_replaces_nothing_written_alongside(three):
     with pytest.raises(OSError, match="Permission denied"):
         cli._write_together([(p, _pid) for p in paths], then, alongside=(paths[1], paths[2]))
     assert _listing(three) == before
+
+
+def _processes_naming(text: str) -> list[int]:
+    """The pids of the processes whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@forks
+def test_sigterm_while_the_reports_are_written_stops_both_processes_and_leaves_nothing(tmp_path):
+    """The command stopped (SIGTERM, as ``timeout`` sends it) while its forked process writes comparison.json:
+    exit 130, no report, no temporary file, no process left."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo / "bench"))
+    try:
+        from compare_speed import make_statistics_pair
+    finally:
+        sys.path.remove(str(repo / "bench"))
+    make_statistics_pair(tmp_path / "pair", 20_000)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "msprobe_cmp.cli", str(tmp_path / "pair" / "A"),
+                             str(tmp_path / "pair" / "B"), "-o", str(out)], cwd=repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not (out.exists() and any(out.glob(".comparison.json.*.tmp"))):  # the forked process is writing
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert list(out.iterdir()) == []
+    time.sleep(0.2)
+    assert _processes_naming(str(out)) == []

@@ -429,7 +429,8 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
     try:
         for k, (path, write) in enumerate(files):
             if apart and k == apart[0] and helper is None:
-                helper = _Helper.fork([(j, *files[j]) for j in apart])
+                with _interrupts_held():  # an interrupt comes once the process is known here, to be stopped
+                    helper = _Helper.fork([(j, *files[j]) for j in apart])
             if helper is None or k not in apart:
                 temps[k] = _fill_temp(path, write)
         if helper is not None:
@@ -526,15 +527,18 @@ class _Helper:
         has not ended within :data:`_HELPER_GRACE` seconds) and reap it: the temporary files it made, by index (for
         the caller to remove)."""
         if self.status is None:
-            os.kill(self.pid, signal.SIGTERM)
-            deadline = time.monotonic() + _HELPER_GRACE
-            while (reaped := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
-                if time.monotonic() > deadline:
-                    os.kill(self.pid, signal.SIGKILL)
-                    reaped = os.waitpid(self.pid, 0)
-                    break
-                time.sleep(0.01)
-            self.status = reaped[1]
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+                deadline = time.monotonic() + _HELPER_GRACE
+                while (reaped := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
+                    if time.monotonic() > deadline:
+                        os.kill(self.pid, signal.SIGKILL)
+                        reaped = os.waitpid(self.pid, 0)
+                        break
+                    time.sleep(0.01)
+                self.status = reaped[1]
+            except (ChildProcessError, ProcessLookupError):  # reaped already (an interrupt in finish)
+                self.status = -1
         self._read()
         return self.temps
 
@@ -542,11 +546,13 @@ class _Helper:
 def _helper_main(files: Sequence[tuple[int, Path, Callable[[BinaryIO], object]]], fd: int) -> NoReturn:
     """The forked process of :class:`_Helper`: write ``files``, tell the parent through the pipe ``fd``, end with
     ``os._exit`` (never returning into the caller's stack, never running its exit handlers); SIGTERM and Ctrl-C
-    raise KeyboardInterrupt here, so the temporary file being filled is removed."""
+    raise KeyboardInterrupt here, so the temporary file being filled is removed (both are held by the parent while
+    it forks, so that an interrupt reaches it only once it knows this process: they are let through here)."""
     status = 1
     try:
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held while forking
         with os.fdopen(fd, "wb") as report:
 
             def tell(message: tuple[int, str | None, tuple[BaseException, str] | None]) -> None:

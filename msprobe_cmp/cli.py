@@ -401,7 +401,7 @@ def _can_fork() -> bool:
     return sys.platform == "linux" and hasattr(os, "fork")
 
 
-#: How long a forked writer is given to stop after SIGTERM (:func:`_stop_helper`) before it is killed, in seconds.
+#: How long a forked writer is given to stop after SIGTERM (:meth:`_Helper.stop`) before it is killed, in seconds.
 _HELPER_GRACE = 5.0
 
 

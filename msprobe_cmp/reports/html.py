@@ -408,10 +408,7 @@ def _page_side_texts(t: RowTable, s: int, rows: np.ndarray, names: list[str | No
 
 def _int_columns(columns: list[list[int]]) -> np.ndarray:
     """int64 [m, k]: the k columns (lists of m ints each) side by side, a row a line."""
-    out = np.empty((len(columns[0]) if columns else 0, len(columns)), dtype=np.int64)
-    for j, column in enumerate(columns):
-        out[:, j] = column
-    return out
+    return np.array(columns, dtype=np.int64).reshape(len(columns), -1).T.copy()
 
 
 def _side_numbers(side: list[list[str | None]], number: Callable[[str | None], int]) -> np.ndarray:

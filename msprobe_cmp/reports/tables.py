@@ -293,19 +293,21 @@ def float_rows(values: np.ndarray, defined: np.ndarray, spelling: FloatSpelling)
     odd = np.flatnonzero(~usable)
     finite = np.where(usable, flat, 0.0) if len(odd) else flat
     text = _repr_text(finite) if spelling.python_repr else _orjson_text(finite)
-    b = np.frombuffer(text, dtype=np.uint8)[1:-1].copy()  # the values' texts, separated by commas
-    commas = np.flatnonzero(b == ord(","))
+    out = text[1:-1]  # the values' texts, separated by commas
     used: list[int] = []
-    if len(odd):  # each such value's "0.0" becomes its word's mark and two bytes to remove
-        raw = flat[odd]
-        word = np.where(given[odd], np.where(np.isnan(raw), 0, np.where(raw > 0, 1, 2)), 3)
-        used = np.flatnonzero(np.bincount(word, minlength=4)).tolist()
-        starts = np.concatenate(([0], commas + 1))[odd]
-        b[starts] = np.array(_WORD_MARKS, dtype=np.uint8)[word]
-        b[starts + 1] = b[starts + 2] = _GONE
-    if k > 1:
-        b[commas[k - 1::k]] = ord("\n")  # the end of each row
-    out = b.tobytes()
+    if len(odd) or k > 1:  # marks to write in the text's bytes
+        b = np.frombuffer(out, dtype=np.uint8).copy()
+        commas = np.flatnonzero(b == ord(","))
+        if len(odd):  # each such value's "0.0" becomes its word's mark and two bytes to remove
+            raw = flat[odd]
+            word = np.where(given[odd], np.where(np.isnan(raw), 0, np.where(raw > 0, 1, 2)), 3)
+            used = np.flatnonzero(np.bincount(word, minlength=4)).tolist()
+            starts = np.concatenate(([0], commas + 1))[odd]
+            b[starts] = np.array(_WORD_MARKS, dtype=np.uint8)[word]
+            b[starts + 1] = b[starts + 2] = _GONE
+        if k > 1:
+            b[commas[k - 1::k]] = ord("\n")  # the end of each row
+        out = b.tobytes()
     if used:
         out = out.replace(bytes((_GONE,)), b"")
         for w in used:

@@ -24,15 +24,19 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import pickle
+import queue
 import signal
 import sys
 import tempfile
+import threading
+import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, NoReturn, TextIO
 
 import numpy as np
 
@@ -64,7 +68,7 @@ from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkErr
 from msprobe_cmp.reports import relative_paths, render_markdown
 from msprobe_cmp.reports.common import ReportFacts, arguments_line, judged_by_statistics, origin_line
 from msprobe_cmp.reports.html import UNIT_PAGES_DIR, html_pages
-from msprobe_cmp.reports.tables import csv_chunks, junit_chunks, write_json
+from msprobe_cmp.reports.tables import csv_chunks, json_chunks, junit_chunks
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -249,13 +253,15 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     """The saved comparison and then each report are written to a temporary file, a unit or a bounded chunk of rows
     at a time, never whole in memory (:data:`~msprobe_cmp.reports.common.CHUNK_ROWS`): the saved comparison first (a
     comparison that cannot be saved fails before any report is rendered), the units' own pages last, one unit's
-    rows in memory at a time.  None replaces its file until every one is written (a comparison that cannot be saved
-    or rendered writes nothing).  Then an earlier saved comparison in ``out`` is removed, and so are the pages in
-    ``out/report_units`` of units this comparison does not have (the whole directory when report.html holds every
-    row); the reports replace their files and the saved comparison replaces its own last.  A failure midway (a full
-    disk) so leaves reports without a saved comparison, never a saved comparison next to reports of another
-    comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the reports beside it are
-    its own."""
+    rows in memory at a time; comparison.json and comparison.csv are written by a process forked for them while this
+    one writes the pages, junit.xml and summary.md (:func:`_write_together`: two cores for the largest files; this
+    process alone where no process can be forked).  None replaces its file until every one is written (a comparison
+    that cannot be saved or rendered writes nothing).  Then an earlier saved comparison in ``out`` is removed, and so
+    are the pages in ``out/report_units`` of units this comparison does not have (the whole directory when
+    report.html holds every row); the reports replace their files and the saved comparison replaces its own last.
+    A failure midway (a full disk) so leaves reports without a saved comparison, never a saved comparison next to
+    reports of another comparison: ``render`` cannot reproduce a stale one, and the saved file's presence says the
+    reports beside it are its own."""
     facts = ReportFacts(comparison)  # what the five reports share (counts, ranking, plot data), derived once
     paths = {"html": out / "report.html", "json": out / "comparison.json", "csv": out / "comparison.csv",
              "junit": out / "junit.xml", "markdown": out / "summary.md", "saved": out / SAVED_FILE}
@@ -269,15 +275,16 @@ def _write_reports(comparison: Comparison, out: Path) -> dict[str, Path]:
     def then() -> None:
         paths["saved"].unlink(missing_ok=True)
 
+    facts.compared_counts()  # derived here, once, for the writers of both processes
     _write_together([
         (paths["saved"], lambda fh: write_saved(fh, comparison)),  # replaced last (the first written replaces last)
+        (paths["json"], lambda fh: _write_text(fh, json_chunks(comparison, facts=facts))),
         (paths["csv"], lambda fh: _write_text(fh, csv_chunks(comparison))),
-        (paths["json"], lambda fh: write_json(comparison, fh, facts=facts)),
         (paths["html"], lambda fh: _write_text(fh, html())),
         (paths["junit"], lambda fh: _write_text(fh, junit_chunks(comparison, facts=facts))),
         (paths["markdown"], lambda fh: _write_text(fh, [render_markdown(comparison, facts=facts)])),
         *((out / path, lambda fh, pieces=pieces: _write_text(fh, pieces())) for path, pieces in unit_pages),
-    ], then)
+    ], then, alongside=(paths["json"], paths["csv"]))  # the two tables there, the pages (and their facts) here
     _remove_stale_pages(pages_dir, keep)
     if unit_pages:
         paths["unit_pages"] = pages_dir
@@ -304,16 +311,53 @@ def _remove_stale_pages(pages_dir: Path, keep: set[str]) -> None:
         pass
 
 
+#: How many encoded pieces of a report :func:`_write_text` lets wait for its writing thread (each at most a chunk of
+#: rows' text, a few MB: :data:`~msprobe_cmp.reports.common.CHUNK_ROWS`).
+_PIECES_WAITING = 2
+
+
 def _write_text(fh: BinaryIO, pieces: Iterable[str]) -> None:
     """Write ``pieces`` of text to ``fh`` as every report is encoded: UTF-8, a lone surrogate escape (``"\\ud800"``
-    in a dump's names, which UTF-8 cannot encode) written as a backslash escape."""
-    for piece in pieces:
-        fh.write(piece.encode("utf-8", errors="backslashreplace"))
+    in a dump's names, which UTF-8 cannot encode) written as a backslash escape.
+
+    The bytes are handed, in order, to a thread that writes them while the next pieces are made (``fh.write`` lets
+    other threads run while the kernel copies the bytes: hundreds of MB for a large comparison, about a third of the
+    reports' time); at most :data:`_PIECES_WAITING` pieces wait for it.  The thread has ended when this returns or
+    raises: an error of ``fh.write`` (a full disk) is raised here, once the pieces made so far are dropped; an error
+    making the pieces (an interrupt) is raised once the thread has stopped.
+
+    Raises:
+        OSError: ``fh`` cannot be written.
+    """
+    waiting: queue.Queue[bytes | None] = queue.Queue(_PIECES_WAITING)
+    failed: list[BaseException] = []
+
+    def drain() -> None:
+        while (data := waiting.get()) is not None:
+            if not failed:  # after a failure, the pieces still coming are dropped
+                try:
+                    fh.write(data)
+                except BaseException as exc:  # raised in the caller's thread
+                    failed.append(exc)
+
+    writer = threading.Thread(target=drain, name="msprobe-cmp report writer", daemon=True)
+    writer.start()
+    try:
+        for piece in pieces:
+            if failed:
+                break
+            waiting.put(piece.encode("utf-8", errors="backslashreplace"))
+    finally:
+        waiting.put(None)
+        writer.join()
+    if failed:
+        raise failed[0]
 
 
-def _fill_temp(path: Path, write: Callable[[BinaryIO], object]) -> str:
+def _fill_temp(path: Path, write: Callable[[BinaryIO], object], made: Callable[[str], object] | None = None) -> str:
     """A temporary file beside ``path`` (its directory made when missing) filled by ``write(fh)`` and closed, with
-    the mode a plain ``open(path, "w")`` would give it; its name.  Removed again when ``write`` raises.
+    the mode a plain ``open(path, "w")`` would give it; its name.  Removed again when ``write`` raises.  ``made``:
+    called with the name as soon as the file exists (a forked writer tells its parent: :class:`_Helper`).
 
     Raises:
         OSError: the file cannot be made or written.
@@ -321,6 +365,8 @@ def _fill_temp(path: Path, write: Callable[[BinaryIO], object]) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        if made is not None:
+            made(tmp)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.chmod(tmp, _default_file_mode())
@@ -353,30 +399,56 @@ def _interrupts_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], then: Callable[[], object]) -> None:
+def _can_fork() -> bool:
+    """Whether report files can be written by a forked process (:func:`_write_together`): on Linux.  Windows has no
+    fork, and macOS's system libraries are not safe to use in a forked child that does not exec."""
+    return sys.platform == "linux" and hasattr(os, "fork")
+
+
+#: How long a forked writer is given to stop after SIGTERM (:meth:`_Helper.stop`) before it is killed, in seconds.
+_HELPER_GRACE = 5.0
+
+
+def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], then: Callable[[], object],
+                    alongside: Collection[Path] = ()) -> None:
     """Write each ``(path, write)`` of ``files`` atomically, none replacing its file before all were written: each
-    ``write(fh)`` fills a temporary file beside its path (:func:`_fill_temp`), one after the other (one file open at
-    a time, however many there are).  Once all are written, ``then()`` runs and the files replace theirs
-    (``os.replace``), the last one first.  When a ``write`` or ``then`` raises, no file was replaced, every
-    temporary file is removed and so is every directory made for them that is left empty.
+    ``write(fh)`` fills a temporary file beside its path (:func:`_fill_temp`).  This process writes them one after the
+    other, in order, except the files whose paths are in ``alongside``: once the files before the first of them are
+    written, a process is forked (:func:`_can_fork`) that writes those, in order, while this one goes on with the
+    others (the two cores of a small machine; one file open at a time in each process).  Where no process can be
+    forked, this process writes them too, in their place.  Once all are written, ``then()`` runs and the files
+    replace theirs (``os.replace``, in this process), the last one first.  When a ``write`` or ``then`` raises, no
+    file was replaced, every temporary file is removed and so is every directory made for them that is left empty;
+    the forked process is stopped first when this one fails, and its error is raised here when it fails (the same
+    exception, with its traceback as a note; a process ended by a signal is a :class:`ChildProcessError`).
 
     Raises:
         OSError: a file cannot be written or replaced (files replaced before it stay replaced; the temporary files
             of the others are removed).
     """
     made = [p.parent for p, _ in files if not p.parent.exists()]
-    temps: list[tuple[str, Path]] = []
+    temps: dict[int, str] = {}  # index in files -> its temporary file
+    apart = [k for k, (path, _) in enumerate(files) if path in alongside] if _can_fork() else []
+    helper: _Helper | None = None
     try:
-        for path, write in files:
-            temps.append((_fill_temp(path, write), path))
+        for k, (path, write) in enumerate(files):
+            if apart and k == apart[0] and helper is None:
+                with _interrupts_held():  # an interrupt comes once the process is known here, to be stopped
+                    helper = _Helper.fork([(j, *files[j]) for j in apart])
+            if helper is None or k not in apart:
+                temps[k] = _fill_temp(path, write)
+        if helper is not None:
+            temps.update(helper.finish())
+            helper = None  # reaped, its files among temps
         then()
         with _interrupts_held():
-            while temps:
-                tmp, path = temps[-1]
-                os.replace(tmp, path)
-                temps.pop()
+            for k in sorted(temps, reverse=True):
+                os.replace(temps[k], files[k][0])
+                del temps[k]
     except BaseException:
-        for tmp, _ in temps:
+        if helper is not None:
+            temps.update(helper.stop())
+        for tmp in temps.values():
             Path(tmp).unlink(missing_ok=True)
         for directory in dict.fromkeys(made):
             try:
@@ -384,6 +456,137 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
             except OSError:
                 pass
         raise
+
+
+class _Helper:
+    """A forked process writing some of :func:`_write_together`'s files (:func:`_fill_temp` each, in order) and
+    telling this one, through a pipe, each temporary file it makes (as soon as it exists) and, when a write fails,
+    the error: pickled ``(index, temporary file, None)`` or ``(index, None, (exception, traceback text))``.  What it
+    told so far is kept (:attr:`temps`, :attr:`errors`), so that no temporary file is lost: not when this process is
+    interrupted while waiting for it, nor when it is killed while filling one.  Its files are written when it ends
+    with status 0 (each file is told before it is filled; a write that fails is told)."""
+
+    def __init__(self, pid: int, report: BinaryIO) -> None:
+        self.pid = pid
+        self.report = report
+        self.temps: dict[int, str] = {}
+        self.errors: list[BaseException] = []
+        self.status: int | None = None  # os.waitpid's, once reaped
+
+    @classmethod
+    def fork(cls, files: Sequence[tuple[int, Path, Callable[[BinaryIO], object]]]) -> _Helper:
+        """Fork a process writing ``files`` (``(index, path, write)`` each); this process goes on at once.
+
+        Raises:
+            OSError: no process can be forked.
+        """
+        read_end, write_end = os.pipe()
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(read_end)
+            os.close(write_end)
+            raise
+        if pid == 0:  # the forked process: it writes its files and ends, whatever happens
+            os.close(read_end)
+            _helper_main(files, write_end)
+        os.close(write_end)
+        return cls(pid, os.fdopen(read_end, "rb"))
+
+    def _read(self) -> None:
+        """Read what the process tells until the pipe ends (the process ended)."""
+        while not self.report.closed:
+            try:
+                k, tmp, error = pickle.load(self.report)
+            except Exception:  # the pipe's end (EOFError), or a message cut short by a killed process
+                self.report.close()
+                break
+            if tmp is not None:
+                self.temps[k] = tmp
+            if error is not None:
+                exc, text = error
+                exc.add_note(f"(raised in the process forked to write reports alongside)\n{text}")
+                self.errors.append(exc)
+
+    def finish(self) -> dict[int, str]:
+        """Wait for the process to end: the temporary file of each of its files, by index, all filled.
+
+        Raises:
+            BaseException: the error of the process's write that failed.
+            ChildProcessError: the process ended without telling why (a signal: killed, out of memory).
+        """
+        self._read()
+        if self.status is None:
+            self.status = os.waitpid(self.pid, 0)[1]
+        if self.errors:
+            raise self.errors[0]
+        if self.status:
+            signum = os.WTERMSIG(self.status) if os.WIFSIGNALED(self.status) else None
+            raise ChildProcessError(f"the process writing reports alongside ended with status {self.status:#x}"
+                                    + (f" (signal {signum})" if signum is not None else ""))
+        return self.temps
+
+    def stop(self) -> dict[int, str]:
+        """Stop the process when it still runs (SIGTERM: it removes the temporary file it is filling; SIGKILL when it
+        has not ended within :data:`_HELPER_GRACE` seconds) and reap it: the temporary files it made, by index (for
+        the caller to remove)."""
+        if self.status is None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+                deadline = time.monotonic() + _HELPER_GRACE
+                while (reaped := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
+                    if time.monotonic() > deadline:
+                        os.kill(self.pid, signal.SIGKILL)
+                        reaped = os.waitpid(self.pid, 0)
+                        break
+                    time.sleep(0.01)
+                self.status = reaped[1]
+            except (ChildProcessError, ProcessLookupError):  # reaped already (an interrupt in finish)
+                self.status = -1
+        self._read()
+        return self.temps
+
+
+def _helper_main(files: Sequence[tuple[int, Path, Callable[[BinaryIO], object]]], fd: int) -> NoReturn:
+    """The forked process of :class:`_Helper`: write ``files``, tell the parent through the pipe ``fd``, end with
+    ``os._exit`` (never returning into the caller's stack, never running its exit handlers); SIGTERM and Ctrl-C
+    raise KeyboardInterrupt here, so the temporary file being filled is removed (both are held by the parent while
+    it forks, so that an interrupt reaches it only once it knows this process: they are let through here)."""
+    status = 1
+    try:
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held while forking
+        with os.fdopen(fd, "wb") as report:
+
+            def tell(message: tuple[int, str | None, tuple[BaseException, str] | None]) -> None:
+                pickle.dump(message, report)
+                report.flush()
+
+            at = -1  # the index of the file being written
+
+            def made(tmp: str) -> None:
+                tell((at, tmp, None))
+
+            try:
+                for index, path, write in files:
+                    at = index
+                    _fill_temp(path, write, made)
+                status = 0
+            except BaseException as exc:
+                tell((at, None, (_picklable(exc), traceback.format_exc())))
+    finally:
+        os._exit(status)
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc`` when it survives pickling (an OSError naming its report, KeyboardInterrupt), else a RuntimeError
+    naming its type and message."""
+    try:
+        back = pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return back if isinstance(back, BaseException) else RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 def exit_code_for(comparison: Comparison) -> int:

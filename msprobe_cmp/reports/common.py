@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -123,7 +123,7 @@ def nonfinite_disagreement(row: ComparisonRow) -> bool:
 
 #: Severity of each verdict code (:data:`VERDICTS` order), most severe 0.
 _SEVERITY_OF_CODE = np.array([_SEVERITY[v] for v in VERDICTS], dtype=np.int64)
-_REL_COLUMNS = [METRIC_INDEX[k] for k in _REL_STATS]
+_REL_COLUMNS = np.array([METRIC_INDEX[k] for k in _REL_STATS], dtype=np.int64)
 
 
 def _metric_or(t: RowTable, rows: np.ndarray, name: str, default: float) -> np.ndarray:
@@ -133,29 +133,81 @@ def _metric_or(t: RowTable, rows: np.ndarray, name: str, default: float) -> np.n
     return np.where((t.metric_state[rows, k] == METRIC_VALUE) & ~np.isnan(v), v, default)
 
 
-def _disagreement_keys(t: RowTable, rows: np.ndarray) -> list[tuple[float, ...]]:
-    """Sort keys of the rows ``rows`` of ``t``, most disagreeing first (see :func:`rank_disagreements`): the verdict's
-    severity, 0 for a failing row whose non-finite statistics disagree (:func:`nonfinite_disagreement`) else 1, then
-    the metrics: for rows compared as tensors the Cosine (NaN or missing: 2), minus MaxAbsErr (NaN or missing: 0)
-    and minus the largest relative statistic difference (NaN left out; none: 0), for the others minus the MaxAbsErr
-    lower bound and minus that largest relative difference."""
+class _KeyColumns(NamedTuple):
+    """The columns of :func:`_disagreement_keys` (one item per row): the verdict's severity and the non-finite flag
+    (int64), whether the row was compared as tensors (bool), and its Cosine, minus MaxAbsErr, minus the MaxAbsErr
+    lower bound and minus the largest relative difference (float64, never NaN)."""
+
+    severity: np.ndarray
+    nonfinite: np.ndarray
+    tensor: np.ndarray
+    cosine: np.ndarray
+    minus_abs: np.ndarray
+    minus_bound: np.ndarray
+    minus_rel: np.ndarray
+
+
+def _key_columns(t: RowTable, rows: np.ndarray) -> _KeyColumns:
+    """:class:`_KeyColumns` of the rows ``rows`` of ``t`` (:func:`_disagreement_keys`)."""
     rows = np.asarray(rows, dtype=np.int64)
     severity = _SEVERITY_OF_CODE[t.verdict[rows]]
     nonfinite = np.ones(len(rows), dtype=np.int64)
     failing = severity == 0
     if failing.any():
         nonfinite[failing] = np.where(_nonfinite_mask(t, rows[failing]), 0, 1)
-    rel_values = t.metrics[rows][:, _REL_COLUMNS]
-    rel_ok = (t.metric_state[rows][:, _REL_COLUMNS] == METRIC_VALUE) & ~np.isnan(rel_values)
+    rel_values = t.metrics[np.ix_(rows, _REL_COLUMNS)]
+    rel_ok = (t.metric_state[np.ix_(rows, _REL_COLUMNS)] == METRIC_VALUE) & ~np.isnan(rel_values)
     rel = np.where(rel_ok, rel_values, -np.inf).max(axis=1, initial=-np.inf)
-    minus_rel = -np.where(rel_ok.any(axis=1), rel, 0.0)
-    tensor = (t.compared_by[rows] == COMPARED_BY_CODE["tensor"]).tolist()
-    cosine = _metric_or(t, rows, "Cosine", 2.0).tolist()
-    minus_abs = (-_metric_or(t, rows, "MaxAbsErr", 0.0)).tolist()
-    minus_bound = (-_metric_or(t, rows, LOWER_BOUND_NAME, 0.0)).tolist()
+    return _KeyColumns(severity, nonfinite, t.compared_by[rows] == COMPARED_BY_CODE["tensor"],
+                       _metric_or(t, rows, "Cosine", 2.0), -_metric_or(t, rows, "MaxAbsErr", 0.0),
+                       -_metric_or(t, rows, LOWER_BOUND_NAME, 0.0), -np.where(rel_ok.any(axis=1), rel, 0.0))
+
+
+def _keys_of(c: _KeyColumns, picked: np.ndarray) -> list[tuple[float, ...]]:
+    """The sort keys (:func:`_disagreement_keys`) of the items ``picked`` (int [m]) of the columns ``c``."""
     return [(sv, nf, cos, ma, mr) if tn else (sv, nf, mb, mr)
-            for sv, nf, tn, cos, ma, mb, mr in zip(severity.tolist(), nonfinite.tolist(), tensor, cosine, minus_abs,
-                                                   minus_bound, minus_rel.tolist(), strict=True)]
+            for sv, nf, tn, cos, ma, mb, mr in zip(*(column[picked].tolist() for column in c), strict=True)]
+
+
+def _key_order(c: _KeyColumns) -> np.ndarray:
+    """The items of the columns ``c`` in the order of their sort keys (:func:`_disagreement_keys`), equal keys in
+    their own order: the order of a stable sort of the key tuples, made by ``np.lexsort``.  A tensor row's key is
+    ``(severity, nonfinite, cosine, minus_abs, minus_rel)``, another's ``(severity, nonfinite, minus_bound,
+    minus_rel)``: tuples compare item by item, so the third and fourth items are compared whatever they mean, and
+    when the first four are equal the shorter tuple (a row not compared as tensors) comes first, then a tensor row's
+    last item decides.  No key holds a NaN."""
+    tensor = c.tensor
+    return np.lexsort((np.where(tensor, c.minus_rel, 0.0), tensor, np.where(tensor, c.minus_abs, c.minus_rel),
+                       np.where(tensor, c.cosine, c.minus_bound), c.nonfinite, c.severity))
+
+
+def _key_prefix(c: _KeyColumns, best: int) -> np.ndarray:
+    """The first ``best`` items of :func:`_key_order` (all of them when there are fewer), sorting only the items that
+    can be among them: every item whose severity and non-finite flag come before those of the ``best``-th, and of
+    the items sharing those of the ``best``-th, the ones whose third key item is at most the one the rest need (a
+    partition finds it; ties are all kept).  The rest's order does not matter, so a comparison of many rows is not
+    sorted whole."""
+    n = len(c.severity)
+    if best >= n:
+        return _key_order(c)
+    primary = c.severity * 2 + c.nonfinite  # the order of (severity, nonfinite): the flag is 0 or 1
+    reached = np.cumsum(np.bincount(primary))
+    level = int(np.searchsorted(reached, best))  # the (severity, nonfinite) of the best-th item
+    need = best - (int(reached[level - 1]) if level else 0)  # how many of that level are among the first best
+    third = np.where(c.tensor, c.cosine, c.minus_bound)
+    group = primary == level
+    bound = np.partition(third[group], need - 1)[need - 1]
+    subset = np.flatnonzero((primary < level) | (group & (third <= bound)))
+    return subset[_key_order(_KeyColumns(*(column[subset] for column in c)))][:best]
+
+
+def _disagreement_keys(t: RowTable, rows: np.ndarray) -> list[tuple[float, ...]]:
+    """Sort keys of the rows ``rows`` of ``t``, most disagreeing first (see :func:`rank_disagreements`): the verdict's
+    severity, 0 for a failing row whose non-finite statistics disagree (:func:`nonfinite_disagreement`) else 1, then
+    the metrics: for rows compared as tensors the Cosine (NaN or missing: 2), minus MaxAbsErr (NaN or missing: 0)
+    and minus the largest relative statistic difference (NaN left out; none: 0), for the others minus the MaxAbsErr
+    lower bound and minus that largest relative difference."""
+    return _keys_of(_key_columns(t, rows), np.arange(len(rows)))
 
 
 def _disagreement_key(row: ComparisonRow) -> tuple[float, ...]:
@@ -367,7 +419,7 @@ def rank_disagreements(comparison: Comparison, limit: int = TOP_ROWS) -> list[Di
     that many tensors from the end of the whole list.
 
     The candidates' keys are read from the columns (:func:`_disagreement_keys`), a unit at a time, and only each
-    unit's best ``8 * limit + 64`` rows are kept (``heapq.nsmallest``, the same rows as a stable sort's prefix): the
+    unit's best ``8 * limit + 64`` rows are kept (a stable sort's prefix, sorted as columns: :func:`_key_prefix`): the
     best rows of the whole comparison are among them.  Those are ranked (ties in unit, then execution order); every
     candidate is gathered only when they do not settle the list: fewer than ``limit`` distinct tensors among them,
     or rows ranked equal to the last one listed beyond them that could be more rows of a listed tensor
@@ -407,13 +459,12 @@ def _candidates(comparison: Comparison, best: int | None
         t = u.rows
         rows = np.flatnonzero((t.verdict == FAIL) | ((t.differs == 1) & (t.verdict != SKIP)))
         total += len(rows)
-        unit_keys = _disagreement_keys(t, rows)
-        picked: Sequence[int] = range(len(rows))
+        columns = _key_columns(t, rows)
+        picked = np.arange(len(rows))
         if best is not None and best < len(rows):
-            picked = heapq.nsmallest(best, picked, key=unit_keys.__getitem__)  # = a stable sort's prefix
-        row_list = rows.tolist()
-        items += [(ui, row_list[k]) for k in picked]
-        keys += [unit_keys[k] for k in picked]
+            picked = _key_prefix(columns, best)  # a stable sort's prefix
+        items += [(ui, row) for row in rows[picked].tolist()]
+        keys += _keys_of(columns, picked)
     return items, keys, total
 
 
@@ -707,6 +758,21 @@ def compact_encoder(sample: Any) -> Callable[[Any], str]:
     except (orjson.JSONEncodeError, TypeError):
         return dumps_standard
     return lambda doc: orjson.dumps(doc).decode("utf-8")
+
+
+def spliced_json(dumps: Callable[[Any], str], before: dict[str, Any], key: str, items: Iterable[Iterable[str]],
+                 after: dict[str, Any] | None = None) -> Iterator[str]:
+    """The compact JSON text of ``{**before, key: [...], **after}`` in pieces, its list written from ``items``: each
+    item the JSON text of one or more of the list's items (joined by commas) in pieces, so that a document too large
+    to hold is written a part at a time.  ``before`` and ``after`` are written by ``dumps`` (compact JSON of an
+    object is its members' JSON joined by commas between braces, so the pieces joined are ``dumps`` of the whole)."""
+    opened = dumps(before)[:-1]
+    yield f"{opened}{',' if before else ''}{dumps(key)}:["
+    for k, item in enumerate(items):
+        if k:
+            yield ","
+        yield from item
+    yield "]," + dumps(after)[1:] if after else "]}"
 
 
 def dumps_compact(doc: Any) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import re
 import secrets
@@ -73,12 +74,15 @@ from msprobe_cmp.reports.common import (
     cut_text,
     differing_arguments,
     dumps_compact,
+    dumps_standard,
     format_number,
     format_side,
     origin_line,
     select_largest_disagreements,
+    spliced_json,
 )
 from msprobe_cmp.reports.plots import render_histogram_svg, render_scatter_svg, render_trace_svg
+from msprobe_cmp.reports.tables import FloatSpelling, float_rows, int_rows, joined_rows
 
 #: Metric columns of the row table per mode: (header, row metric name).
 HTML_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -217,7 +221,8 @@ def page_numbers(values: list[Any]) -> list[Any]:
     if not n:
         return []
     x = np.array(values, dtype=np.float64)  # None -> NaN (then the exact path); ints are handled below
-    out, exact = _page_round(x)
+    rounded, exact = _page_round(x)
+    out: list[Any] = rounded.tolist()
     kinds = set(map(type, values))
     if kinds - {float, type(None)}:  # ints, bools or float subclasses: each goes the exact way
         exact |= np.fromiter((type(v) is not float for v in values), dtype=bool, count=n)
@@ -226,9 +231,9 @@ def page_numbers(values: list[Any]) -> list[Any]:
     return out
 
 
-def _page_round(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
-    """:func:`page_numbers`' bulk rounding of the float64 array ``x`` (1-D): the rounded values as a list, and the
-    mask of the items that must go through :func:`_page_number` instead."""
+def _page_round(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`page_numbers`' bulk rounding of the float64 array ``x`` (1-D): the rounded values (float64, as ``x``),
+    and the mask of the items that must go through :func:`_page_number` instead."""
     with np.errstate(all="ignore"):
         ax = np.abs(x)
         regular = np.isfinite(x) & (ax > 0.0)
@@ -244,23 +249,25 @@ def _page_round(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
         r = np.where(up, m / p, m * p)
     r = np.where(regular, r, x)
     exact = ~regular & (ax != 0.0)  # zeros are kept as they are; NaN compares unequal to 0
-    return r.tolist(), exact
+    return r, exact
 
 
-def _page_matrix(values: np.ndarray, defined: np.ndarray) -> list[list[Any]]:
-    """``values`` (float64 [m, k]) as the page shows them (:func:`_page_number` of each), None where not
-    ``defined``: one list per row."""
-    m, k = values.shape
-    if not m * k:
-        return [[] for _ in range(m)]
-    flat = values.reshape(-1)
-    out, exact = _page_round(flat)
-    for i in np.flatnonzero(exact).tolist():
-        out[i] = _page_number(out[i])
-    cells = np.empty(len(out), dtype=object)
-    cells[:] = out
-    cells[~defined.reshape(-1)] = None
-    return cells.reshape(values.shape).tolist()
+def _page_values(values: np.ndarray) -> np.ndarray:
+    """``values`` (float64, any shape) as the page shows them (:func:`_page_number` of each), as float64 of the same
+    shape: the finite ones rounded (in bulk: :func:`_page_round`), NaN and ±Inf as they are (the page writes them as
+    the text :func:`_page_number` gives them: :func:`_page_spelling`)."""
+    flat = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
+    rounded, exact = _page_round(flat)
+    for i in np.flatnonzero(exact & np.isfinite(flat)).tolist():
+        rounded[i] = _page_number(float(flat[i]))
+    return rounded.reshape(np.shape(values))
+
+
+def _page_spelling(dumps: Callable[[Any], str]) -> FloatSpelling:
+    """How the page data written by the encoder ``dumps`` spells a number (:func:`_page_values`): as ``dumps`` writes
+    the float, or the text :func:`_page_number` gives NaN and ±Inf; ``null`` where there is none."""
+    return FloatSpelling(dumps is dumps_standard, dumps(format_number(math.nan)), dumps(format_number(math.inf)),
+                         dumps(format_number(-math.inf)), "null")
 
 
 @dataclass
@@ -385,43 +392,44 @@ def _metric_keys(comparison: Comparison) -> list[str]:
     return keys
 
 
-def _page_side_texts(t: RowTable, s: int, rows: np.ndarray, shape_texts: list[str | None]) -> tuple[list[Any], ...]:
-    """Side ``s`` of the rows ``rows`` of ``t``, decoded for the page: kind (None where absent), dtype, shape text,
-    md5, file name and value (None where the side has none)."""
+def _page_side_texts(t: RowTable, s: int, rows: np.ndarray, names: list[str | None], shape_texts: list[str | None]
+                     ) -> list[list[str | None]]:
+    """Side ``s`` of the rows ``rows`` of ``t``, decoded for the page: its dtype, shape text, md5, file name and value
+    (None where the side has none); ``names``: the table's strings with None last (code -1)."""
     sc = t.side_columns(s)
-    strings = [*t.strings, None]  # code -1 -> None
-    kinds = [None if k == ABSENT else SIDE_KINDS[k] for k in range(len(SIDE_KINDS))]
-    return (
-        [kinds[k] for k in sc.kind[rows].tolist()],
-        [strings[c] for c in sc.dtype[rows].tolist()],
+    return [
+        [names[c] for c in sc.dtype[rows].tolist()],
         [shape_texts[c] for c in sc.shape[rows].tolist()],
-        [strings[c] for c in sc.md5[rows].tolist()],
-        [strings[c] for c in sc.data_name[rows].tolist()],
-        [strings[c] for c in sc.value[rows].tolist()],
-    )
+        [names[c] for c in sc.md5[rows].tolist()],
+        [names[c] for c in sc.data_name[rows].tolist()],
+        [names[c] for c in sc.value[rows].tolist()],
+    ]
+
+
+def _int_columns(columns: list[list[int]]) -> np.ndarray:
+    """int64 [m, k]: the k columns (lists of m ints each) side by side, a row a line."""
+    return np.array(columns, dtype=np.int64).reshape(len(columns), -1).T.copy()
+
+
+def _side_numbers(side: list[list[str | None]], number: Callable[[str | None], int]) -> np.ndarray:
+    """int64 [m, 5]: ``number`` of each text of a side's five columns (:func:`_page_side_texts`), a row a line."""
+    return _int_columns([list(map(number, column)) for column in side])
 
 
 @dataclass
 class _PageUnit:
     """One unit's kept rows of the page, their texts already numbered (indexes into the page's ``strings``, stack
-    indexes into its ``stacks``), one list item per kept row: what :meth:`PageData.row_chunks` makes the rows of."""
+    indexes into its ``stacks``), one item per kept row: what :meth:`PageData.row_texts` makes the rows of."""
 
     index: int
     table: RowTable
     kept: np.ndarray
-    entries: list[int]
-    paths: list[int]
-    families: list[int]
-    directions: list[int]
-    parents: list[int]
-    stacks: list[int]
-    stacks_b: list[int]
-    names_b: list[int]
-    chains: list[int]
-    reasons: list[int]
-    notes: list[int]
-    texts: dict[int, list[int]]  # reasons / notes tuple code -> its strings' indexes
-    sides: tuple[tuple[list[Any], ...], ...]  # A's, B's: kinds, then the dtype ... value indexes
+    #: int64 [m, 9]: entry, argument path, family, direction, parent cell, stack, B's name, parent chain, B's stack
+    numbers: np.ndarray
+    reasons: np.ndarray  # the rows' reasons and notes tuple codes (int [m] each)
+    notes: np.ndarray
+    texts: dict[int, str]  # reasons / notes tuple code -> the JSON list of its strings' indexes
+    sides: tuple[np.ndarray, np.ndarray]  # A's, B's: int64 [m, 5], the dtype, shape, md5, file name, value indexes
 
 
 class PageData:
@@ -523,13 +531,13 @@ class PageData:
             names_b = [f"{names[eb] or e}.{names[pb]}" if names[pb] else names[eb]
                        for e, eb, pb in zip(entries, t.entry_b[kept].tolist(), t.arg_path_b[kept].tolist(),
                                             strict=True)]
-            side_a = _page_side_texts(t, 0, kept, shape_texts)
-            side_b = _page_side_texts(t, 1, kept, shape_texts)
+            side_a = _page_side_texts(t, 0, kept, names, shape_texts)
+            side_b = _page_side_texts(t, 1, kept, names, shape_texts)
             # Strings are numbered in the order the rows meet them: per row the parent chain, entry, argument path,
             # family, parent cell, A's dtype, shape, md5, file name and value, B's, the reasons, the notes and B's
             # name (a reasons / notes tuple stands for its strings, in order).
             met = dict.fromkeys(_chain.from_iterable(zip(
-                chains, entries, paths, family_names, parents, *side_a[1:], *side_b[1:],
+                chains, entries, paths, family_names, parents, *side_a, *side_b,
                 [tuples[c] for c in reasons], [tuples[c] for c in notes], names_b, strict=True)))
             get = ref.__getitem__  # a string not met before is numbered
             for key in met:
@@ -546,13 +554,13 @@ class PageData:
                 stack_b_column.append(-2 if stack_b == stack or table_stacks[stack_b] == table_stacks[stack]
                                       else stack_id_of(stack_b))
             self.units.append(_PageUnit(
-                index=ui, table=t, kept=kept, entries=list(map(get, entries)), paths=list(map(get, paths)),
-                families=list(map(get, family_names)), directions=[family_of[e][1] for e in entries],
-                parents=list(map(get, parents)), stacks=stack_column, stacks_b=stack_b_column,
-                names_b=list(map(get, names_b)), chains=list(map(get, chains)), reasons=reasons, notes=notes,
-                texts={c: [ref[x] for x in tuples[c]] for c in {*reasons, *notes}},
-                sides=tuple((side[0], *(list(map(get, column)) for column in side[1:]))
-                            for side in (side_a, side_b)),
+                index=ui, table=t, kept=kept,
+                numbers=_int_columns([list(map(get, entries)), list(map(get, paths)), list(map(get, family_names)),
+                                      [family_of[e][1] for e in entries], list(map(get, parents)), stack_column,
+                                      list(map(get, names_b)), list(map(get, chains)), stack_b_column]),
+                reasons=t.reasons[kept], notes=t.notes[kept],
+                texts={c: "[" + ",".join(str(ref[x]) for x in tuples[c]) + "]" for c in {*reasons, *notes}},
+                sides=(_side_numbers(side_a, get), _side_numbers(side_b, get)),
             ))
         rows_left_out = total - kept_rows
         cells = []
@@ -604,53 +612,64 @@ class PageData:
 
     def row_chunks(self, chunk_rows: int = CHUNK_ROWS) -> Iterator[list[list[Any]]]:
         """The document's ``rows``, at most ``chunk_rows`` at a time, in order: each row a list (``ROW_FIELDS`` in
-        the template's script), its numbers as the page shows them (rounded in bulk: :func:`_page_matrix`)."""
+        the template's script), its numbers as the page shows them: :meth:`row_texts` read back."""
+        dumps = compact_encoder(self.before_rows)
+        for texts in self.row_texts(dumps, chunk_rows):
+            yield json.loads("[" + ",".join(texts) + "]")
+
+    def row_texts(self, dumps: Callable[[Any], str], chunk_rows: int = CHUNK_ROWS) -> Iterator[list[str]]:
+        """The JSON text of each of the document's ``rows`` as the encoder ``dumps`` writes it, at most ``chunk_rows``
+        at a time, in order (:meth:`_row_texts`)."""
+        floats = _page_spelling(dumps)
         for u in self.units:
             for j in range(0, len(u.kept), chunk_rows):
-                yield self._rows(u, j, j + chunk_rows)
+                yield self._row_texts(u, j, j + chunk_rows, dumps, floats)
 
-    def _rows(self, u: _PageUnit, start: int, stop: int) -> list[list[Any]]:
-        """The rows of ``u``'s kept rows ``start`` to ``stop``."""
+    def _row_texts(self, u: _PageUnit, start: int, stop: int, dumps: Callable[[Any], str], floats: FloatSpelling
+                   ) -> list[str]:
+        """The rows of ``u``'s kept rows ``start`` to ``stop``, each ``[unit, index, entry, path, class, verdict,
+        differs, family, direction, parent, stack, side A, side B, metrics, reasons, notes, B's name, compared by,
+        parent chain, B's stack]`` (a side ``null`` or ``[kind, dtype, shape, max, min, mean, norm, md5, file name,
+        value]``): made column by column, the numbers of neighbouring columns written together (:func:`int_rows`,
+        :func:`float_rows`, ``floats``: :func:`_page_spelling`), the words as ``dumps`` writes them."""
         rows = u.kept[start:stop]
+        n = len(rows)
         w = u.table.take(rows)
-        part = slice(start, stop)
-        sides = []
-        for s, (kinds, dtypes, shapes, md5s, files, values) in enumerate(u.sides):
+        numbers = u.numbers[start:stop]
+        sides: list[list[str]] = []
+        for s, strings in enumerate(u.sides):
             sc = w.side_columns(s)
-            sides.append([
-                None if k is None else [k, d, sh, *st, m, f, v]
-                for k, d, sh, m, f, v, st in zip(kinds[part], dtypes[part], shapes[part], md5s[part], files[part],
-                                                 values[part], _page_matrix(sc.stats, sc.stats_defined), strict=True)
-            ])
-        metric_values = _page_matrix(w.metrics[:, self.metric_columns],
-                                     w.metric_state[:, self.metric_columns] == METRIC_VALUE)
+            kinds = np.array([f"[{dumps(k)}," for k in SIDE_KINDS], dtype=object)[sc.kind].tolist()
+            side = list(joined_rows((
+                kinds, int_rows(strings[start:stop, :2]), ",",
+                float_rows(_page_values(sc.stats), sc.stats_defined, floats), ",", int_rows(strings[start:stop, 2:]),
+                "]"), n))
+            for i in np.flatnonzero(sc.kind == ABSENT).tolist():
+                side[i] = "null"
+            sides.append(side)
+        columns = self.metric_columns
         texts = u.texts
-        return [
-            [u.index, i, entry, path, cls, verdict, differs, family, direction, parent, stack, a, b, metrics,
-             texts[reason], texts[note], name_b, COMPARED_BY[by], chain, stack_b]
-            for (i, entry, path, cls, verdict, differs, family, direction, parent, stack, a, b, metrics, reason, note,
-                 name_b, by, chain, stack_b) in zip(
-                rows.tolist(), u.entries[part], u.paths[part], w.match_class.tolist(), w.verdict.tolist(),
-                w.differs.tolist(), u.families[part], u.directions[part], u.parents[part], u.stacks[part], sides[0],
-                sides[1], metric_values, u.reasons[part], u.notes[part], u.names_b[part], w.compared_by.tolist(),
-                u.chains[part], u.stacks_b[part], strict=True)
-        ]
+        return list(joined_rows((
+            "[", int_rows(np.column_stack((np.full(n, u.index), rows, numbers[:, :2], w.match_class, w.verdict,
+                                           w.differs, numbers[:, 2:6]))),
+            ",", sides[0], ",", sides[1], ",[",
+            float_rows(_page_values(w.metrics[:, columns]), w.metric_state[:, columns] == METRIC_VALUE, floats), "],",
+            [texts[c] for c in u.reasons[start:stop].tolist()], ",", [texts[c] for c in u.notes[start:stop].tolist()],
+            ",", int_rows(numbers[:, 6:7]), ",",
+            np.array([dumps(by) for by in COMPARED_BY], dtype=object)[w.compared_by].tolist(), ",",
+            int_rows(numbers[:, 7:]), "]"), n))
 
     def json_chunks(self) -> Iterator[str]:
         """The document as compact JSON text in pieces (:func:`render_script_json`'s text of
-        :func:`build_page_data`, escaped the same way), its rows a chunk at a time.
+        :func:`build_page_data`, escaped the same way), its rows a chunk at a time (:meth:`row_texts`).
 
         The encoder is chosen on the fields before the rows (:func:`~msprobe_cmp.reports.common.compact_encoder`):
         they hold every text of the document but the fixed words (class, verdict, kind names) and the sentences of
         ``left_out``; the rows and the cells hold numbers (ints within 64 bits), indexes and those words.
         """
         dumps = compact_encoder(self.before_rows)
-        yield _script_safe(dumps(self.before_rows)[:-1] + ',"rows":[')
-        first = True
-        for rows in self.row_chunks():
-            yield _script_safe(("" if first else ",") + dumps(rows)[1:-1])
-            first = False
-        yield _script_safe("]," + dumps(self.after_rows)[1:])
+        chunks = ([",".join(texts)] for texts in self.row_texts(dumps))
+        return map(_script_safe, spliced_json(dumps, self.before_rows, "rows", chunks, self.after_rows))
 
 
 def build_page_data(comparison: Comparison, max_rows: int = MAX_ROWS,
@@ -752,7 +771,12 @@ def html_chunks(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_c
     Raises:
         RuntimeError: the rendered template does not hold the marker exactly once (a template fault).
     """
-    paths = unit_page_paths(comparison, page_rows)
+    return _report_chunks(comparison, facts, max_rows, max_stack_chars, unit_page_paths(comparison, page_rows))
+
+
+def _report_chunks(comparison: Comparison, facts: ReportFacts | None, max_rows: int, max_stack_chars: int,
+                   paths: list[str]) -> Iterator[str]:
+    """:func:`html_chunks` of ``comparison`` whose units' own pages are ``paths`` (:func:`unit_page_paths`)."""
     view = _View(unit_pages=tuple(paths)) if paths else _View()
     return _page_chunks(comparison, ReportFacts.of(comparison, facts), max_rows, max_stack_chars, view)
 
@@ -779,9 +803,9 @@ def html_pages(comparison: Comparison, *, facts: ReportFacts | None = None, page
     then each unit's page when the comparison is split (:func:`unit_page_paths`), in unit order.  ``pieces()``
     renders the page when called (:func:`html_chunks`, :func:`unit_page_chunks`), so a writer that writes one page
     before making the next holds one unit's rows at a time."""
-    paths = unit_page_paths(comparison, page_rows)
+    paths = unit_page_paths(comparison, page_rows)  # once, for report.html's links and the pages' names
     pages: list[tuple[str, Callable[[], Iterator[str]]]] = [
-        ("report.html", lambda: html_chunks(comparison, facts=facts, page_rows=page_rows))]
+        ("report.html", lambda: _report_chunks(comparison, facts, MAX_ROWS, MAX_STACK_CHARS, paths))]
     pages += [(path, lambda ui=ui: unit_page_chunks(comparison, ui))  # type: ignore[misc]
               for ui, path in enumerate(paths)]
     return pages

@@ -88,6 +88,7 @@ from msprobe_cmp.reports.common import (
     origin_text,
     row_windows,
     side_texts,
+    spliced_json,
 )
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
@@ -157,8 +158,17 @@ class FloatSpelling(NamedTuple):
 #: The CSV's numbers: what ``csv.writer`` writes for a float (its ``repr``), ``""`` for a missing one.
 CSV_FLOATS = FloatSpelling(True, "nan", "inf", "-inf", "")
 
-#: comparison.json's numbers as orjson writes them; non-finite ones as strings (module docstring), missing ones null.
-JSON_FLOATS = FloatSpelling(False, '"NaN"', '"Infinity"', '"-Infinity"', "null")
+def _json_number(x: float | None) -> float | str | None:
+    """A number of comparison.json: as it is, or the string of a non-finite one (module docstring)."""
+    if x is None or math.isfinite(x):
+        return x
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+#: comparison.json's numbers as orjson writes them; non-finite ones as strings (:func:`_json_number`), missing ones
+#: null.
+JSON_FLOATS = FloatSpelling(False, f'"{_json_number(math.nan)}"', f'"{_json_number(math.inf)}"',
+                            f'"{_json_number(-math.inf)}"', "null")
 
 #: comparison.json's numbers as the standard library writes them (the encoder of a document orjson refuses).
 JSON_STANDARD_FLOATS = JSON_FLOATS._replace(python_repr=True)
@@ -166,18 +176,10 @@ JSON_STANDARD_FLOATS = JSON_FLOATS._replace(python_repr=True)
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 
-def _orjson_texts(values: np.ndarray, text: bytes | None = None) -> list[str]:
-    """orjson's text of each of ``values`` (float64 [n], C-contiguous, every value finite), in order; ``text``:
-    orjson's text of the whole array when already made."""
-    if not len(values):
-        return []
-    return (orjson.dumps(values, option=_NUMPY) if text is None else text).decode("ascii")[1:-1].split(",")
-
-
-def _scatter(texts: list[str], rows: np.ndarray, new: list[str]) -> None:
-    """``texts[rows[k]] = new[k]`` for every k."""
-    for i, text in zip(rows.tolist(), new, strict=True):
-        texts[i] = text
+def _orjson_text(values: np.ndarray) -> bytes:
+    """orjson's text of ``values`` (float64 [n], C-contiguous, every value finite): the values' texts separated by
+    commas, between brackets."""
+    return orjson.dumps(values, option=_NUMPY)
 
 
 def _spelled(text: np.ndarray, at: np.ndarray, word: bytes) -> bool:
@@ -195,8 +197,8 @@ _PROBE = (0.0, -0.0, 1.0, -2.5, 123.0, 0.1, 1e-4, 9.75e-05, -1e-5, 1.5e-06, 1e-9
 
 @functools.cache
 def _orjson_spells_as_expected() -> bool:
-    """Whether this process's orjson gives :data:`_PROBE` the text :func:`_repr_texts`'s respelling expects
-    (orjson 3.13's, checked once per process): when it does not, :func:`_repr_texts` writes each ``repr``."""
+    """Whether this process's orjson gives :data:`_PROBE` the text :func:`_repr_text`'s respelling expects
+    (orjson 3.13's, checked once per process): when it does not, :func:`_repr_text` writes each ``repr``."""
     expected = [repr(x) for x in _PROBE]
     try:
         text = orjson.dumps(np.array(_PROBE), option=_NUMPY)
@@ -212,29 +214,35 @@ def _orjson_spells_as_expected() -> bool:
             and [respelled.get(i, t) for i, t in enumerate(got)] == expected)
 
 
-def _repr_texts(values: np.ndarray) -> list[str]:
-    """``repr`` of each of ``values`` (float64 [n], C-contiguous, every value finite), in order, made from orjson's
-    text of them all, respelled in place where orjson spells a value otherwise (:func:`float_texts`), then split.
+def _each_repr(values: np.ndarray) -> bytes:
+    """:func:`_repr_text` made value by value with ``repr``."""
+    return ("[" + ",".join(map(float.__repr__, values.tolist())) + "]").encode("ascii")
+
+
+def _repr_text(values: np.ndarray) -> bytes:
+    """``repr`` of each of ``values`` (float64 [n], C-contiguous, every value finite), in order, separated by commas,
+    with one byte more at each end (a bracket or a comma): orjson's text of them all, respelled in place where
+    orjson spells a value otherwise (:func:`float_texts`).
 
     In the text's bytes, a value in ``[1e-5, 1e-4)`` (``0.0000975``) gets its first digit and a point written over the
     last two bytes of ``0.0000``, the bytes before them marked to go (``xxxxx9.75``; a single digit's point goes too)
     and its comma marked for ``e-05,``; a value with a one-digit exponent (``1.5e-6``) gets the exponent's minus
     marked for ``-0``; then each kind of mark is replaced in one pass over the text."""
     if not _orjson_spells_as_expected():
-        return list(map(float.__repr__, values.tolist()))
-    text = orjson.dumps(values, option=_NUMPY)
+        return _each_repr(values)
+    text = _orjson_text(values)
     magnitude = np.abs(values)
     fifth = np.flatnonzero((magnitude >= 1e-5) & (magnitude < 1e-4))
     single = np.flatnonzero((magnitude >= 1e-9) & (magnitude < 1e-5))
     if not len(fifth) and not len(single):
-        return _orjson_texts(values, text)
+        return text
     b = np.frombuffer(text, dtype=np.uint8).copy()
     b[0] = b[-1] = ord(",")  # every value between two commas
     commas = np.flatnonzero(b == ord(","))
     ends = commas[1:]
     starts = commas[:-1][fifth] + 1 + np.signbit(values[fifth])  # each "0.0000"'s first byte
     if not (_spelled(b, starts, b"0.0000") and _spelled(b, ends[single] - 3, b"e-")):
-        return list(map(float.__repr__, values.tolist()))  # not the spelling respelled here: repr itself
+        return _each_repr(values)  # not the spelling respelled here: repr itself
     b[ends[single] - 2] = ord("z")  # the exponent's minus: "e-6," is "ez6,"
     b[starts + 5] = b[starts + 6]  # the first digit
     b[starts + 6] = np.where(ends[fifth] - starts > 7, ord("."), ord("x"))
@@ -245,7 +253,81 @@ def _repr_texts(values: np.ndarray) -> list[str]:
         out = out.replace(b"x", b"").replace(b"y", b"e-05,")
     if len(single):
         out = out.replace(b"z", b"-0")
-    return out.decode("ascii").split(",")[1:-1]
+    return out
+
+
+#: Marks in :func:`float_rows`' text: a byte to remove, and the byte standing for each of a spelling's words
+#: (:attr:`FloatSpelling.nan`, ``inf``, ``ninf``, ``undefined``).  No float's text holds a control character.
+_GONE = 0x05
+_WORD_MARKS = (0x01, 0x02, 0x03, 0x04)
+
+
+def float_rows(values: np.ndarray, defined: np.ndarray, spelling: FloatSpelling) -> list[str]:
+    """The text of each row of ``values`` (float64 [n, k]) as ``spelling`` spells its values (:func:`float_texts`),
+    the row's k texts joined by commas (a CSV line's cells, a JSON array's items): one string a row, the row's
+    values written in one text, not one string each.  ``defined``: bool [n, k], False where the value is missing
+    (its text is ``spelling.undefined``).
+
+    The finite values are written by orjson all at once (respelled as ``repr`` writes them for
+    ``spelling.python_repr``: :func:`_repr_text`), the others as ``0.0`` and that text then replaced by the value's
+    word, each kind of word in one pass over the text.  The rows are the text cut at every k-th comma (at every
+    comma for one value a row: the words hold none).
+
+    Raises:
+        ValueError: ``values`` is not 2-D, ``defined`` does not have its shape, or a word of ``spelling`` holds a
+            comma, a line break or a control character (which would be taken for the text's marks).
+    """
+    if np.ndim(values) != 2:
+        raise ValueError(f"values has {np.ndim(values)} dimensions, not 2")
+    if np.shape(defined) != np.shape(values):
+        raise ValueError(f"defined has shape {np.shape(defined)}, values {np.shape(values)}")
+    words = (spelling.nan, spelling.inf, spelling.ninf, spelling.undefined)
+    if any(ch in ",\n" or ord(ch) < 0x20 for word in words for ch in word):
+        raise ValueError(f"a word of {spelling} holds a comma, a line break or a control character")
+    n, k = np.shape(values)
+    if not n * k:
+        return [""] * n
+    flat = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
+    given = np.asarray(defined, dtype=bool).reshape(-1)
+    usable = np.isfinite(flat) & given
+    odd = np.flatnonzero(~usable)
+    finite = np.where(usable, flat, 0.0) if len(odd) else flat
+    text = _repr_text(finite) if spelling.python_repr else _orjson_text(finite)
+    out = text[1:-1]  # the values' texts, separated by commas
+    used: list[int] = []
+    if len(odd) or k > 1:  # marks to write in the text's bytes
+        b = np.frombuffer(out, dtype=np.uint8).copy()
+        commas = np.flatnonzero(b == ord(","))
+        if len(odd):  # each such value's "0.0" becomes its word's mark and two bytes to remove
+            raw = flat[odd]
+            word = np.where(given[odd], np.where(np.isnan(raw), 0, np.where(raw > 0, 1, 2)), 3)
+            used = np.flatnonzero(np.bincount(word, minlength=4)).tolist()
+            starts = np.concatenate(([0], commas + 1))[odd]
+            b[starts] = np.array(_WORD_MARKS, dtype=np.uint8)[word]
+            b[starts + 1] = b[starts + 2] = _GONE
+        if k > 1:
+            b[commas[k - 1::k]] = ord("\n")  # the end of each row
+        out = b.tobytes()
+    if used:
+        out = out.replace(bytes((_GONE,)), b"")
+        for w in used:
+            out = out.replace(bytes((_WORD_MARKS[w],)), words[w].encode("utf-8"))
+    return out.decode("utf-8").split("\n" if k > 1 else ",")
+
+
+def int_rows(values: np.ndarray) -> list[str]:
+    """The text of each row of ``values`` (an integer array [n, k]): its k numbers in decimal joined by commas (a
+    JSON array's items), written by orjson all at once and cut into rows.
+
+    Raises:
+        ValueError: ``values`` is not a 2-D array of signed integers.
+    """
+    if np.ndim(values) != 2 or np.asarray(values).dtype.kind != "i":
+        raise ValueError(f"values is not a 2-D array of signed integers: {np.ndim(values)} dimensions of "
+                         f"{np.asarray(values).dtype}")
+    if not len(values):
+        return []
+    return orjson.dumps(np.ascontiguousarray(values, dtype=np.int64), option=_NUMPY).decode("ascii")[2:-2].split("],[")
 
 
 def float_texts(values: np.ndarray, defined: np.ndarray, spelling: FloatSpelling) -> list[str]:
@@ -254,29 +336,25 @@ def float_texts(values: np.ndarray, defined: np.ndarray, spelling: FloatSpelling
     ``values``: float64 array of any shape; ``defined``: bool array of the same shape, False where the value is
     missing (its text is ``spelling.undefined`` whatever the value).  The finite values are written by orjson
     (shortest round-trip digits, as ``repr`` has them too); for ``spelling.python_repr`` the two spans where
-    orjson's spelling differs from ``repr`` are respelled in bulk (:func:`_repr_texts`):
+    orjson's spelling differs from ``repr`` are respelled in bulk (:func:`_repr_text`):
     ``[1e-5, 1e-4)`` in magnitude, positional in orjson (``0.0000975``) and ``9.75e-05`` in ``repr``; and
     ``[1e-9, 1e-5)``, whose one-digit exponent orjson writes without ``repr``'s leading zero (``1.5e-6`` against
     ``1.5e-06``).  Elsewhere the two agree (``1e+16``, ``-0.0``, ``123.0``, ``5e-324``), as the property tests check
-    over random bit patterns and the boundaries (orjson 3.13's spelling).
+    over random bit patterns and the boundaries (orjson 3.13's spelling).  Made as :func:`float_rows` of one value
+    a row.
 
     Raises:
         ValueError: ``defined`` does not have the shape of ``values``.
     """
     if np.shape(defined) != np.shape(values):
         raise ValueError(f"defined has shape {np.shape(defined)}, values {np.shape(values)}")
-    flat = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
-    given = np.asarray(defined, dtype=bool).reshape(-1)
-    usable = np.isfinite(flat) & given
-    odd = np.flatnonzero(~usable)
-    finite = np.where(usable, flat, 0.0) if len(odd) else flat
-    texts = _repr_texts(finite) if spelling.python_repr else _orjson_texts(finite)
-    if len(odd):
-        raw = flat[odd]
-        word = np.where(given[odd], np.where(np.isnan(raw), 0, np.where(raw > 0, 1, 2)), 3)
-        words = (spelling.nan, spelling.inf, spelling.ninf, spelling.undefined)
-        _scatter(texts, odd, [words[k] for k in word.tolist()])
-    return texts
+    return float_rows(np.reshape(values, (-1, 1)), np.reshape(defined, (-1, 1)), spelling)
+
+
+def _scatter(texts: list[str], rows: np.ndarray, new: list[str]) -> None:
+    """``texts[rows[k]] = new[k]`` for every k."""
+    for i, text in zip(rows.tolist(), new, strict=True):
+        texts[i] = text
 
 
 #: Text pieces of ``n`` rows: a list of one text per row, or one text that is every row's.
@@ -291,9 +369,14 @@ def _picked(words: np.ndarray, codes: np.ndarray) -> _Pieces:
     return words[codes].tolist()
 
 
-def _joined_rows(pieces: Iterable[_Pieces], n: int, sep: str = "") -> Iterator[str]:
-    """The text of each of ``n`` rows: the row's item of every piece (:data:`_Pieces`), in order, joined by ``sep``.
-    Neighbouring pieces that are one text for every row are joined once."""
+def joined_rows(pieces: Iterable[list[str] | str], n: int, sep: str = "") -> Iterator[str]:
+    """The text of each of ``n`` rows: the row's item of every piece, in order, joined by ``sep``; a piece is a list
+    of one text per row, or one text that is every row's (:data:`_Pieces`).  Neighbouring pieces that are one text
+    for every row are joined once.
+
+    Raises:
+        ValueError: a list piece does not have ``n`` items (when the rows are taken).
+    """
     merged: list[_Pieces] = []
     for piece in pieces:
         if isinstance(piece, str) and merged and isinstance(merged[-1], str):
@@ -301,12 +384,6 @@ def _joined_rows(pieces: Iterable[_Pieces], n: int, sep: str = "") -> Iterator[s
         else:
             merged.append(piece)
     return map(sep.join, zip(*(repeat(p, n) if isinstance(p, str) else p for p in merged), strict=True))
-
-
-def _json_number(x: float | None) -> float | str | None:
-    if x is None or math.isfinite(x):
-        return x
-    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
 def _json_rules(rules: Rules) -> dict[str, Any]:
@@ -505,7 +582,7 @@ class _JsonRows:
         texts = [""] * len(t)  # rows of several sets of metrics: each row's object made whole
         for p, columns in enumerate(patterns):
             rows = np.flatnonzero(which == p)
-            _scatter(texts, rows, list(_joined_rows(pieces(columns, rows), len(rows))))
+            _scatter(texts, rows, list(joined_rows(pieces(columns, rows), len(rows))))
         return [texts]
 
     def text(self, t: RowTable, first: int) -> str:
@@ -517,7 +594,7 @@ class _JsonRows:
         strings, has_text = self.strings, self.has_text
         entry_b = np.where(has_text[t.entry_b], t.entry_b, t.entry)
         path_b = np.where(has_text[t.arg_path_b], t.arg_path_b, t.arg_path)
-        return ",".join(_joined_rows((
+        return ",".join(joined_rows((
             '{"index":', list(map(str, range(first, first + len(t)))),
             ',"name":', _picked(self.opened, t.entry), ".", _picked(self.closed, t.arg_path),
             ',"entry":', _picked(strings, t.entry), ',"entry_b":', _picked(strings, entry_b),
@@ -651,17 +728,15 @@ def _json_texts(comparison: Comparison, facts: ReportFacts | None) -> Iterator[s
     head = _json_head(comparison, compared)
     dumps, made = _json_encoder(comparison, head, unit_compared)
     floats = JSON_STANDARD_FLOATS if dumps is dumps_standard else JSON_FLOATS
-    yield dumps(head)[:-1] + ',"units":['
-    for k, (unit, n) in enumerate(zip(comparison.units, unit_compared, strict=True)):
+
+    def unit_texts(k: int, unit: UnitComparison, n: int) -> Iterator[str]:
         (before, after), rows = made.pop(k) if k in made else (_json_unit_fields(unit, n),
                                                                _JsonRows(unit.rows, dumps, floats))
-        yield ("," if k else "") + dumps(before)[:-1] + ',"rows":['
-        for start, window in row_windows(unit.rows):
-            if start:
-                yield ","
-            yield rows.text(window, start)
-        yield "]," + dumps(after)[1:]
-    yield "]}"
+        windows = ([rows.text(window, start)] for start, window in row_windows(unit.rows))
+        return spliced_json(dumps, before, "rows", windows, after)
+
+    units = (unit_texts(k, unit, n) for k, (unit, n) in enumerate(zip(comparison.units, unit_compared, strict=True)))
+    return spliced_json(dumps, head, "units", units)
 
 
 def _json_document(comparison: Comparison, facts: ReportFacts | None = None) -> dict[str, Any]:
@@ -685,8 +760,16 @@ def write_json(comparison: Comparison, fh: BinaryIO, *, facts: ReportFacts | Non
     Raises:
         OSError: ``fh`` cannot be written.
     """
-    for part in _json_texts(comparison, facts):
+    for part in json_chunks(comparison, facts=facts):
         fh.write(part.encode("utf-8", errors="backslashreplace"))
+
+
+def json_chunks(comparison: Comparison, *, facts: ReportFacts | None = None) -> Iterator[str]:
+    """:func:`render_json`'s compact text in pieces, in order (what :func:`write_json` writes, before encoding): the
+    fields before the units, then per unit its fields and its rows
+    :data:`~msprobe_cmp.reports.common.CHUNK_ROWS` at a time, so that no more than a chunk's text is in memory at
+    once.  ``facts``: what the reports of this comparison share (:class:`~msprobe_cmp.reports.common.ReportFacts`)."""
+    return _json_texts(comparison, facts)
 
 
 def render_json_utf8(comparison: Comparison, *, facts: ReportFacts | None = None) -> bytes:
@@ -744,10 +827,6 @@ def _value_cell(dtype: str | None, value: str | None) -> str:
     return _text(value)
 
 
-#: The columns of :data:`CSV_COLUMNS` that hold numbers (metrics and statistics): never quoted.
-_CSV_NUMBER_COLUMNS = range(6, 6 + len(METRIC_COLUMNS) + 2 * len(_STAT_COLUMNS))
-
-
 _VERDICT_WORDS = np.array(VERDICTS, dtype=object)
 _CLASS_WORDS = np.array(MATCH_CLASSES, dtype=object)
 _COMPARED_BY_WORDS = np.array(COMPARED_BY, dtype=object)
@@ -800,12 +879,14 @@ class _CsvCells:
             made[k] = cell if cell is not None else cells.setdefault(key, make(x - 1, y - 1))
         return str(made[0]) if len(made) == 1 else made[which.reshape(-1)].tolist()
 
-    def columns(self, t: RowTable) -> list[_Pieces]:
+    def columns(self, t: RowTable) -> tuple[list[_Pieces], list[_Pieces], list[_Pieces]]:
         """The cells of the rows of ``t`` (a :meth:`~msprobe_cmp.comparator.rowtable.RowTable.window` of the unit's
-        rows), column by column (:data:`CSV_COLUMNS`), each as the text the csv module writes before quoting: the
-        metrics' and statistics' floats as their ``repr`` (:func:`float_texts`, :data:`CSV_FLOATS`), the other
-        numbers with ``str``, texts neutralised (:func:`neutralize_cell`), ``""`` for a missing value.  A column is
-        a list of one text per row, or one text when it is every row's cell.
+        rows), column by column (:data:`CSV_COLUMNS`), each as the text the csv module writes before quoting, in
+        three parts: the text columns before the numbers (names, dtypes, shapes), the numbers (the metrics' and
+        statistics' floats as their ``repr``, ``""`` for a missing value) and the text columns after them (numbers
+        with ``str``, texts neutralised: :func:`neutralize_cell`).  A column is a list of one text per row, or one
+        text when it is every row's cell; the numbers are, after the metric columns no row has (each ``""``), one
+        text a row holding the rest of them joined by commas (:func:`float_rows`, :data:`CSV_FLOATS`).
 
         A row name ``<entry>.<arg path>`` is neutralised as its entry name is (the name starts with it, or with
         the dot when it is empty); B's uses B's own entry name and argument path where they are names.
@@ -814,44 +895,38 @@ class _CsvCells:
         a, b = t.side_columns(0), t.side_columns(1)
         entry_b = np.where(has_text[t.entry_b], t.entry_b, t.entry)
         path_b = np.where(has_text[t.arg_path_b], t.arg_path_b, t.arg_path)
-        columns: list[_Pieces] = [
+        before: list[_Pieces] = [
             np.where(a.kind == ABSENT, "", texts[t.entry] + "." + raw[t.arg_path]).tolist(),
             np.where(b.kind == ABSENT, "", texts[entry_b] + "." + raw[path_b]).tolist(),
             _picked(texts, a.dtype), _picked(texts, b.dtype), _picked(shape_texts, a.shape),
             _picked(shape_texts, b.shape),
         ]
         defined = t.metric_state == METRIC_VALUE
-        metrics: list[_Pieces] = [""] * len(METRIC_COLUMNS)
         used = np.flatnonzero(defined.any(axis=0))
-        if len(used):  # the metrics some row has, written together
-            cells = float_texts(t.metrics[:, used], defined[:, used], CSV_FLOATS)
-            for j, k in enumerate(used.tolist()):
-                metrics[k] = cells[j::len(used)]
-        columns += metrics
+        first = int(used[0]) if len(used) else len(METRIC_COLUMNS)  # the metric columns before it: no row has one
+        numbers: list[_Pieces] = [""] * first
+        numbers.append(float_rows(np.hstack((t.metrics[:, first:], a.stats, b.stats)),
+                                  np.hstack((defined[:, first:], a.stats_defined, b.stats_defined)), CSV_FLOATS))
+        after: list[_Pieces] = [_picked(texts, a.md5), _picked(texts, b.md5)]
         for side in (a, b):
-            if side.stats_defined.any():
-                cells = float_texts(side.stats, side.stats_defined, CSV_FLOATS)
-                columns += [cells[k::4] for k in range(4)]
-            else:
-                columns += [""] * 4
-        columns += [_picked(texts, a.md5), _picked(texts, b.md5)]
-        for side in (a, b):
-            columns.append(self._pair_cells(side.dtype, side.value, self.value_cells, self._value_cell))
-        columns.append(_picked(_VERDICT_WORDS, t.verdict))
-        columns.append(self._pair_cells(t.reasons, t.notes, self.whys, self._why))
-        columns.append(_picked(_CLASS_WORDS, t.match_class))
-        columns.append(_picked(_COMPARED_BY_WORDS, t.compared_by))
-        columns += [self.step, self.rank]
-        columns.append(_picked(texts, t.parent_cell))
+            after.append(self._pair_cells(side.dtype, side.value, self.value_cells, self._value_cell))
+        after.append(_picked(_VERDICT_WORDS, t.verdict))
+        after.append(self._pair_cells(t.reasons, t.notes, self.whys, self._why))
+        after.append(_picked(_CLASS_WORDS, t.match_class))
+        after.append(_picked(_COMPARED_BY_WORDS, t.compared_by))
+        after += [self.step, self.rank]
+        after.append(_picked(texts, t.parent_cell))
         # A's file name, else B's
-        columns.append(_picked(texts, np.where(has_text[a.data_name], a.data_name, b.data_name)))
-        return columns
+        after.append(_picked(texts, np.where(has_text[a.data_name], a.data_name, b.data_name)))
+        return before, numbers, after
 
 
 def _csv_row(unit: UnitComparison, row: ComparisonRow) -> list[str]:
     """The cells of one row of ``unit`` (:meth:`_CsvCells.columns` of that row alone: for tests and single rows)."""
-    return [column if isinstance(column, str) else column[0]
-            for column in _CsvCells(unit).columns(unit.rows.window(row.index, row.index + 1))]
+    before, numbers, after = _CsvCells(unit).columns(unit.rows.window(row.index, row.index + 1))
+    cells = [column if isinstance(column, str) else column[0] for column in (*before, *numbers, *after)]
+    return [*cells[:len(before) + len(numbers) - 1], *cells[len(before) + len(numbers) - 1].split(","),
+            *cells[len(before) + len(numbers):]]
 
 
 # A text cell holding one of these makes the csv module quote it (QUOTE_MINIMAL: the delimiter, the quote
@@ -889,10 +964,11 @@ def csv_chunks(comparison: Comparison) -> Iterator[str]:
     for unit in comparison.units:
         cells = _CsvCells(unit)
         for _, window in row_windows(unit.rows):
-            columns = cells.columns(window)
-            quoted = [column if k in _CSV_NUMBER_COLUMNS else _csv_text_column([column])[0]
-                      if isinstance(column, str) else _csv_text_column(column) for k, column in enumerate(columns)]
-            yield "\n".join(_joined_rows(quoted, len(window), ",")) + "\n"
+            before, numbers, after = cells.columns(window)
+            quoted = [_csv_text_column([column])[0] if isinstance(column, str) else _csv_text_column(column)
+                      for column in (*before, *after)]
+            yield "\n".join(joined_rows((*quoted[:len(before)], *numbers, *quoted[len(before):]), len(window),
+                                          ",")) + "\n"
 
 
 def render_csv(comparison: Comparison) -> str:

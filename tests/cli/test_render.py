@@ -219,11 +219,11 @@ def test_a_failed_write_never_leaves_an_earlier_saved_comparison_beside_new_repo
     before = _files(out)
     calls = []
 
-    def failing_second(path, write):  # the disk fills while the second report is written
+    def failing_second(path, write, *made):  # the disk fills while the second report is written
         calls.append(path)
         if len(calls) == 2:
             raise OSError(28, "No space left on device", str(path))
-        return fill_temp(path, write)
+        return fill_temp(path, write, *made)
 
     monkeypatch.setattr(cli, "_fill_temp", failing_second)
     code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)
@@ -323,10 +323,10 @@ def test_a_failed_units_page_replaces_nothing_and_leaves_no_directory(tmp_path, 
     monkeypatch.setattr(html, "PAGE_ROWS", 10)
     fill_temp = cli._fill_temp
 
-    def failing_unit_page(path, write):  # the disk fills while the second unit's page is written
+    def failing_unit_page(path, write, *made):  # the disk fills while the second unit's page is written
         if path.name == "step1_rank.html":
             raise OSError(28, "No space left on device", str(path))
-        return fill_temp(path, write)
+        return fill_temp(path, write, *made)
 
     monkeypatch.setattr(cli, "_fill_temp", failing_unit_page)
     code, _, err = _run([FIXTURES / "statistics_b", FIXTURES / "statistics_a", "-o", out, "--force"], capsys)

@@ -267,3 +267,36 @@ def test_the_fast_selection_equals_sorting_every_row(seed):
     assert facts.disagreements(15) == common.rank_disagreements(c, 15)
     assert facts.disagreements(10) == common.rank_disagreements(c, 15)[:10]  # taken from the ranked 15
     assert facts.largest_disagreements(10) == [(d.unit, d.row) for d in common.rank_disagreements(c, 10)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_column_order_of_the_keys_is_a_stable_sort_of_the_key_tuples(seed):
+    """``_key_order`` (np.lexsort of the key columns) gives the order ``sorted`` gives the key tuples themselves:
+    tensor and other rows mixed, many ties, signed zeros and infinities."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+
+    def floats():
+        return rng.choice(np.array([0.0, -0.0, 1.0, -1.0, 2.0, -np.inf, np.inf, 0.5]), n)
+
+    columns = common._KeyColumns(rng.integers(0, 3, n), rng.integers(0, 2, n), rng.random(n) < 0.5, floats(), floats(),
+                          floats(), floats())
+    keys = common._keys_of(columns, np.arange(n))
+    assert common._key_order(columns).tolist() == sorted(range(n), key=keys.__getitem__)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("best", [1, 7, 100, 2999, 3000, 5000])
+def test_the_first_keys_found_by_a_partition_are_the_sorts_first(seed, best):
+    """``_key_prefix`` (the first ``best`` items, sorting only those that can be among them) is the prefix of the
+    whole sort, ties at the boundary included, whatever the mix of severities."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+    severity = rng.integers(0, 3, n) if seed % 2 else np.full(n, 2)  # one level only, or several
+
+    def floats():
+        return rng.choice(np.array([0.0, -0.0, 1.0, -1.0, 2.0, -np.inf, np.inf, 0.5]), n)
+
+    columns = common._KeyColumns(severity, rng.integers(0, 2, n), rng.random(n) < 0.5, floats(), floats(), floats(),
+                                 floats())
+    assert common._key_prefix(columns, best).tolist() == common._key_order(columns)[:best].tolist()

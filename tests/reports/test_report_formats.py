@@ -27,7 +27,7 @@ from msprobe_cmp.comparator import Comparison, compare
 from msprobe_cmp.comparator.rowtable import RowTable
 from msprobe_cmp.dump import DumpMeta, Entry, Map, RankDump, Seq, TensorLeaf, ValueLeaf
 from msprobe_cmp.reports import common, plots, render_csv, render_json, render_junit, render_markdown
-from msprobe_cmp.reports.html import build_page_data, page_numbers
+from msprobe_cmp.reports.html import PageData, build_page_data, page_numbers
 from msprobe_cmp.reports.tables import CSV_COLUMNS, _csv_row, render_json_utf8
 
 
@@ -161,6 +161,30 @@ def test_page_rows_carry_rounded_numbers_and_interned_strings(nasty):
     # each distinct string once; None is -1
     assert len(set(data["strings"])) == len(data["strings"])
     assert rows["Functional.a_only.0.forward"][12] is None
+
+
+@pytest.mark.parametrize("name", ["Functional.plain.0.forward", "Functional.s\ud800.0.forward"])
+def test_page_rows_are_the_pages_encoder_writing_the_rows(name):
+    """The rows' text is what the page's encoder writes for the rows read back from it: orjson's spelling of the
+    numbers, or the standard library's (``1.5e-05``, not ``0.000015``) when a name holds a lone surrogate, which
+    orjson refuses; NaN and ±Inf as their words, missing numbers as null, one-sided rows' other side as null."""
+    a = [fwd(name, t(mx=1.5e-05, mn=-2.5e-07, mean=math.nan, norm=None)),
+         fwd("Functional.inf.0.forward", t(mx=math.inf, mn=-math.inf, mean=123456789.0, norm=0.1)),
+         fwd("Functional.a_only.0.forward", t())]
+    b = [fwd(name, t(mx=1.6e-05, mn=-2.4e-07, mean=math.nan, norm=None)),
+         fwd("Functional.inf.0.forward", t(mx=math.inf, mn=-1.0, mean=-0.0, norm=0.3))]
+    c = compare(unit(a, "run_a"), unit(b, "run_b"))
+    text = "".join(PageData(c).json_chunks())
+    rows = text[text.index(',"rows":[') + len(',"rows":['):text.index('],"cells":')]
+    data = build_page_data(c)
+    surrogate = "\ud800" in name
+    encoder = common.dumps_standard if surrogate else common.dumps_compact
+    assert rows == encoder(data["rows"])[1:-1]
+    assert ("1.5e-05" in rows) is surrogate and ("0.000015" in rows) is not surrogate
+    first = {data["strings"][r[2]]: r for r in data["rows"]}
+    assert first[name][11][3:7] == [1.5e-05, -2.5e-07, "NaN", None]
+    assert first["Functional.inf.0.forward"][11][3:7] == ["inf", "-inf", 123457000.0, 0.1]
+    assert first["Functional.a_only.0.forward"][12] is None
 
 
 def test_page_cap_keeps_failing_rows_and_counts_the_rest(nasty):

@@ -34,7 +34,9 @@ from msprobe_cmp.reports.tables import (
     JSON_FLOATS,
     JSON_STANDARD_FLOATS,
     METRIC_COLUMNS,
+    float_rows,
     float_texts,
+    int_rows,
     render_json_utf8,
     write_json,
 )
@@ -126,6 +128,52 @@ def test_float_texts_of_no_values_and_of_a_wrong_mask():
     assert float_texts(np.zeros(3), np.zeros(3, dtype=bool), CSV_FLOATS) == ["", "", ""]
     with pytest.raises(ValueError, match="shape"):
         float_texts(np.zeros((2, 4)), np.zeros(8, dtype=bool), CSV_FLOATS)
+
+
+@pytest.mark.parametrize("width", [1, 2, 17, 23])
+@pytest.mark.parametrize("values", [
+    pytest.param(_bits(23 * 2_000, 5), id="random bits"),
+    pytest.param(_decades(23 * 2_000, 6), id="decades"),
+    pytest.param(np.resize(_boundaries(), 23 * 100), id="boundaries"),
+])
+def test_float_rows_are_the_rows_texts_joined_by_commas(values, width):
+    """Each row's text is its values' texts (per value, from the references) joined by commas, whatever the mix of
+    missing, non-finite and finite values in the row, in every spelling."""
+    values = values[:len(values) // width * width].reshape(-1, width)
+    defined = np.random.default_rng(width).random(values.shape) < 0.8
+    for spelling, reference in ((CSV_FLOATS, _csv_reference), (JSON_FLOATS, _json_reference),
+                                (JSON_STANDARD_FLOATS, _standard_reference)):
+        expected = [",".join(reference(x, d) for x, d in zip(row, mask, strict=True))
+                    for row, mask in zip(values.tolist(), defined.tolist(), strict=True)]
+        assert float_rows(values, defined, spelling) == expected
+
+
+def test_float_rows_of_rows_without_values_and_of_bad_input():
+    assert float_rows(np.zeros((3, 0)), np.zeros((3, 0), dtype=bool), CSV_FLOATS) == ["", "", ""]
+    assert float_rows(np.zeros((0, 4)), np.zeros((0, 4), dtype=bool), CSV_FLOATS) == []
+    assert float_rows(np.array([[math.nan, 1e-5, -math.inf]]), np.ones((1, 3), dtype=bool),
+                      JSON_FLOATS) == ['"NaN",0.00001,"-Infinity"']
+    assert float_rows(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[False, False], [True, False]]),
+                      CSV_FLOATS) == [",", "3.0,"]
+    with pytest.raises(ValueError, match="dimensions"):
+        float_rows(np.zeros(4), np.zeros(4, dtype=bool), CSV_FLOATS)
+    with pytest.raises(ValueError, match="shape"):
+        float_rows(np.zeros((2, 4)), np.zeros((4, 2), dtype=bool), CSV_FLOATS)
+    with pytest.raises(ValueError, match="comma"):
+        float_rows(np.zeros((1, 1)), np.zeros((1, 1), dtype=bool), CSV_FLOATS._replace(undefined="n,a"))
+
+
+def test_int_rows_are_each_rows_numbers_joined_by_commas():
+    values = np.random.default_rng(9).integers(-2**63, 2**63 - 1, (500, 7), dtype=np.int64)
+    values[0] = [0, -1, 2**63 - 1, -2**63, 10, -10, 1]
+    assert int_rows(values) == [",".join(map(str, row)) for row in values.tolist()]
+    assert int_rows(np.array([[3], [-2]], dtype=np.int8)) == ["3", "-2"]
+    assert int_rows(np.zeros((0, 3), dtype=np.int64)) == []
+    assert int_rows(np.zeros((2, 0), dtype=np.int64)) == ["", ""]
+    with pytest.raises(ValueError, match="signed integers"):
+        int_rows(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="signed integers"):
+        int_rows(np.zeros(2, dtype=np.int64))
 
 
 # ------------------------------------------------------------------ a comparison with every kind of row

@@ -98,8 +98,8 @@ def _compare_parser() -> _Parser:
         "       msprobe-cmp render [-h] RESULT -o OUT [--force]\n"
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
-        "Run 'msprobe-cmp demo' for a worked example on real MindSpore training; 'msprobe-cmp render RESULT -o OUT' "
-        "writes the reports of a saved comparison (comparison-data.npz) again without the dumps.",
+        "Run 'msprobe-cmp demo' for a worked example: a PyTorch model, its MindSpore port and a buggy port; "
+        "'msprobe-cmp render RESULT -o OUT' writes the reports of a saved comparison (comparison-data.npz) again without the dumps.",
         epilog="A debug-level recording (debug.json, written by save()) is read wherever a dump.json would be "
         "(the file itself, or a rank directory holding no dump.json); its variables are compared as "
         "<name>.<n>.tensor rows. "
@@ -116,7 +116,7 @@ def _compare_parser() -> _Parser:
     p.add_argument("--force", action="store_true", help="overwrite existing report files in the output directory")
     p.add_argument("--rules", type=Path, metavar="FILE",
                    help="verdict thresholds, per-pattern/per-dtype overrides and the matched-share floor "
-                   "(.toml or .yaml; see the README)")
+                   "(.toml or .yaml; see docs/compare.md)")
     p.add_argument("--min-matched-share", type=float, metavar="X",
                    help="below this share of matched rows the verdict is too_few_matched (exit 3) unless a row "
                    "fails; overrides the rules file; default 0.5")

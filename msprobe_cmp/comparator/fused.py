@@ -65,7 +65,7 @@ from msprobe_cmp.dump.schema import (
     Entry,
     Leaf,
     TensorLeaf,
-    _TensorLeafFields,
+    TensorLeafFields,
     dataclass_fields_of,
 )
 from msprobe_cmp.errors import DumpFormatError
@@ -136,7 +136,7 @@ class CombinedLeaf(TensorLeaf):
 
 
 @dataclass(frozen=True)
-class _CombinedLeafFields(_TensorLeafFields):
+class _CombinedLeafFields(TensorLeafFields):
     """The fields of :class:`CombinedLeaf` as a dataclass's (:func:`~msprobe_cmp.dump.schema.dataclass_fields_of`)."""
 
     parts: tuple[TensorLeaf, ...] = ()

@@ -418,7 +418,9 @@ class TensorLeaf:
         assert isinstance(other, TensorLeaf)
         if self._c is other._c and self._i == other._i and self._names() is _TENSOR_LEAF_FIELDS:
             return True  # one row: equal even with a NaN statistic (as a record is equal to itself)
-        return self._key() == other._key()
+        a, b = self._key(), other._key()
+        # a NaN statistic equals a NaN (as the hash has it): each read of a stored NaN is another float object
+        return a == b or (len(a) == len(b) and all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True)))
 
     def __hash__(self) -> int:
         # A NaN hashes by its object's identity: hashed as one constant, so that equal leaves hash alike
@@ -439,7 +441,7 @@ class TensorLeaf:
 
 
 @dataclass(frozen=True)
-class _TensorLeafFields:
+class TensorLeafFields:
     """The fields of :class:`TensorLeaf` as a dataclass's (:func:`dataclass_fields_of`)."""
 
     type: str
@@ -463,7 +465,7 @@ def dataclass_fields_of(cls: type, fields_of: type) -> None:
     cls.__dataclass_params__ = fields_of.__dataclass_params__  # type: ignore[attr-defined]
 
 
-dataclass_fields_of(TensorLeaf, _TensorLeafFields)
+dataclass_fields_of(TensorLeaf, TensorLeafFields)
 _set_c = TensorLeaf.__dict__["_c"].__set__  # the slots' own setters (the leaf is frozen)
 _set_i = TensorLeaf.__dict__["_i"].__set__
 _new_object = object.__new__
@@ -738,7 +740,8 @@ class Entry:
         return f"Entry(name={self.name!r}, fields={self.fields!r})"
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
-        return (_entry_of, (self.name, self._layout.fields, self._layout.parameters_grad, self._cols, self._start))
+        # its own leaves, not the file's columns they are rows of (an entry pickled alone stays small)
+        return (Entry, (self.name, self.fields))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -860,14 +863,6 @@ def _is_parameters_grad(name: str) -> bool:
         return False
     tokens = name.split(".")
     return tokens[-1] == "parameters_grad" or (len(tokens) > 1 and tokens[-2] == "parameters_grad")
-
-
-def _entry_of(name: str, fields: tuple[tuple[str, Any], ...], parameters_grad: bool, cols: LeafColumns | None,
-              start: int) -> Entry:
-    """An unpickled :class:`Entry`."""
-    if cols is None:
-        return Entry(name, fields)
-    return Entry.in_columns(name, EntryLayout(fields, parameters_grad), cols, start)
 
 
 @dataclass(frozen=True)

@@ -174,8 +174,10 @@ class _Memo:
     (``1``, ``1.0`` and ``True`` are equal but not the same).  ``extra_keys`` maps a tensor object's key tuple to its
     keys that are not :data:`_LEAF_KEYS` (a dump holds few distinct key tuples).  ``layouts`` maps an entry's
     fields (column leaves as :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`) to the one
-    :class:`~msprobe_cmp.dump.schema.EntryLayout` of the entries that have them; ``values`` is set when a value leaf
-    was built (an entry holding one keeps a layout of its own: equal values are not always the same).
+    :class:`~msprobe_cmp.dump.schema.EntryLayout` of the entries that have them; ``values`` holds the ``repr`` of
+    each value leaf's value built for the entry being read, which the look-up adds to the key: equal values are not
+    always the same (``1``, ``1.0``, ``True``; ``0.0`` and ``-0.0``), their reprs are (msprobe's PyTorch dumps
+    write ``"is_recompute": false`` in every entry, whose layouts are then shared too).
     """
 
     __slots__ = ("cols", "extra_keys", "int_extras", "layouts", "values")
@@ -184,8 +186,8 @@ class _Memo:
         self.cols = LeafColumns()
         self.extra_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.int_extras: dict[tuple[tuple[str, ...], tuple[int, ...]], _IntExtra] = {}
-        self.layouts: dict[tuple[bool, tuple[tuple[str, object], ...]], EntryLayout] = {}
-        self.values = False
+        self.layouts: dict[tuple[object, ...], EntryLayout] = {}
+        self.values: list[str] = []
 
     def add_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
         """Note and return the keys of ``keys`` (a tensor object's) that are not :data:`_LEAF_KEYS`, in order."""
@@ -207,12 +209,12 @@ class _Memo:
         return got
 
     def layout(self, fields: tuple[tuple[str, object], ...], name: str) -> EntryLayout:
-        """The layout of an entry named ``name`` whose fields are ``fields`` (shared unless :attr:`values`)."""
+        """The layout of an entry named ``name`` whose fields are ``fields`` (shared with the entries whose fields are the same, :attr:`values` included)."""
         pg = _is_parameters_grad(name)
+        key: tuple[object, ...] = (pg, fields)
         if self.values:
-            self.values = False
-            return EntryLayout(fields, pg)  # type: ignore[arg-type]
-        key = (pg, fields)
+            key = (pg, fields, tuple(self.values))
+            self.values.clear()
         got = self.layouts.get(key)
         if got is None:
             got = self.layouts[key] = EntryLayout(fields, pg)  # type: ignore[arg-type]
@@ -353,7 +355,7 @@ def _node(obj: Any, depth: int, memo: _Memo) -> Any:
     if obj is None:
         return None
     # A bare scalar where a node is expected: keep it as a value of its JSON type.
-    memo.values = True
+    memo.values.append(repr(obj))
     if t is bool:
         return ValueLeaf("bool", obj)
     if t is int:
@@ -379,11 +381,12 @@ def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Any:
             # msprobe's tensor types, and the tensor-like types of other tool versions: a dtype and a shape
             return _tensor_leaf(obj, type_, memo)
         if len(obj) == 2 and "value" in obj:
-            memo.values = True
             try:
-                return ValueLeaf(type_, _freeze(obj["value"], depth))
+                value = _freeze(obj["value"], depth)
             except _Invalid as exc:
                 raise exc.under(".value") from None
+            memo.values.append(repr(value))
+            return ValueLeaf(type_, value)
     if ("dtype" in obj or "shape" in obj) and _is_leaf_like(obj):
         raise _malformed_leaf(obj)
     if obj and depth >= _MAX_DEPTH:

@@ -29,7 +29,17 @@ from typing import Any, Protocol
 import numpy as np
 
 from msprobe_cmp.dump.naming import tensor_file_name
-from msprobe_cmp.dump.schema import NONFINITE_COUNT_KEYS, Entry, Map, Node, Seq, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import (
+    NONFINITE_COUNT_KEYS,
+    Entry,
+    Map,
+    Node,
+    Seq,
+    TensorLeaf,
+    TensorLeafFields,
+    ValueLeaf,
+    dataclass_fields_of,
+)
 from msprobe_cmp.dump.writer import DumpWriter
 
 #: Containers nested deeper than this are written as null (msprobe stops at the same depth).
@@ -121,6 +131,16 @@ class PendingTensorLeaf(TensorLeaf):
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         return (_pending_leaf, (super()._key(), self.token))
+
+
+@dataclass(frozen=True)
+class _PendingTensorLeafFields(TensorLeafFields):
+    """The fields of :class:`PendingTensorLeaf` as a dataclass's (``dataclasses.replace`` keeps ``token``)."""
+
+    token: int = -1
+
+
+dataclass_fields_of(PendingTensorLeaf, _PendingTensorLeafFields)
 
 
 def _pending_leaf(fields: tuple[object, ...], token: int) -> PendingTensorLeaf:

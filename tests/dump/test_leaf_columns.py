@@ -103,7 +103,7 @@ def test_an_entry_read_equals_the_entry_built_from_its_nodes_and_survives_pickli
     assert entry == built and hash(entry) == hash(built) and repr(entry) == repr(built)
     assert entry.fields == built.fields
     back = pickle.loads(pickle.dumps(entry))
-    assert back == entry and back.leaf_rows()[1:] == entry.leaf_rows()[1:]
+    assert back == entry and back.leaf_rows() == (None, 0, ())  # unpickled: its own leaves, not the columns
 
 
 def test_a_tensor_in_a_flag_field_is_a_row_but_not_a_leaf() -> None:
@@ -136,3 +136,51 @@ def test_entries_built_by_hand_have_rows_of_their_own_columns() -> None:
 
 
 _EMPTY = entries_from_json({"x": {"input_kwargs": {}}}, "f")[0].field("input_kwargs")  # the shared empty map
+
+
+def test_leaves_with_a_nan_statistic_are_equal_wherever_they_are_held() -> None:
+    # two entries of one file, a leaf built by hand, a pickled copy: each holds a NaN Max (a new float object each)
+    a, b = (e.flat()[1][0] for e in _read({"A.f.0.forward": {"input_args": [_t(math.nan)], "output": []},
+                                            "A.f.1.forward": {"input_args": [_t(math.nan)], "output": []}}))
+    built = TensorLeaf("mindspore.Tensor", "Float32", (2, 3), float("nan"), -0.25, 0.125, 2.0)
+    for other in (b, built, pickle.loads(pickle.dumps(a)), dataclasses.replace(a)):
+        assert a == other and hash(a) == hash(other)
+    assert len({a, b, built}) == 1
+    assert a != TensorLeaf("mindspore.Tensor", "Float32", (2, 3), None, -0.25, 0.125, 2.0)  # null is not NaN
+    assert a != TensorLeaf("mindspore.Tensor", "Float32", (2, 3), 1.5, -0.25, 0.125, 2.0)
+
+
+def test_an_entry_pickles_as_its_own_leaves_not_its_files_columns() -> None:
+    entries = _read({f"A.f.{k}.forward": {"input_args": [_t(float(k))], "input_kwargs": {}, "output": [_t(-k)]}
+                     for k in range(2000)})
+    one = pickle.dumps(entries[7])
+    every = pickle.dumps(entries)
+    assert len(one) < 2000 < len(every) / 100  # one entry: a few hundred bytes; the file's 4,000 rows are not in it
+    back = pickle.loads(one)
+    assert back == entries[7] and [leaf.max for _, leaf in back.leaves()] == [7.0, -7.0]
+
+
+def test_entries_holding_value_leaves_share_a_layout_only_with_the_same_values() -> None:
+    flag = {f"A.f.{k}.forward": {"input_args": [_t()], "output": [_t()], "is_recompute": False} for k in range(50)}
+    typed = {
+        "B.g.0.forward": {"input_args": [_t(), {"type": "int", "value": 1}], "output": []},
+        "B.g.1.forward": {"input_args": [_t(), {"type": "int", "value": True}], "output": []},
+        "B.g.2.forward": {"input_args": [_t(), {"type": "int", "value": 1}], "output": []},
+        "B.g.3.forward": {"input_args": [_t(), {"type": "float", "value": -0.0}], "output": []},
+        "B.g.4.forward": {"input_args": [_t(), {"type": "float", "value": 0.0}], "output": []},
+    }
+    entries = _read({**flag, **typed})
+    assert len({id(e._layout) for e in entries[:50]}) == 1  # msprobe's PyTorch flag in every entry: one layout
+    g = entries[50:]
+    assert g[0]._layout is g[2]._layout and g[1]._layout is not g[0]._layout and g[3]._layout is not g[4]._layout
+    values = [dict(e.fields)["input_args"].items[1].value for e in g]
+    assert [type(v) for v in values] == [int, bool, int, float, float]
+    assert [math.copysign(1.0, v) for v in values[3:]] == [-1.0, 1.0]
+
+
+def test_a_pending_leaf_keeps_its_token_through_dataclasses() -> None:
+    from msprobe_cmp.recorder.collector import PendingTensorLeaf
+
+    p = PendingTensorLeaf("torch.Tensor", "torch.float32", (2,), token=7)
+    assert dataclasses.replace(p, max=1.0).token == 7 and dataclasses.replace(p, max=1.0).max == 1.0
+    assert [f.name for f in dataclasses.fields(p)][-1] == "token" and dataclasses.asdict(p)["token"] == 7

@@ -34,14 +34,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from operator import attrgetter
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, overload
 
 import numpy as np
 
 from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass
 from msprobe_cmp.comparator.rules import Verdict
-from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf, leaf_row_groups
 
 K = TypeVar("K", bound=Hashable)
 
@@ -665,8 +664,10 @@ class _Interned(Generic[K]):
 
 #: A leaf's side kind by its type (:data:`ABSENT_LEAF` is an ``object``).
 _KIND_OF_TYPE: dict[type, int] = {TensorLeaf: TENSOR, ValueLeaf: VALUE, type(None): NULL, object: ABSENT}
-_DTYPE, _SHAPE, _MD5, _DATA_NAME = (attrgetter(name) for name in ("dtype", "shape", "md5", "data_name"))
-_STATS = attrgetter("max", "min", "mean", "norm")
+#: The side code columns of a tensor row, in the order their values are interned: ``(column, the leaf columns' code
+#: column it is read from, whether it codes shapes)``.
+_SIDE_CODE_COLUMNS = (("side_dtype", "dtype_code", False), ("side_shape", "shape_code", True),
+                      ("side_md5", "md5_code", False), ("side_data_name", "data_name_code", False))
 
 
 class RowTableBuilder:
@@ -725,7 +726,10 @@ class RowTableBuilder:
     def set_sides(self, s: int, leaves: Sequence[object]) -> None:
         """Side ``s`` (0 = A, 1 = B) of every row: ``leaves[i]`` is a tensor or value leaf, None (JSON null) or
         :data:`ABSENT_LEAF` (the row is not on that side).  Once per side, on a new builder: a row not written
-        keeps the builder's starting values (kind absent, codes -1, statistics NaN).
+        keeps the builder's starting values (kind absent, codes -1, statistics NaN).  A tensor leaf's dtype, shape,
+        md5, file name and statistics are read from its :class:`~msprobe_cmp.dump.schema.LeafColumns` in bulk (its
+        file's columns, or the one-row columns of a leaf built by a constructor); value leaves one at a time, first
+        (their type and value interned in row order), then the tensor code columns one after the other.
 
         Raises:
             ValueError: ``leaves`` is not one item per row.
@@ -733,7 +737,7 @@ class RowTableBuilder:
         if len(leaves) != self.n:
             raise ValueError(f"{len(leaves)} leaves for {self.n} rows")
         c = self.cols
-        code, shape_code = self.code, self.shape_code
+        code = self.code
         # Each row's kind from its leaf's type (a subclass of a leaf class is looked at one row at a time).
         kind_list = list(map(_KIND_OF_TYPE.get, map(type, leaves)))
         for i in [i for i, kind in enumerate(kind_list) if kind is None]:
@@ -748,25 +752,40 @@ class RowTableBuilder:
             c["side_dtype"][i, s] = code(leaf.type)
             c["side_value"][i, s] = code(repr(leaf.value))
         index = np.flatnonzero(kind_col == TENSOR)
+        if len(index):
+            self._set_tensor_sides(s, index, [leaves[i] for i in index.tolist()])
+
+    def _set_tensor_sides(self, s: int, index: np.ndarray, tensor_leaves: list[Any]) -> None:
+        """Side ``s`` of the tensor rows ``index`` (int64 [m]) from their leaves (``tensor_leaves[j]`` of row
+        ``index[j]``), read from the leaves' columns (:func:`~msprobe_cmp.dump.schema.leaf_row_groups`): the
+        statistics and their mask row by row, and each code column's distinct values interned in the order of their
+        first row (as row-by-row coding would), whichever columns object holds them."""
         m = len(index)
-        if not m:
-            return
-        tensor_leaves: list[Any] = [leaves[i] for i in index.tolist()]
-        # Each column's distinct values are interned in the order of their first row (as row-by-row coding would),
-        # then every row's code is looked up at C speed.
-        for column, read, intern in (("side_dtype", map(_DTYPE, tensor_leaves), code),
-                                     ("side_shape", map(tuple, map(_SHAPE, tensor_leaves)), shape_code),
-                                     ("side_md5", map(_MD5, tensor_leaves), code),
-                                     ("side_data_name", map(_DATA_NAME, tensor_leaves), code)):
-            values = list(read)
-            codes = {value: intern(value) for value in dict.fromkeys(values)}
-            c[column][index, s] = np.fromiter(map(codes.__getitem__, values), np.int32, m)
-        # None becomes NaN in a float64 array; where a NaN shows, whether it was recorded is read from the leaf
-        stats = np.array(list(map(_STATS, tensor_leaves)), dtype=np.float64).reshape(m, 4)
-        defined = ~np.isnan(stats)
-        for j in np.flatnonzero(~defined.all(axis=1)).tolist():
-            leaf = tensor_leaves[j]
-            defined[j] = [v is not None for v in (leaf.max, leaf.min, leaf.mean, leaf.norm)]
+        groups = leaf_row_groups(tensor_leaves)
+        stats = np.empty((m, 4), np.float64)
+        defined = np.empty((m, 4), bool)
+        # A row's key in a code column: its group and its code in the group's table, one int64 (code -1, None, kept)
+        stride = max(max(len(cols.strings), len(cols.shapes)) for cols, _, _ in groups) + 1
+        keys = {source: np.empty(m, np.int64) for _, source, _ in _SIDE_CODE_COLUMNS}
+        for g, (cols, positions, rows) in enumerate(groups):
+            stats[positions] = cols.stats_array()[rows]
+            defined[positions] = cols.defined_array()[rows]
+            for source, column_keys in keys.items():
+                column_keys[positions] = cols.code_array(source)[rows].astype(np.int64) + (g * stride + 1)
+        c = self.cols
+        for column, source, shapes in _SIDE_CODE_COLUMNS:
+            distinct, first, inverse = np.unique(keys.pop(source), return_index=True, return_inverse=True)
+            codes = np.empty(len(distinct), np.int32)
+            # each (group, code) once, in the order of its first row: a value is interned at the first row holding it
+            for k in np.argsort(first).tolist():
+                g, code = divmod(int(distinct[k]), stride)
+                if code == 0:  # None
+                    codes[k] = -1
+                elif shapes:
+                    codes[k] = self.shape_code(groups[g][0].shapes[code - 1])
+                else:
+                    codes[k] = self.code(groups[g][0].strings[code - 1])
+            c[column][index, s] = codes[inverse.reshape(-1)]
         c["side_stats"][index, s] = stats
         c["side_stats_defined"][index, s] = defined
 

@@ -21,6 +21,7 @@ import math
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
+from operator import attrgetter
 from typing import Any, Union
 
 import numpy as np
@@ -472,6 +473,10 @@ _new_object = object.__new__
 _NAN_KEY = ("NaN",)
 
 
+_LEAF_COLUMNS = attrgetter("_c")  # a leaf's columns and row, read at C speed (the slots of every TensorLeaf)
+_LEAF_ROW = attrgetter("_i")
+
+
 def _float(value: object) -> float | None:
     """A statistic as kept: None, or the value as a float (an int converted; a value that is no number raises)."""
     return None if value is None else float(value)  # type: ignore[arg-type]
@@ -855,6 +860,37 @@ def tensor_leaf_rows(entries: Iterable[Entry]) -> list[tuple[LeafColumns, np.nda
                         got = found[id(leaf._c)] = (leaf._c, [])
                     got[1].append(leaf._i)
     return [(cols, np.fromiter(rows, np.int64, len(rows))) for cols, rows in found.values()]
+
+
+def leaf_row_groups(leaves: Sequence[TensorLeaf]) -> list[tuple[LeafColumns, np.ndarray, np.ndarray]]:
+    """Where ``leaves`` (tensor leaves: a file's views, leaves built with their own one-row columns, subclasses) are
+    held, grouped by their :class:`LeafColumns`: one ``(columns, positions, rows)`` per distinct columns object, in the
+    order of its first leaf, where ``positions`` (int64 ``[k]``, increasing) are the positions in ``leaves`` of the
+    leaves it holds and ``rows`` (int64 ``[k]``) their rows in it.  Every leaf is in exactly one group; ``[]`` for no
+    leaves.  What reads many leaves' values reads each group's columns at its rows (one step a leaf: its
+    ``(columns, row)``), e.g. :meth:`~msprobe_cmp.comparator.rowtable.RowTableBuilder.set_sides`.
+
+    Raises:
+        AttributeError: an item that is not a :class:`TensorLeaf`.
+    """
+    m = len(leaves)
+    if not m:
+        return []
+    holders = list(map(_LEAF_COLUMNS, leaves))
+    rows = np.fromiter(map(_LEAF_ROW, leaves), np.int64, m)
+    ids = np.fromiter(map(id, holders), np.uint64, m)
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)  # the groups in the order of their first leaf
+    rank = np.empty(len(first), np.int64)
+    rank[by_first] = np.arange(len(first))
+    label = rank[inverse.reshape(-1)]
+    order = np.argsort(label, kind="stable")  # positions, group by group, increasing within a group
+    bounds = np.cumsum(np.bincount(label, minlength=len(first))).tolist()
+    groups = []
+    for g, stop in enumerate(bounds):
+        positions = order[bounds[g - 1] if g else 0:stop]
+        groups.append((holders[int(first[by_first[g]])], positions, rows[positions]))
+    return groups
 
 
 def _is_parameters_grad(name: str) -> bool:

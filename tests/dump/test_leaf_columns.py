@@ -10,7 +10,15 @@ import pickle
 import numpy as np
 import pytest
 
-from msprobe_cmp.dump.schema import Entry, LeafColumns, Seq, TensorLeaf, ValueLeaf, tensor_leaf_rows
+from msprobe_cmp.dump.schema import (
+    Entry,
+    LeafColumns,
+    Seq,
+    TensorLeaf,
+    ValueLeaf,
+    leaf_row_groups,
+    tensor_leaf_rows,
+)
 from msprobe_cmp.dump.serde import entries_from_json
 
 
@@ -184,3 +192,14 @@ def test_a_pending_leaf_keeps_its_token_through_dataclasses() -> None:
     p = PendingTensorLeaf("torch.Tensor", "torch.float32", (2,), token=7)
     assert dataclasses.replace(p, max=1.0).token == 7 and dataclasses.replace(p, max=1.0).max == 1.0
     assert [f.name for f in dataclasses.fields(p)][-1] == "token" and dataclasses.asdict(p)["token"] == 7
+
+
+def test_leaf_row_groups_by_columns_object_in_first_leaf_order() -> None:
+    (entry,) = _read({"A.f.0.forward": {"input_args": [_t(1.0), _t(2.0)], "input_kwargs": {}, "output": [_t(3.0)]}})
+    f0, f1, f2 = entry.flat()[1]
+    own = TensorLeaf("torch.Tensor", "torch.float32", (1,), 9.0)
+    leaves = [own, f2, f0, own, f1]
+    groups = leaf_row_groups(leaves)
+    assert [(cols, positions.tolist(), rows.tolist()) for cols, positions, rows in groups] == [
+        (own.columns[0], [0, 3], [0, 0]), (f0.columns[0], [1, 2, 4], [2, 0, 1])]
+    assert leaf_row_groups([]) == []

@@ -99,7 +99,8 @@ def _compare_parser() -> _Parser:
         "       msprobe-cmp demo [-h] [-o OUT] [--steps N] [--force]",
         description="Compare two msprobe dumps (TARGET against BASELINE) and write HTML/JSON/CSV reports. "
         "Run 'msprobe-cmp demo' for a worked example: a PyTorch model, its MindSpore port and a buggy port; "
-        "'msprobe-cmp render RESULT -o OUT' writes the reports of a saved comparison (comparison-data.npz) again without the dumps.",
+        "'msprobe-cmp render RESULT -o OUT' writes the reports of a saved comparison (comparison-data.npz) again "
+        "without the dumps.",
         epilog="A debug-level recording (debug.json, written by save()) is read wherever a dump.json would be "
         "(the file itself, or a rank directory holding no dump.json); its variables are compared as "
         "<name>.<n>.tensor rows. "

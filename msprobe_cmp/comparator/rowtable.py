@@ -32,17 +32,15 @@ columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, Literal, NamedTuple, TypeVar, overload
+from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
 
 from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass
 from msprobe_cmp.comparator.rules import Verdict
-from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf, leaf_row_groups
-
-K = TypeVar("K", bound=Hashable)
+from msprobe_cmp.dump.schema import Interned, Leaf, TensorLeaf, ValueLeaf, leaf_row_groups
 
 ComparedBy = Literal["tensor", "statistics", "md5", "value", "none"]
 
@@ -646,22 +644,6 @@ class _RowValues:
         return RowTable.from_rows([self])[0]  # type: ignore[list-item]
 
 
-class _Interned(Generic[K]):
-    """A table of distinct hashable items, each given a code: its position (``items``, in code order)."""
-
-    def __init__(self, *first: K) -> None:
-        self.items: list[K] = list(first)
-        self.codes: dict[K, int] = {item: k for k, item in enumerate(first)}
-
-    def code(self, item: K) -> int:
-        """The code of ``item``, added at the end when new."""
-        c = self.codes.get(item)
-        if c is None:
-            c = self.codes[item] = len(self.items)
-            self.items.append(item)
-        return c
-
-
 #: A leaf's side kind by its type (:data:`ABSENT_LEAF` is an ``object``).
 _KIND_OF_TYPE: dict[type, int] = {TensorLeaf: TENSOR, ValueLeaf: VALUE, type(None): NULL, object: ABSENT}
 #: The side code columns of a tensor row, in the order their values are interned: ``(column, the leaf columns' code
@@ -678,10 +660,10 @@ class RowTableBuilder:
     """
 
     def __init__(self, n: int) -> None:
-        self._strings: _Interned[str] = _Interned()
-        self._tuples: _Interned[tuple[str, ...]] = _Interned(())
-        self._stacks: _Interned[tuple[str, ...]] = _Interned(())
-        self._shapes: _Interned[tuple[int, ...]] = _Interned()
+        self._strings: Interned[str] = Interned()
+        self._tuples: Interned[tuple[str, ...]] = Interned(())
+        self._stacks: Interned[tuple[str, ...]] = Interned(())
+        self._shapes: Interned[tuple[int, ...]] = Interned()
         self.n = n
         i32 = np.int32
         self.cols: dict[str, np.ndarray] = {

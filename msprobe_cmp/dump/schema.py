@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
 from operator import attrgetter
-from typing import Any, Union
+from typing import Any, Generic, TypeVar, Union
 
 import numpy as np
 
@@ -97,6 +97,38 @@ def compute_nonfinite_counts(
     return (counts[0], counts[1], counts[2])
 
 
+K = TypeVar("K", bound=Hashable)
+
+
+class Interned(Generic[K]):
+    """A table of distinct hashable items, each given a code: its position in :attr:`items` (in the order the items
+    were first met).  The reader's leaf columns and the comparator's row table code their strings, shapes and text
+    tuples with it.
+
+    Attributes:
+        items: the distinct items, in code order.
+        codes: item → code (emptied by :meth:`forget`).
+    """
+
+    __slots__ = ("codes", "items")
+
+    def __init__(self, *first: K) -> None:
+        self.items: list[K] = list(first)
+        self.codes: dict[K, int] = {item: k for k, item in enumerate(first)}
+
+    def code(self, item: K) -> int:
+        """The code of ``item``, added at the end when new."""
+        c = self.codes.get(item)
+        if c is None:
+            c = self.codes[item] = len(self.items)
+            self.items.append(item)
+        return c
+
+    def forget(self) -> None:
+        """Drop the look-up dictionary once no item will be added (the items stay)."""
+        self.codes = {}
+
+
 class LeafColumns:
     """The tensor leaves of one file (or the one leaf built by :class:`TensorLeaf`'s constructor), column-wise: leaf
     ``i`` is row ``i`` of every column.  The one representation of a tensor leaf: a :class:`TensorLeaf` is a view
@@ -118,7 +150,7 @@ class LeafColumns:
         strings, shapes, extras: the tables the codes index (a string, a shape or an ``extra`` held once a file).
     """
 
-    __slots__ = ("_extra_codes", "_shape_codes", "_string_codes", "counted", "counts", "data_name_code", "defined",
+    __slots__ = ("_extra_table", "_shape_table", "_string_table", "counted", "counts", "data_name_code", "defined",
                  "dtype_code", "extra_code", "extras", "md5_code", "requires_grad", "shape_code", "shapes", "stats",
                  "strings", "type_code")
 
@@ -134,44 +166,31 @@ class LeafColumns:
         self.requires_grad = array("b")
         self.counts = array("q")
         self.counted = bytearray()
-        self.strings: list[str] = []
-        self.shapes: list[tuple[int, ...]] = []
-        self.extras: list[tuple[tuple[str, object], ...]] = [()]
-        self._string_codes: dict[str, int] = {}
-        self._shape_codes: dict[tuple[int, ...], int] = {}
-        self._extra_codes: dict[tuple[tuple[str, object], ...], int] = {(): 0}
+        self._string_table: Interned[str] = Interned()
+        self._shape_table: Interned[tuple[int, ...]] = Interned()
+        self._extra_table: Interned[tuple[tuple[str, object], ...]] = Interned(())
+        self.strings = self._string_table.items
+        self.shapes = self._shape_table.items
+        self.extras = self._extra_table.items
 
     def __len__(self) -> int:
         return len(self.defined)
 
     def string_code(self, text: str) -> int:
         """The code of ``text`` in :attr:`strings`, added when new."""
-        code = self._string_codes.get(text)
-        if code is None:
-            code = self._string_codes[text] = len(self.strings)
-            self.strings.append(text)
-        return code
+        return self._string_table.code(text)
 
     def shape_code_of(self, shape: tuple[int, ...]) -> int:
         """The code of ``shape`` in :attr:`shapes`, added when new."""
-        code = self._shape_codes.get(shape)
-        if code is None:
-            code = self._shape_codes[shape] = len(self.shapes)
-            self.shapes.append(shape)
-        return code
+        return self._shape_table.code(shape)
 
     def extra_code_of(self, extra: tuple[tuple[str, object], ...], shared: bool) -> int:
         """The code of ``extra`` in :attr:`extras`: one code for equal ones when ``shared`` (its values are ints and
         strings only, for which equal means the same), else a new code."""
         if shared:
-            code = self._extra_codes.get(extra)
-            if code is not None:
-                return code
-            code = self._extra_codes[extra] = len(self.extras)
-        else:
-            code = len(self.extras)
+            return self._extra_table.code(extra)
         self.extras.append(extra)
-        return code
+        return len(self.extras) - 1
 
     def append(
         self, type_: str, dtype: str, shape: tuple[int, ...], mx: float | None, mn: float | None, me: float | None,
@@ -189,12 +208,12 @@ class LeafColumns:
         else:
             self.stats.extend((mx, mn, me, no))
             self.defined.append(15)
-        codes = self._string_codes
+        codes = self._string_table.codes
         code = codes.get(type_)
         self.type_code.append(self.string_code(type_) if code is None else code)
         code = codes.get(dtype)
         self.dtype_code.append(self.string_code(dtype) if code is None else code)
-        code = self._shape_codes.get(shape)
+        code = self._shape_table.codes.get(shape)
         self.shape_code.append(self.shape_code_of(shape) if code is None else code)
         self.md5_code.append(-1 if md5 is None else self.string_code(md5))
         self.data_name_code.append(-1 if data_name is None else self.string_code(data_name))
@@ -210,9 +229,9 @@ class LeafColumns:
 
     def finish(self) -> None:
         """Drop the tables' look-up dictionaries (no leaf is added afterwards)."""
-        self._string_codes = {}
-        self._shape_codes = {}
-        self._extra_codes = {}
+        self._string_table.forget()
+        self._shape_table.forget()
+        self._extra_table.forget()
 
     # -- numpy views (of a finished file) -----------------------------------------------------------------------
     def stats_array(self) -> np.ndarray:

@@ -209,7 +209,8 @@ class _Memo:
         return got
 
     def layout(self, fields: tuple[tuple[str, object], ...], name: str) -> EntryLayout:
-        """The layout of an entry named ``name`` whose fields are ``fields`` (shared with the entries whose fields are the same, :attr:`values` included)."""
+        """The layout of an entry named ``name`` whose fields are ``fields``: one for the entries whose fields are the
+        same, :attr:`values` included."""
         pg = _is_parameters_grad(name)
         key: tuple[object, ...] = (pg, fields)
         if self.values:

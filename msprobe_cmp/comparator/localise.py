@@ -186,6 +186,7 @@ def localise(
     kernels_differ: bool,
     thresholds: Thresholds,
     settings: OriginRules | None = None,
+    left_out: np.ndarray | None = None,
 ) -> tuple[Jump, ...]:
     """Find the rows whose error jumps, and judge rows at rounding-noise magnitude (module docstring).
 
@@ -197,6 +198,8 @@ def localise(
             rounding floor is then ``cross_kernel_noise_ulps``, else ``same_kernel_noise_ulps``.
         thresholds: the default thresholds (what "passes the thresholds" means for a warning).
         settings: the localisation settings (defaults: :class:`OriginRules`).
+        left_out: bool [n], rows not measured at all (outputs a framework leaves undefined: their error is no
+            error of the run); None: none.
 
     Returns:
         Every jumping row, in execution order; the first is the likely origin.
@@ -267,7 +270,7 @@ def localise(
     # what its inputs carry; every other call only raises ``carried`` (and records a forward's error), which the
     # columns give (_calls).
     table = rows.table
-    calls = _calls(table, s, ulps)
+    calls = _calls(table, s, ulps, left_out)
     forwards = iter(calls.forwards)
     forward = next(forwards, None)
     for g in calls.judged:
@@ -327,7 +330,7 @@ def _per_code_pair(a: np.ndarray, b: np.ndarray, of: Callable[[int, int], Any]) 
     return [values[i] for i in inverse.reshape(-1).tolist()]
 
 
-def _calls(table: RowTable, s: OriginRules, ulps: float) -> _Calls:
+def _calls(table: RowTable, s: OriginRules, ulps: float, left_out: np.ndarray | None = None) -> _Calls:
     """The measured rows of ``table`` grouped by call (:class:`_Calls`), with the calls :func:`localise` must judge.
 
     A call is judged when a row of it is at rounding-noise magnitude (the rule of ``judge``, on the same numbers), or
@@ -336,6 +339,8 @@ def _calls(table: RowTable, s: OriginRules, ulps: float) -> _Calls:
     forward call and 0 for a backward one (which may read its forward's error instead).  A call not judged has no
     jump and no noise row: ``judge`` would only have raised ``carried`` to its ``largest``."""
     measured_mask, magnitude, e, absolute = measure(table)
+    if left_out is not None:
+        measured_mask = measured_mask & ~left_out
     entry_codes, entry_b_codes = table.entry, table.entry_b
     n = len(table)
     starts = np.ones(n, dtype=bool)

@@ -52,6 +52,7 @@ from msprobe_cmp.comparator.rowtable import (
     PASS,
     STAT_DIFF_COLUMN,
     TENSOR,
+    RowTable,
     RowTableBuilder,
 )
 from msprobe_cmp.comparator.rules import RuleOutcome, Rules
@@ -185,20 +186,49 @@ def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None)
 
 
 #: Outputs whose contents a framework leaves undefined, so that two identical runs can differ there: a failure on
-#: such a row becomes a warning with the reason (``(name space, fnmatch pattern over the row name, reason)``).
-UNDEFINED_OUTPUTS: tuple[tuple[str, str, str], ...] = (
+#: such a row becomes a warning with the reason, and localisation leaves the row out (its error is no error the run
+#: made): ``(name space, fnmatch pattern over the entry name, fnmatch pattern over the argument path, reason)``.
+UNDEFINED_OUTPUTS: tuple[tuple[str, str, str, str], ...] = (
     (
         "mindspore",
-        "Primitive.*.BatchNorm.*.forward.output.[12]",
+        "Primitive.*.BatchNorm.*.forward",
+        "output.[12]",
         "MindSpore's BatchNorm (training) leaves outputs 1 and 2 uninitialised on CPU (MindSpore 2.10: they differ "
         "between identical calls; outputs 3 and 4 hold the batch statistics): not judged",
     ),
 )
 
+#: The undefined outputs that apply to a unit pair: ``(entry pattern, argument-path pattern, reason)`` each.
+_Undefined = list[tuple[str, str, str]]
 
-def _undefined_output_patterns(unit_a: RankDump, unit_b: RankDump) -> list[tuple[str, str]]:
+
+def _undefined_output_patterns(unit_a: RankDump, unit_b: RankDump) -> _Undefined:
     namespaces = set(unit_namespaces(unit_a, unit_b))
-    return [(pattern, reason) for ns, pattern, reason in UNDEFINED_OUTPUTS if ns in namespaces]
+    return [(entry, arg, reason) for ns, entry, arg, reason in UNDEFINED_OUTPUTS if ns in namespaces]
+
+
+def _undefined_reason(undefined: _Undefined, entry_name: str, arg_path: str) -> str | None:
+    """The reason of the first of ``undefined`` that the row ``entry_name``/``arg_path`` (A's names) falls under."""
+    return next((reason for entry, arg, reason in undefined
+                 if fnmatch.fnmatchcase(entry_name, entry) and fnmatch.fnmatchcase(arg_path, arg)), None)
+
+
+def _undefined_rows(table: RowTable, undefined: _Undefined) -> np.ndarray:
+    """bool [n]: the rows of ``table`` whose A names fall under ``undefined`` (each distinct entry name and argument
+    path matched once)."""
+    n = len(table)
+    rows = np.zeros(n, dtype=bool)
+    if not undefined or not n:
+        return rows
+    strings = table.strings
+    entries, entry_of = np.unique(table.entry, return_inverse=True)
+    args, arg_of = np.unique(table.arg_path, return_inverse=True)
+    for entry, arg, _ in undefined:
+        entry_ok = np.fromiter((c >= 0 and fnmatch.fnmatchcase(strings[c], entry) for c in entries.tolist()), bool,
+                               len(entries))
+        arg_ok = np.fromiter((c >= 0 and fnmatch.fnmatchcase(strings[c], arg) for c in args.tolist()), bool, len(args))
+        rows |= entry_ok[entry_of.reshape(-1)] & arg_ok[arg_of.reshape(-1)]
+    return rows
 
 
 def _declared_gap(names: tuple[str, ...], gaps: Mapping[str, str]) -> str | None:
@@ -256,12 +286,12 @@ def _declared_unobserved(
                         differs=None)
 
 
-def _judge_failing(pair: RowPair, out: Outcome, undefined: list[tuple[str, str]], noise: NoiseMap | None,
+def _judge_failing(pair: RowPair, out: Outcome, undefined: _Undefined, noise: NoiseMap | None,
                    rules: Rules) -> Outcome:
     """A failing row's outcome after the outputs a framework leaves undefined (:data:`UNDEFINED_OUTPUTS`) and the
     run-to-run noise: either makes it a warning with the reason; beyond the noise, a note says by how much."""
     if undefined and out.rule.verdict == "fail":
-        why = next((reason for pattern, reason in undefined if fnmatch.fnmatchcase(pair.name, pattern)), None)
+        why = _undefined_reason(undefined, pair.entry_name, pair.arg_path)
         if why is not None:
             out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
     if noise is not None and out.rule.verdict == "fail" and pair.name in noise:
@@ -348,7 +378,8 @@ def compare_units(
     construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
     entry_names = builder.table.entry_names()
     chains, truncated = parent_chains(entry_names, construct)
-    jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation)
+    jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation,
+                     left_out=_undefined_rows(builder.table, undefined))
     rows = builder.freeze()
     summary = unit_summary(rows)
     cells, chains, _ = compute_cell_rollups(rows, construct, chains)
@@ -425,7 +456,7 @@ def _set_names_and_sides(
 
 def _compare_columnar(
     builder: RowTableBuilder, pairs: tuple[RowPair, ...], index: list[int], rules: Rules,
-    undefined: list[tuple[str, str]], noise: NoiseMap | None, unit_a: RankDump, unit_b: RankDump, mode: Mode,
+    undefined: _Undefined, noise: NoiseMap | None, unit_a: RankDump, unit_b: RankDump, mode: Mode,
 ) -> None:
     """Statistics-mode rows of two tensors (``index``), compared as columns (:func:`compare_statistics_columns`) where
     both sides hold elements and eight finite statistics; the other rows go through :func:`compare_row`, as do the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import chain, pairwise, repeat
 from operator import itemgetter
@@ -207,28 +207,28 @@ def _undefined_output_patterns(unit_a: RankDump, unit_b: RankDump) -> _Undefined
     return [(entry, arg, reason) for ns, entry, arg, reason in UNDEFINED_OUTPUTS if ns in namespaces]
 
 
-def _undefined_reason(undefined: _Undefined, entry_name: str, arg_path: str) -> str | None:
-    """The reason of the first of ``undefined`` that the row ``entry_name``/``arg_path`` (A's names) falls under."""
-    return next((reason for entry, arg, reason in undefined
-                 if fnmatch.fnmatchcase(entry_name, entry) and fnmatch.fnmatchcase(arg_path, arg)), None)
-
-
 def _undefined_rows(table: RowTable, undefined: _Undefined) -> np.ndarray:
-    """bool [n]: the rows of ``table`` whose A names fall under ``undefined`` (each distinct entry name and argument
-    path matched once)."""
+    """int [n]: for each row of ``table``, the index in ``undefined`` of the first pattern its A names (entry name,
+    argument path) fall under, -1 for none (each distinct entry name and argument path matched once)."""
     n = len(table)
-    rows = np.zeros(n, dtype=bool)
+    which = np.full(n, -1, dtype=np.int64)
     if not undefined or not n:
-        return rows
+        return which
     strings = table.strings
     entries, entry_of = np.unique(table.entry, return_inverse=True)
     args, arg_of = np.unique(table.arg_path, return_inverse=True)
-    for entry, arg, _ in undefined:
+    for k, (entry, arg, _) in enumerate(undefined):
         entry_ok = np.fromiter((c >= 0 and fnmatch.fnmatchcase(strings[c], entry) for c in entries.tolist()), bool,
                                len(entries))
         arg_ok = np.fromiter((c >= 0 and fnmatch.fnmatchcase(strings[c], arg) for c in args.tolist()), bool, len(args))
-        rows |= entry_ok[entry_of.reshape(-1)] & arg_ok[arg_of.reshape(-1)]
-    return rows
+        which[(which < 0) & entry_ok[entry_of.reshape(-1)] & arg_ok[arg_of.reshape(-1)]] = k
+    return which
+
+
+def _undefined_why(undefined: _Undefined, which: np.ndarray, k: int) -> str | None:
+    """The reason row ``k`` is an undefined output (:func:`_undefined_rows` gave ``which``), or None."""
+    p = int(which[k]) if len(which) else -1
+    return undefined[p][2] if p >= 0 else None
 
 
 def _declared_gap(names: tuple[str, ...], gaps: Mapping[str, str]) -> str | None:
@@ -286,14 +286,13 @@ def _declared_unobserved(
                         differs=None)
 
 
-def _judge_failing(pair: RowPair, out: Outcome, undefined: _Undefined, noise: NoiseMap | None,
+def _judge_failing(pair: RowPair, out: Outcome, undefined: str | None, noise: NoiseMap | None,
                    rules: Rules) -> Outcome:
     """A failing row's outcome after the outputs a framework leaves undefined (:data:`UNDEFINED_OUTPUTS`) and the
-    run-to-run noise: either makes it a warning with the reason; beyond the noise, a note says by how much."""
-    if undefined and out.rule.verdict == "fail":
-        why = _undefined_reason(undefined, pair.entry_name, pair.arg_path)
-        if why is not None:
-            out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
+    run-to-run noise: either makes it a warning with the reason (``undefined``: why the row is an undefined output,
+    or None); beyond the noise, a note says by how much."""
+    if undefined is not None and out.rule.verdict == "fail":
+        out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, undefined)))
     if noise is not None and out.rule.verdict == "fail" and pair.name in noise:
         row_noise = RowNoise(*noise[pair.name])
         why = _within_noise(out.metrics, row_noise, rules.noise_factor)
@@ -349,6 +348,11 @@ def compare_units(
     cols = builder.cols
     if n:
         _set_names_and_sides(builder, pairs, unit_a, unit_b)
+    which = _undefined_rows(builder.table, undefined)  # the outputs a framework leaves undefined, matched once
+
+    def why(k: int) -> str | None:
+        return _undefined_why(undefined, which, k)
+
     # Rows of two tensors go to the statistics columns when can_compare_as_columns says so; the others, one at a time
     # in row order, through compare_row (their reasons and notes are interned in that order, before the columns').
     candidate = ((cols["match_class"] == MATCH_CLASS_CODE["matched"]) & (cols["side_kind"] == TENSOR).all(axis=1)
@@ -370,16 +374,16 @@ def compare_units(
         elif out.rule.verdict == "warning" and cls == "not_captured" and (la is None) != (lb is None):
             out = _declared_unobserved(pair, out, gaps_a, gaps_b)
         if out.rule.verdict == "fail":
-            out = _judge_failing(pair, out, undefined, noise, rules)
+            out = _judge_failing(pair, out, why(i), noise, rules)
         _record_outcome(builder, i, out)
     if columnar:
-        _compare_columnar(builder, pairs, columnar, rules, undefined, noise, unit_a, unit_b, mode)
+        _compare_columnar(builder, pairs, columnar, rules, why, noise, unit_a, unit_b, mode)
     del pairs, columnar  # every row is in the builder now: its pairs (a tuple a row) are not held from here on
     construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
     entry_names = builder.table.entry_names()
     chains, truncated = parent_chains(entry_names, construct)
     jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation,
-                     left_out=_undefined_rows(builder.table, undefined))
+                     left_out=which >= 0)
     rows = builder.freeze()
     summary = unit_summary(rows)
     cells, chains, _ = compute_cell_rollups(rows, construct, chains)
@@ -456,7 +460,7 @@ def _set_names_and_sides(
 
 def _compare_columnar(
     builder: RowTableBuilder, pairs: tuple[RowPair, ...], index: list[int], rules: Rules,
-    undefined: _Undefined, noise: NoiseMap | None, unit_a: RankDump, unit_b: RankDump, mode: Mode,
+    why: Callable[[int], str | None], noise: NoiseMap | None, unit_a: RankDump, unit_b: RankDump, mode: Mode,
 ) -> None:
     """Statistics-mode rows of two tensors (``index``), compared as columns (:func:`compare_statistics_columns`) where
     both sides hold elements and eight finite statistics; the other rows go through :func:`compare_row`, as do the
@@ -471,7 +475,7 @@ def _compare_columnar(
     usable = sized & cols["side_stats_defined"][idx].all(axis=(1, 2)) & np.isfinite(stats).all(axis=(1, 2))
     for k in idx[~usable].tolist():
         _record_outcome(builder, k, _judge_failing(pairs[k], compare_row(pairs[k], unit_a, unit_b, mode, rules),
-                                                   undefined, noise, rules))
+                                                   why(k), noise, rules))
     idx = idx[usable]
     if not len(idx):
         return
@@ -509,7 +513,7 @@ def _compare_columnar(
         assert isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf)  # can_compare_as_columns
         out = statistics_outcome_of_failing(pair, la, lb, named, bool(got.differs[j]), t, f)
         if out.rule.verdict == "fail":
-            out = _judge_failing(pair, out, undefined, noise, rules)
+            out = _judge_failing(pair, out, why(k), noise, rules)
         _record_outcome(builder, k, out)
 
 

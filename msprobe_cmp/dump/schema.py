@@ -267,6 +267,18 @@ _TENSOR_LEAF_FIELDS = ("type", "dtype", "shape", "max", "min", "mean", "norm", "
                        "extra")
 
 
+def _stat_property(k: int, doc: str) -> property:
+    """The property of a :class:`TensorLeaf` view reading statistic ``k`` (0 Max, 1 Min, 2 Mean, 3 Norm) of its row:
+    the float, or None where its "defined" bit is not set."""
+    bit = 1 << k
+
+    def get(self: TensorLeaf) -> float | None:
+        c, i = self._c, self._i
+        return c.stats[4 * i + k] if c.defined[i] & bit else None
+
+    return property(get, doc=doc)
+
+
 class TensorLeaf:
     """Summary of one tensor argument, as one dump.json leaf: a view of row ``i`` of a :class:`LeafColumns`.
 
@@ -328,29 +340,10 @@ class TensorLeaf:
         c = self._c
         return c.shapes[c.shape_code[self._i]]
 
-    @property
-    def max(self) -> float | None:
-        """The Max statistic, or None."""
-        c, i = self._c, self._i
-        return c.stats[4 * i] if c.defined[i] & 1 else None
-
-    @property
-    def min(self) -> float | None:
-        """The Min statistic, or None."""
-        c, i = self._c, self._i
-        return c.stats[4 * i + 1] if c.defined[i] & 2 else None
-
-    @property
-    def mean(self) -> float | None:
-        """The Mean statistic, or None."""
-        c, i = self._c, self._i
-        return c.stats[4 * i + 2] if c.defined[i] & 4 else None
-
-    @property
-    def norm(self) -> float | None:
-        """The Norm statistic (L2), or None."""
-        c, i = self._c, self._i
-        return c.stats[4 * i + 3] if c.defined[i] & 8 else None
+    max = _stat_property(0, "The Max statistic, or None.")
+    min = _stat_property(1, "The Min statistic, or None.")
+    mean = _stat_property(2, "The Mean statistic, or None.")
+    norm = _stat_property(3, "The Norm statistic (L2), or None.")
 
     @property
     def md5(self) -> str | None:

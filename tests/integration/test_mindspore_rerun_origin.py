@@ -5,6 +5,7 @@ the correct one must name the changed cell (bn2), not the first BatchNorm whose 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,15 +17,8 @@ pytestmark = pytest.mark.mindspore
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("mindspore")
-    pytest.importorskip("sklearn")
-    from msprobe_cmp.recorder.adapters.digits_port import run_port_training
-
-    root = tmp_path_factory.mktemp("ms_rerun")
-    for name, port in (("first", "mindspore"), ("rerun", "mindspore"), ("bug", "bug")):
-        run_port_training(root / name, port=port, steps=1)
-    return root
+def runs(record_ports: Callable[..., Path]) -> Path:
+    return record_ports("ms_rerun", {"first": "mindspore", "rerun": "mindspore", "bug": "bug"})
 
 
 def _undefined_rows(c: object) -> list[object]:

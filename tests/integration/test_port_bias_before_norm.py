@@ -6,6 +6,7 @@ apart (MatMul + BiasAdd are paired with one ``Functional.linear`` backward, and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +19,9 @@ pytestmark = pytest.mark.mindspore
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("mindspore")
-    pytest.importorskip("torch")
-    from msprobe_cmp.recorder.adapters.digits_port import run_port_training
-
-    root = tmp_path_factory.mktemp("bias_before_norm")
-    for port in ("pytorch", "mindspore", "bug"):
-        run_port_training(root / port, port=port, steps=1, bias_before_norm=True)
-    return root
+def runs(record_ports: Callable[..., Path]) -> Path:
+    return record_ports("bias_before_norm", {port: port for port in ("pytorch", "mindspore", "bug")},
+                        bias_before_norm=True)
 
 
 def _bias_gradient_rows(c: object) -> list[object]:

@@ -892,16 +892,18 @@ def _run_demo(argv: Sequence[str]) -> int:
     for line in runs.lines:
         _say(line)
     verdicts = {}
+    compared: dict[str, tuple[Comparison, dict[str, Path]]] = {}
     for part, port, label, expected in (("correct", runs.mindspore, "correct port vs PyTorch:", "pass"),
                                         ("bug", runs.bug, "buggy port vs PyTorch:  ", "fail")):
         comparison = compare(load_dump(port), load_dump(runs.pytorch))
         files = write_reports(comparison, parts[part])
+        compared[part] = comparison, files
         verdicts[part] = comparison.verdict
         counts = dict(comparison.verdict_counts)
         as_expected = "as expected" if comparison.verdict == expected else f"UNEXPECTED: expected {expected.upper()}"
         _say(f"{label} {comparison.verdict.upper()} ({counts.get('fail', 0)} failing, {counts.get('warning', 0)} "
              f"warning rows; {as_expected}) -> {files['html']}")
-    # ``comparison`` is the buggy port's
+    comparison, files = compared["bug"]
     _say(_terminal_text(f"the bug's {origin_line(comparison)}"))
     _say(f"the bug: {bug_description()}")
     origin = comparison.likely_origin

@@ -51,6 +51,23 @@ def load_digits_standardized() -> tuple[np.ndarray, np.ndarray]:
     return x.astype(np.float32), np.asarray(digits.target, dtype=np.int32)
 
 
+def digits_batches(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ``steps`` training batches of :data:`BATCH_SIZE` both demos use: features float32 [64, 64] and labels int32
+    [64] of :func:`load_digits_standardized`, taken in a fixed permutation drawn from ``RandomState(seed)``.
+
+    Raises:
+        MissingFrameworkError: when scikit-learn is not installed.
+    """
+    features, labels = load_digits_standardized()
+    order = np.random.RandomState(seed).permutation(len(labels))
+    out = []
+    for step in range(steps):
+        start = (step * BATCH_SIZE) % (len(order) - BATCH_SIZE)
+        idx = order[start : start + BATCH_SIZE]
+        out.append((features[idx], labels[idx]))
+    return out
+
+
 def initial_weights(seed: int, sizes: tuple[int, ...] = LAYER_SIZES) -> list[tuple[np.ndarray, np.ndarray]]:
     """Weights ``[out, in]`` and biases ``[out]`` of each dense layer of an MLP of widths ``sizes`` (input first),
     uniform in ±1/sqrt(fan_in), drawn in that order from one ``np.random.RandomState(seed)`` (float32)."""
@@ -137,8 +154,8 @@ def run_digits_training(
     ms = import_mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_seed(seed)
-    features, labels = load_digits_standardized()
-    order = np.random.RandomState(seed).permutation(len(labels))
+    features, labels = load_digits_standardized()  # the whole set, for the accuracy after training
+    batches = digits_batches(steps, seed)
     net = build_mlp(hidden_dtype, seed)
     loss_fn = ms.nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = ms.nn.SGD(net.trainable_params(), learning_rate=LEARNING_RATE)
@@ -168,10 +185,8 @@ def run_digits_training(
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
     losses: list[float] = []
     try:
-        for step in range(steps):
-            start = (step * BATCH_SIZE) % (len(order) - BATCH_SIZE)
-            idx = order[start : start + BATCH_SIZE]
-            x, y = ms.Tensor(features[idx]), ms.Tensor(labels[idx])
+        for batch_x, batch_y in batches:
+            x, y = ms.Tensor(batch_x), ms.Tensor(batch_y)
             if debugger is not None:
                 debugger.start(net)
             loss, grads = grad_fn(x, y)

@@ -8,7 +8,7 @@ The model (both frameworks, the same attribute names, so the cell paths agree: `
     forward: act(bn1(fc1(x))) -> act(bn2(fc2(.))) -> out(.)          [batch, 64] float32 -> [batch, 10] float32
 
 trained with cross-entropy (mean) and plain SGD (learning rate :data:`LEARNING_RATE`, no momentum) on batches of
-:data:`BATCH_SIZE` of scikit-learn's digits
+:data:`~msprobe_cmp.recorder.adapters.digits_demo.BATCH_SIZE` of scikit-learn's digits
 (:func:`~msprobe_cmp.recorder.adapters.digits_demo.load_digits_standardized`).
 Every run starts from the same weights (:func:`~msprobe_cmp.recorder.adapters.digits_demo.initial_weights`, one
 numpy ``RandomState(seed)``; BatchNorm's scale 1, shift 0, moving mean 0, moving variance 1: both frameworks'
@@ -32,7 +32,11 @@ from typing import Any
 import numpy as np
 
 from msprobe_cmp.errors import ConfigError
-from msprobe_cmp.recorder.adapters.digits_demo import initial_weights, load_digits_standardized
+from msprobe_cmp.recorder.adapters.digits_demo import (
+    digits_batches,
+    initial_weights,
+    load_digits_standardized,
+)
 from msprobe_cmp.recorder.adapters.mindspore import import_mindspore
 from msprobe_cmp.recorder.adapters.torch_support import import_torch
 from msprobe_cmp.recorder.debugger import PrecisionDebugger
@@ -40,7 +44,6 @@ from msprobe_cmp.recorder.debugger import PrecisionDebugger
 #: The runs :func:`run_port_training` knows: the PyTorch original, its correct MindSpore port, the buggy port.
 PORTS = ("pytorch", "mindspore", "bug")
 LAYER_SIZES = (64, 32, 32, 10)
-BATCH_SIZE = 64
 LEARNING_RATE = 0.1
 TORCH_MOMENTUM = 0.1  # PyTorch's BatchNorm default: weight of the batch statistics
 MINDSPORE_MOMENTUM = 1.0 - TORCH_MOMENTUM  # MindSpore's convention: weight of the old moving statistics
@@ -60,18 +63,6 @@ def require_frameworks() -> None:
     import_torch("pytorch")
     import_mindspore()
     load_digits_standardized()
-
-
-def _batches(steps: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``steps`` batches of :data:`BATCH_SIZE`: features float32 [64, 64], labels int32 [64]."""
-    features, labels = load_digits_standardized()
-    order = np.random.RandomState(seed).permutation(len(labels))
-    out = []
-    for step in range(steps):
-        start = (step * BATCH_SIZE) % (len(order) - BATCH_SIZE)
-        idx = order[start : start + BATCH_SIZE]
-        out.append((features[idx], labels[idx]))
-    return out
 
 
 def _build_torch(seed: int, bias: bool) -> Any:
@@ -169,7 +160,7 @@ def run_port_training(
         raise ConfigError(f"arguments: port: expected one of {', '.join(PORTS)}, got {port!r}")
     if steps < 1:
         raise ConfigError(f"arguments: steps: expected a positive integer, got {steps}")
-    batches = _batches(steps, seed)
+    batches = digits_batches(steps, seed)
     framework = "pytorch" if port == "pytorch" else "mindspore"
     train = _train_torch if port == "pytorch" else _train_mindspore
     debugger = None

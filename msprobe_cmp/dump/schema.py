@@ -17,6 +17,7 @@ other records are frozen, slotted dataclasses built through their constructors.
 
 from __future__ import annotations
 
+import itertools
 import math
 from array import array
 from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -620,9 +621,9 @@ class EntryLayout:
             pass
         paths: list[str] = []
         slots: list[Leaf | int] = []
-        offset = 0
+        offsets_in_order = itertools.count()  # a column leaf's offset: its place among them, flag fields included
         for key, node in self.fields:
-            numbered, offset = _numbered(node, offset)
+            numbered: Any = fill_column_leaves(node, offsets_in_order)
             if self.parameters_grad:
                 if isinstance(numbered, Seq) and len(numbered.items) == 1:
                     _flatten_into(paths, slots, numbered.items[0], key)
@@ -636,27 +637,7 @@ class EntryLayout:
         return flat
 
 
-def _numbered(node: Any, offset: int) -> tuple[Any, int]:
-    """``node`` with its :data:`COLUMN_LEAF` s replaced by ``offset``, ``offset + 1``, ... in file order, and the next
-    offset."""
-    if node is COLUMN_LEAF:
-        return offset, offset + 1
-    if isinstance(node, Seq):
-        items = []
-        for v in node.items:
-            got, offset = _numbered(v, offset)
-            items.append(got)
-        return Seq(tuple(items)), offset
-    if isinstance(node, Map):
-        pairs = []
-        for k, v in node.items:
-            got, offset = _numbered(v, offset)
-            pairs.append((k, got))
-        return Map(tuple(pairs)), offset
-    return node, offset
-
-
-def fill_column_leaves(node: object, rows: Iterator[TensorLeaf]) -> object:
+def fill_column_leaves(node: object, rows: Iterator[Any]) -> object:
     """``node`` (a node, or a tuple of ``(key, node)`` fields) with each :data:`COLUMN_LEAF` replaced by the next of
     ``rows``, in file order (depth first); the containers that hold none are returned as they are."""
     if node is COLUMN_LEAF:

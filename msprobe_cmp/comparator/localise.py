@@ -320,11 +320,16 @@ class _Calls(NamedTuple):
     forwards: list[int]
 
 
+def _pair_key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """int64 [n]: each pair of int32 codes ``(a[i], b[i])`` packed into one number (equal pairs, equal numbers)."""
+    return (a.astype(np.int64) << 32) | (b.astype(np.int64) & 0xFFFFFFFF)
+
+
 def _per_code_pair(a: np.ndarray, b: np.ndarray, of: Callable[[int, int], Any]) -> list[Any]:
     """``[of(a[i], b[i]) for i]`` for int32 code columns ``a``, ``b``, calling ``of`` once per distinct pair."""
     if not len(a):
         return []
-    key = (a.astype(np.int64) << 32) | (b.astype(np.int64) & 0xFFFFFFFF)
+    key = _pair_key(a, b)
     distinct, inverse = np.unique(key, return_inverse=True)
     values = [of(k >> 32, (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)) for k in distinct.tolist()]
     return [values[i] for i in inverse.reshape(-1).tolist()]
@@ -365,7 +370,7 @@ def _calls(table: RowTable, s: OriginRules, ulps: float, left_out: np.ndarray | 
     # Rounding-noise magnitude: each row against the largest magnitude among the other rows of its entry pair,
     # wherever they are (a fused group, MatMul + BiasAdd against linear, interleaves two entries' rows: the bias
     # gradient, BiasAdd's output.1, sits apart from BiasAdd's input.0)
-    pair = (entry_codes[index].astype(np.int64) << 32) | (entry_b_codes[index].astype(np.int64) & 0xFFFFFFFF)
+    pair = _pair_key(entry_codes[index], entry_b_codes[index])
     pair_of = np.unique(pair, return_inverse=True)[1].reshape(-1) if m else np.zeros(0, np.int64)
     pairs = int(pair_of.max()) + 1 if m else 0
     has = ~np.isnan(sc)

@@ -706,12 +706,14 @@ def _backward_rows(
     pa, pb = _gradient_positions(ea, fa), _gradient_positions(eb, fb)
     if pa is not None and pb is not None and _is_positional(pa) and _is_positional(pb):
         return None
+    outs_a = [(p, leaf) for p, leaf in ea.leaves() if p.startswith("output")]
+    outs_b = [(p, leaf) for p, leaf in eb.leaves() if p.startswith("output")]
     if pa is None or pb is None:
         if (pa is None and pb is None) or (fa if pa is None else fb) is None:
             return None  # neither resolves, or the side that does not has no forward entry to tell why
-        at_b = {p: leaf for p, leaf in eb.leaves() if p.startswith("output")}
+        at_b = dict(outs_b)
         if not any(isinstance(la, TensorLeaf) and isinstance(lb, TensorLeaf) and tuple(la.shape) != tuple(lb.shape)
-                   for p, la in ea.leaves() if p.startswith("output") for lb in [at_b.get(p)]):
+                   for p, la in outs_a for lb in [at_b.get(p)]):
             return None  # by position every shape agrees: keep it
     name = ea.name
     rows: list[RowPair] = []
@@ -727,8 +729,6 @@ def _backward_rows(
             rows.append(RowPair(name, key[0], cls, leaf_a, by_key_b[key], True, True, aligned + notes, name_b))
         else:
             rows.append(RowPair(name, key[0], "only_in_a", leaf_a, None, True, False, aligned, name_b))
-    outs_a = [(p, leaf) for p, leaf in ea.leaves() if p.startswith("output")]
-    outs_b = [(p, leaf) for p, leaf in eb.leaves() if p.startswith("output")]
     taken_b: set[str] = set()
     if pa is not None and pb is not None:
         canonical_b = {pb[p][0]: (p, leaf, pb[p][1]) for p, leaf in outs_b}

@@ -712,6 +712,18 @@ def load_rank_dump(
     )
 
 
+def _claim(seen: dict[int, str], number: int, name: str, where: Path, what: str) -> None:
+    """Note that the directory ``name`` holds the ``what`` (``"rank"``, ``"step"``) ``number``, in ``seen``.
+
+    Raises:
+        DumpFormatError: another directory of ``where`` holds the same number (``rank1`` beside ``rank01``).
+    """
+    other = seen.setdefault(number, name)
+    if other != name:
+        first, second = sorted((other, name))
+        raise DumpFormatError(where, None, f"{first} and {second} are the same {what} ({number}); keep one of them")
+
+
 def _rank_dirs(step_dir: Path) -> list[tuple[Path, int | None]]:
     """The rank directories of ``step_dir`` holding a dump.json or debug.json (whatever that is: a directory or a
     dangling symlink there is the error of the unit that reads it, never a unit silently left out), with their ranks.
@@ -725,11 +737,7 @@ def _rank_dirs(step_dir: Path) -> list[tuple[Path, int | None]]:
         ok, rank = _parse_rank(child.name)
         if ok and child.is_dir() and (_lexists(child / DUMP_JSON) or _lexists(child / DEBUG_JSON)):
             if rank is not None:
-                other = named.setdefault(rank, child.name)
-                if other != child.name:
-                    first, second = sorted((other, child.name))
-                    raise DumpFormatError(step_dir, None, f"{first} and {second} are the same rank ({rank}); "
-                                                          "keep one of them")
+                _claim(named, rank, child.name, step_dir, "rank")
             found.append((child, rank))
     return found
 
@@ -876,10 +884,7 @@ def _load_dump(p: Path, load: Callable[..., RankDump]) -> Dump:
             continue
         rank_dirs = _rank_dirs(child)
         if rank_dirs:
-            other = steps.setdefault(s, child.name)
-            if other != child.name:
-                first, second = sorted((other, child.name))
-                raise DumpFormatError(p, None, f"{first} and {second} are the same step ({s}); keep one of them")
+            _claim(steps, s, child.name, p, "step")
         units.extend(load(d, s, r) for d, r in rank_dirs)
     if not units:
         raise DumpFormatError(p, None, "no dump.json or debug.json found (expected step<N>/rank<R>/dump.json below it)")

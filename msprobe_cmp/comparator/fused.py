@@ -48,6 +48,7 @@ numpy only; no framework import.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -148,8 +149,7 @@ dataclass_fields_of(CombinedLeaf, _CombinedLeafFields)
 _SET_PARTS = CombinedLeaf.__dict__["_parts"].__set__
 _SET_HOW = CombinedLeaf.__dict__["_how"].__set__
 _SET_AXIS = CombinedLeaf.__dict__["_axis"].__set__
-_COMBINED_FIELDS = ("type", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "requires_grad",
-                    "extra", "parts", "how", "axis")
+_COMBINED_FIELDS = tuple(f.name for f in dataclasses.fields(_CombinedLeafFields))
 
 
 def _any_nan(values: Iterable[float]) -> bool:

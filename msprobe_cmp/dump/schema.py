@@ -22,6 +22,7 @@ import math
 from array import array
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
+from dataclasses import fields as dataclasses_fields
 from operator import attrgetter
 from typing import Any, Generic, TypeVar, Union
 
@@ -264,10 +265,6 @@ _NAN = math.nan
 _NO_COUNTS = (0, 0, 0)
 #: The bit of :attr:`LeafColumns.defined` of each statistic (max, min, mean, norm).
 _STAT_BITS = (1, 2, 4, 8)
-_TENSOR_LEAF_FIELDS = ("type", "dtype", "shape", "max", "min", "mean", "norm", "md5", "data_name", "requires_grad",
-                       "extra")
-
-
 def _stat_property(k: int, doc: str) -> property:
     """The property of a :class:`TensorLeaf` view reading statistic ``k`` (0 Max, 1 Min, 2 Mean, 3 Norm) of its row:
     the float, or None where its "defined" bit is not set."""
@@ -480,6 +477,8 @@ def dataclass_fields_of(cls: type, fields_of: type) -> None:
 
 
 dataclass_fields_of(TensorLeaf, TensorLeafFields)
+#: The names of :meth:`TensorLeaf._key`'s values: its fields, in order.
+_TENSOR_LEAF_FIELDS = tuple(f.name for f in dataclasses_fields(TensorLeafFields))
 _set_c = TensorLeaf.__dict__["_c"].__set__  # the slots' own setters (the leaf is frozen)
 _set_i = TensorLeaf.__dict__["_i"].__set__
 _new_object = object.__new__

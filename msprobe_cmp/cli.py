@@ -24,19 +24,17 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import pickle
 import queue
 import signal
 import sys
 import tempfile
 import threading
-import time
 import traceback
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO, NoReturn, TextIO
+from typing import BinaryIO, TextIO
 
 import numpy as np
 
@@ -65,6 +63,7 @@ from msprobe_cmp.dump.reader import (
 )
 from msprobe_cmp.dump.writer import _default_file_mode, write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
+from msprobe_cmp.forked import Forked, Tell, can_fork, interrupts_held, raise_interrupt
 from msprobe_cmp.reports import relative_paths, render_markdown
 from msprobe_cmp.reports.common import ReportFacts, arguments_line, judged_by_statistics, origin_line
 from msprobe_cmp.reports.html import UNIT_PAGES_DIR, html_pages
@@ -358,7 +357,8 @@ def _write_text(fh: BinaryIO, pieces: Iterable[str]) -> None:
 def _fill_temp(path: Path, write: Callable[[BinaryIO], object], made: Callable[[str], object] | None = None) -> str:
     """A temporary file beside ``path`` (its directory made when missing) filled by ``write(fh)`` and closed, with
     the mode a plain ``open(path, "w")`` would give it; its name.  Removed again when ``write`` raises.  ``made``:
-    called with the name as soon as the file exists (a forked writer tells its parent: :class:`_Helper`).
+    called with the name as soon as the file exists (a forked writer tells its parent:
+    :func:`_write_together`).
 
     Raises:
         OSError: the file cannot be made or written.
@@ -382,32 +382,9 @@ def _fill_temp(path: Path, write: Callable[[BinaryIO], object], made: Callable[[
     return tmp
 
 
-@contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM while the block runs (the few ``os.replace`` calls that put the reports in place), so
-    an interrupt cannot leave some reports of this comparison beside others of an earlier one: a signal that came
-    meanwhile is delivered when the block ends.  Outside the main thread, or without ``pthread_sigmask``, nothing is
-    held."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, ValueError, OSError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
 def _can_fork() -> bool:
-    """Whether report files can be written by a forked process (:func:`_write_together`): on Linux.  Windows has no
-    fork, and macOS's system libraries are not safe to use in a forked child that does not exec."""
-    return sys.platform == "linux" and hasattr(os, "fork")
-
-
-#: How long a forked writer is given to stop after SIGTERM (:meth:`_Helper.stop`) before it is killed, in seconds.
-_HELPER_GRACE = 5.0
+    """Whether work can go to a forked process (:func:`msprobe_cmp.forked.can_fork`): on Linux."""
+    return can_fork()
 
 
 def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], then: Callable[[], object],
@@ -415,13 +392,14 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
     """Write each ``(path, write)`` of ``files`` atomically, none replacing its file before all were written: each
     ``write(fh)`` fills a temporary file beside its path (:func:`_fill_temp`).  This process writes them one after the
     other, in order, except the files whose paths are in ``alongside``: once the files before the first of them are
-    written, a process is forked (:func:`_can_fork`) that writes those, in order, while this one goes on with the
-    others (the two cores of a small machine; one file open at a time in each process).  Where no process can be
-    forked, this process writes them too, in their place.  Once all are written, ``then()`` runs and the files
-    replace theirs (``os.replace``, in this process), the last one first.  When a ``write`` or ``then`` raises, no
-    file was replaced, every temporary file is removed and so is every directory made for them that is left empty;
-    the forked process is stopped first when this one fails, and its error is raised here when it fails (the same
-    exception, with its traceback as a note; a process ended by a signal is a :class:`ChildProcessError`).
+    written, a process is forked (:class:`~msprobe_cmp.forked.Forked`, where :func:`_can_fork`) that writes those, in
+    order, telling this one each temporary file as soon as it exists, while this one goes on with the others (the two
+    cores of a small machine; one file open at a time in each process).  Where no process can be forked, this process
+    writes them too, in their place.  Once all are written, ``then()`` runs and the files replace theirs
+    (``os.replace``, in this process), the last one first.  When a ``write`` or ``then`` raises, no file was replaced,
+    every temporary file is removed and so is every directory made for them that is left empty; the forked process
+    is stopped first when this one fails, and its error is raised here when it fails (the same exception, with its
+    traceback as a note; a process ended by a signal is a :class:`ChildProcessError`).
 
     Raises:
         OSError: a file cannot be written or replaced (files replaced before it stay replaced; the temporary files
@@ -430,25 +408,30 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
     made = [p.parent for p, _ in files if not p.parent.exists()]
     temps: dict[int, str] = {}  # index in files -> its temporary file
     apart = [k for k, (path, _) in enumerate(files) if path in alongside] if _can_fork() else []
-    helper: _Helper | None = None
+    helper: Forked | None = None
+
+    def write_apart(tell: Tell) -> None:
+        for k in apart:
+            path, write = files[k]
+            _fill_temp(path, write, lambda tmp, k=k: tell(k, tmp))
+
     try:
         for k, (path, write) in enumerate(files):
             if apart and k == apart[0] and helper is None:
-                with _interrupts_held():  # an interrupt comes once the process is known here, to be stopped
-                    helper = _Helper.fork([(j, *files[j]) for j in apart])
+                helper = Forked.start(write_apart, "to write reports alongside")
             if helper is None or k not in apart:
                 temps[k] = _fill_temp(path, write)
         if helper is not None:
-            temps.update(helper.finish())
+            temps.update(helper.finish())  # type: ignore[arg-type]
             helper = None  # reaped, its files among temps
         then()
-        with _interrupts_held():
+        with interrupts_held():
             for k in sorted(temps, reverse=True):
                 os.replace(temps[k], files[k][0])
                 del temps[k]
     except BaseException:
         if helper is not None:
-            temps.update(helper.stop())
+            temps.update(helper.stop())  # type: ignore[arg-type]
         for tmp in temps.values():
             Path(tmp).unlink(missing_ok=True)
         for directory in dict.fromkeys(made):
@@ -457,137 +440,6 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
             except OSError:
                 pass
         raise
-
-
-class _Helper:
-    """A forked process writing some of :func:`_write_together`'s files (:func:`_fill_temp` each, in order) and
-    telling this one, through a pipe, each temporary file it makes (as soon as it exists) and, when a write fails,
-    the error: pickled ``(index, temporary file, None)`` or ``(index, None, (exception, traceback text))``.  What it
-    told so far is kept (:attr:`temps`, :attr:`errors`), so that no temporary file is lost: not when this process is
-    interrupted while waiting for it, nor when it is killed while filling one.  Its files are written when it ends
-    with status 0 (each file is told before it is filled; a write that fails is told)."""
-
-    def __init__(self, pid: int, report: BinaryIO) -> None:
-        self.pid = pid
-        self.report = report
-        self.temps: dict[int, str] = {}
-        self.errors: list[BaseException] = []
-        self.status: int | None = None  # os.waitpid's, once reaped
-
-    @classmethod
-    def fork(cls, files: Sequence[tuple[int, Path, Callable[[BinaryIO], object]]]) -> _Helper:
-        """Fork a process writing ``files`` (``(index, path, write)`` each); this process goes on at once.
-
-        Raises:
-            OSError: no process can be forked.
-        """
-        read_end, write_end = os.pipe()
-        try:
-            pid = os.fork()
-        except BaseException:
-            os.close(read_end)
-            os.close(write_end)
-            raise
-        if pid == 0:  # the forked process: it writes its files and ends, whatever happens
-            os.close(read_end)
-            _helper_main(files, write_end)
-        os.close(write_end)
-        return cls(pid, os.fdopen(read_end, "rb"))
-
-    def _read(self) -> None:
-        """Read what the process tells until the pipe ends (the process ended)."""
-        while not self.report.closed:
-            try:
-                k, tmp, error = pickle.load(self.report)
-            except Exception:  # the pipe's end (EOFError), or a message cut short by a killed process
-                self.report.close()
-                break
-            if tmp is not None:
-                self.temps[k] = tmp
-            if error is not None:
-                exc, text = error
-                exc.add_note(f"(raised in the process forked to write reports alongside)\n{text}")
-                self.errors.append(exc)
-
-    def finish(self) -> dict[int, str]:
-        """Wait for the process to end: the temporary file of each of its files, by index, all filled.
-
-        Raises:
-            BaseException: the error of the process's write that failed.
-            ChildProcessError: the process ended without telling why (a signal: killed, out of memory).
-        """
-        self._read()
-        if self.status is None:
-            self.status = os.waitpid(self.pid, 0)[1]
-        if self.errors:
-            raise self.errors[0]
-        if self.status:
-            signum = os.WTERMSIG(self.status) if os.WIFSIGNALED(self.status) else None
-            raise ChildProcessError(f"the process writing reports alongside ended with status {self.status:#x}"
-                                    + (f" (signal {signum})" if signum is not None else ""))
-        return self.temps
-
-    def stop(self) -> dict[int, str]:
-        """Stop the process when it still runs (SIGTERM: it removes the temporary file it is filling; SIGKILL when it
-        has not ended within :data:`_HELPER_GRACE` seconds) and reap it: the temporary files it made, by index (for
-        the caller to remove)."""
-        if self.status is None:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-                deadline = time.monotonic() + _HELPER_GRACE
-                while (reaped := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
-                    if time.monotonic() > deadline:
-                        os.kill(self.pid, signal.SIGKILL)
-                        reaped = os.waitpid(self.pid, 0)
-                        break
-                    time.sleep(0.01)
-                self.status = reaped[1]
-            except (ChildProcessError, ProcessLookupError):  # reaped already (an interrupt in finish)
-                self.status = -1
-        self._read()
-        return self.temps
-
-
-def _helper_main(files: Sequence[tuple[int, Path, Callable[[BinaryIO], object]]], fd: int) -> NoReturn:
-    """The forked process of :class:`_Helper`: write ``files``, tell the parent through the pipe ``fd``, end with
-    ``os._exit`` (never returning into the caller's stack, never running its exit handlers); SIGTERM and Ctrl-C
-    raise KeyboardInterrupt here, so the temporary file being filled is removed (both are held by the parent while
-    it forks, so that an interrupt reaches it only once it knows this process: they are let through here)."""
-    status = 1
-    try:
-        signal.signal(signal.SIGTERM, _interrupt)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held while forking
-        with os.fdopen(fd, "wb") as report:
-
-            def tell(message: tuple[int, str | None, tuple[BaseException, str] | None]) -> None:
-                pickle.dump(message, report)
-                report.flush()
-
-            at = -1  # the index of the file being written
-
-            def made(tmp: str) -> None:
-                tell((at, tmp, None))
-
-            try:
-                for index, path, write in files:
-                    at = index
-                    _fill_temp(path, write, made)
-                status = 0
-            except BaseException as exc:
-                tell((at, None, (_picklable(exc), traceback.format_exc())))
-    finally:
-        os._exit(status)
-
-
-def _picklable(exc: BaseException) -> BaseException:
-    """``exc`` when it survives pickling (an OSError naming its report, KeyboardInterrupt), else a RuntimeError
-    naming its type and message."""
-    try:
-        back = pickle.loads(pickle.dumps(exc))
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-    return back if isinstance(back, BaseException) else RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 def exit_code_for(comparison: Comparison) -> int:
@@ -754,6 +606,33 @@ def _load_input(path: Path, absolute: bool, scan: bool = False) -> Dump:
     return (scan_dump if scan else load_dump)(path.resolve() if absolute and path.exists() else path)
 
 
+def _load_together(target: Path, baseline: Path, absolute: bool) -> tuple[Dump, Dump]:
+    """:func:`_load_input` of ``target`` and of ``baseline``, at the same time: a forked process
+    (:class:`~msprobe_cmp.forked.Forked`) loads the target and sends it here pickled (compactly:
+    :meth:`~msprobe_cmp.dump.reader.RankDump.__reduce__`) while this process loads the baseline: on two cores the
+    loading takes about as long as the larger dump's.  The errors are those of loading one after the other: the
+    target's first, then the baseline's (this process then waits for the target's).  Interrupted, or failing, this
+    process stops the forked one (:meth:`~msprobe_cmp.forked.Forked.stop`).
+
+    Raises:
+        DumpFormatError: what :func:`~msprobe_cmp.dump.reader.load_dump` raises, the target's first.
+        ChildProcessError: the forked process was killed (out of memory).
+    """
+    loader = Forked.start(lambda tell: tell(0, _load_input(target, absolute)), "to load the target")
+    try:
+        try:
+            dump_b = _load_input(baseline, absolute)
+        except Exception:
+            loader.finish()  # the target's error, when it has one, is the one to give: it would have been read first
+            raise
+        dump_a = loader.finish()[0]
+    except BaseException:
+        loader.stop()
+        raise
+    assert isinstance(dump_a, Dump)
+    return dump_a, dump_b
+
+
 def _run_compare(argv: Sequence[str]) -> int:
     # .pt tensor files (msprobe's PyTorch dumps) are readable during this command only: main() leaves no state.
     if tensor_loader_for(".pt") is not None:
@@ -777,18 +656,23 @@ def _compare(argv: Sequence[str]) -> int:
     if args.write_mapping is not None:
         _check_mapping_output(args.write_mapping, args.force, args.output,
                               [p for p in (args.target, args.baseline, args.noise) if p is not None])
-    stages = _Stages(5 if args.noise is not None else 4)
     # with workers (--jobs, --scheduler) this process reads the headers only and the workers the entries, so its
     # memory does not grow with the dumps; --write-mapping reads the entries here
     scan = (args.scheduler is not None or args.jobs > 1) and args.write_mapping is None
+    together = not scan and _can_fork()  # the target loaded by a forked process while this one loads the baseline
+    stages = _Stages((3 if together else 4) + (args.noise is not None))
     # a scan's units come back from their workers one at a time: their rows are kept in files meanwhile
     spool = tempfile.TemporaryDirectory(prefix="msprobe-cmp-units-") if scan else None
     try:
         try:
-            stages.start(f"{'scanning' if scan else 'loading'} {args.target}")
-            dump_a = _load_input(args.target, args.absolute_paths, scan)
-            stages.start(f"{'scanning' if scan else 'loading'} {args.baseline}")
-            dump_b = _load_input(args.baseline, args.absolute_paths, scan)
+            if together:
+                stages.start(f"loading {args.target} and {args.baseline}")
+                dump_a, dump_b = _load_together(args.target, args.baseline, args.absolute_paths)
+            else:
+                stages.start(f"{'scanning' if scan else 'loading'} {args.target}")
+                dump_a = _load_input(args.target, args.absolute_paths, scan)
+                stages.start(f"{'scanning' if scan else 'loading'} {args.baseline}")
+                dump_b = _load_input(args.baseline, args.absolute_paths, scan)
             noise = None
             if args.noise is not None:
                 stages.start(f"{'scanning' if scan else 'loading'} {args.noise}")
@@ -1001,13 +885,8 @@ def console_main() -> int:
     is, removes its temporary files and directories (reports half written, the rows of ``--jobs`` units) and exits
     with 130, leaving every report of an earlier run as it was.
     """
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     return main()
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    """The SIGTERM handler of :func:`console_main`: Ctrl-C's exception, raised where the command is."""
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,7 +18,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from msprobe_cmp.dump.schema import DumpMeta, Entry, TensorLeaf
+from msprobe_cmp.dump.schema import DumpMeta, Entry, TensorLeaf, pack_entries, unpack_entries
 from msprobe_cmp.dump.serde import entries_from_json, meta_from_json
 from msprobe_cmp.errors import DumpFormatError
 
@@ -478,6 +478,13 @@ class RankDump:
     scanned: bool = False
     mentions_md5: bool | None = None
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # compactly (pack_entries: the file's leaf columns once, not a leaf object each), for a unit loaded by another
+        # process (the CLI loads the target in a forked process); the look-up tables as plain dicts
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state.update(entries=pack_entries(self.entries), stack=dict(self.stack), construct=dict(self.construct))
+        return (_unpickle_rank_dump, (state,))
+
     @property
     def label(self) -> str:
         """``"step0/rank"``-style label of this unit, for messages."""
@@ -659,6 +666,13 @@ class Dump:
     def steps(self) -> tuple[int | None, ...]:
         """The distinct steps, sorted."""
         return tuple(sorted({u.step for u in self.units}, key=lambda s: -1 if s is None else s))
+
+
+def _unpickle_rank_dump(state: dict[str, Any]) -> RankDump:
+    """The :class:`RankDump` of :meth:`RankDump.__reduce__`'s ``state``."""
+    state.update(entries=unpack_entries(state["entries"]), stack=MappingProxyType(state["stack"]),
+                 construct=MappingProxyType(state["construct"]))
+    return RankDump(**state)
 
 
 def _parse_rank(name: str) -> tuple[bool, int | None]:

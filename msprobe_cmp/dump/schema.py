@@ -635,6 +635,10 @@ class EntryLayout:
         self._flat = flat = (shared_paths(tuple(paths)), tuple(slots), offsets, all_columns)
         return flat
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # the fields only: the flat form is worked out again where it is unpickled (its paths then shared there)
+        return (EntryLayout, (self.fields, self.parameters_grad))
+
 
 def fill_column_leaves(node: object, rows: Iterator[Any]) -> object:
     """``node`` (a node, or a tuple of ``(key, node)`` fields) with each :data:`COLUMN_LEAF` replaced by the next of
@@ -830,6 +834,21 @@ class Entry:
         if all_columns:  # every leaf a column leaf: the common entry
             return paths, tuple([leaf_view(cols, i) for i in range(start, start + len(slots))])
         return paths, tuple([leaf_view(cols, start + s) if type(s) is int else s for s in slots])  # type: ignore
+
+
+def pack_entries(entries: Sequence[Entry]) -> tuple[object, ...]:
+    """``entries`` in a form that pickles compactly (:func:`unpack_entries` gives them back, equal): an entry read
+    from a file as ``(name, layout, columns, start)``, which pickle holds once each for the layouts and the file's
+    :class:`LeafColumns` the entries share (one entry pickled alone pickles as its own leaves instead); an entry built
+    through the constructor as itself.  For a whole unit sent to another process: the 100k entries of a 300k-leaf
+    file pickle to ~30 MB in ~0.2 s, against one :class:`TensorLeaf` each."""
+    return tuple([e if e._cols is None else (e.name, e._layout, e._cols, e._start) for e in entries])
+
+
+def unpack_entries(packed: Sequence[object]) -> tuple[Entry, ...]:
+    """The entries of :func:`pack_entries`'s ``packed``, in order."""
+    in_columns = Entry.in_columns
+    return tuple([in_columns(*item) if type(item) is tuple else item for item in packed])  # type: ignore[misc]
 
 
 def tensor_leaf_rows(entries: Iterable[Entry]) -> list[tuple[LeafColumns, np.ndarray]]:

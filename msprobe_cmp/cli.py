@@ -33,6 +33,7 @@ import traceback
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -413,7 +414,7 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
     def write_apart(tell: Tell) -> None:
         for k in apart:
             path, write = files[k]
-            _fill_temp(path, write, lambda tmp, k=k: tell(k, tmp))
+            _fill_temp(path, write, partial(tell, k))
 
     try:
         for k, (path, write) in enumerate(files):

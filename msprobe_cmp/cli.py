@@ -648,6 +648,10 @@ def _run_compare(argv: Sequence[str]) -> int:
 def _compare(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(list(argv))
     _check_outputs(args.output, args.force)
+    inputs = [p for p in (args.target, args.baseline, args.noise) if p is not None]
+    holder = _input_holding(args.output, inputs)
+    if holder is not None:
+        raise ConfigError(f"--output {args.output}: inside the input dump {holder}; write the reports elsewhere")
     rules = _rules_from_args(args)  # validate options before reading dumps
     mapping = _mapping_from_args(args)
     if args.jobs < 1:
@@ -655,8 +659,7 @@ def _compare(argv: Sequence[str]) -> int:
     if args.noise is not None and not args.noise.exists():  # before spending minutes on TARGET and BASELINE
         raise ConfigError(f"--noise: {args.noise}: does not exist")
     if args.write_mapping is not None:
-        _check_mapping_output(args.write_mapping, args.force, args.output,
-                              [p for p in (args.target, args.baseline, args.noise) if p is not None])
+        _check_mapping_output(args.write_mapping, args.force, args.output, inputs)
     # with workers (--jobs, --scheduler) this process reads the headers only and the workers the entries, so its
     # memory does not grow with the dumps; --write-mapping reads the entries here
     scan = (args.scheduler is not None or args.jobs > 1) and args.write_mapping is None
@@ -709,6 +712,21 @@ def _compare(argv: Sequence[str]) -> int:
             spool.cleanup()
 
 
+def _input_holding(path: Path, inputs: Sequence[Path]) -> Path | None:
+    """The first of ``inputs`` (dump paths as given: a directory, or a dump.json whose directory counts) that holds
+    ``path`` (or is it), symlinks resolved, or None (an input that does not exist holds nothing).  A command writes nothing into a dump it reads: a report beside
+    a dump.json is mistaken for the recording's own files, and ``--force`` would replace files there."""
+    target = path.resolve()
+    for given in inputs:
+        root = given.resolve()
+        if not root.exists():
+            continue  # the input's own error comes later
+        root = root if root.is_dir() else root.parent
+        if target.is_relative_to(root):
+            return given
+    return None
+
+
 def _check_mapping_output(path: Path, force: bool, out: Path, inputs: Sequence[Path]) -> None:
     """Refuse a ``--write-mapping`` path that would replace something it must not: an existing file without
     ``--force``; anything but a regular file (a directory, a device), even with it; a file inside an input dump;
@@ -719,12 +737,10 @@ def _check_mapping_output(path: Path, force: bool, out: Path, inputs: Sequence[P
         raise ConfigError(f"--write-mapping: {path}: exists (give --force to replace it)")
     if not path.absolute().parent.is_dir():
         raise ConfigError(f"--write-mapping: {path}: its directory does not exist")
+    holder = _input_holding(path, inputs)
+    if holder is not None:
+        raise ConfigError(f"--write-mapping: {path}: inside the input dump {holder}; write it elsewhere")
     target = path.resolve()
-    for given in inputs:
-        root = given.resolve()
-        root = root if root.is_dir() else root.parent
-        if target.is_relative_to(root):
-            raise ConfigError(f"--write-mapping: {path}: inside the input dump {given}; write it elsewhere")
     if target.parent == out.resolve() and target.name in OUTPUT_FILES:
         raise ConfigError(f"--write-mapping: {path}: a report file of --output {out}; choose another name")
 

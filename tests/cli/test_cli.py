@@ -494,3 +494,38 @@ def test_a_rank_the_reader_cannot_take_exits_2_naming_it(tmp_path, capsys, bad, 
     assert code == 2
     assert err == f"msprobe-cmp: error: {expected}\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["the dump root", "below the rank directory", "the dump.json's directory",
+                                   "through a symlink", "inside the noise dump"])
+def test_an_output_inside_an_input_dump_is_refused(tmp_path, capsys, where):
+    run = _stats_dump(tmp_path / "run")
+    other = _stats_dump(tmp_path / "other")
+    noise = _stats_dump(tmp_path / "noise")
+    rank = run / "step0" / "rank"
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    argv: list = [run, other]
+    holder = run
+    if where == "the dump root":
+        out = run
+    elif where == "below the rank directory":
+        out = rank / "reports"
+    elif where == "the dump.json's directory":
+        argv, holder, out = [rank / "dump.json", other], rank / "dump.json", rank
+    elif where == "through a symlink":
+        link = tmp_path / "link"
+        link.symlink_to(run, target_is_directory=True)
+        out = link / "reports"
+    else:
+        argv, holder, out = [run, other, "--noise", noise], noise, noise / "out"
+    code, stdout, err = _run([*argv, "-o", out, "--force"], capsys)
+    assert code == 2 and stdout == ""
+    assert err == f"msprobe-cmp: error: --output {out}: inside the input dump {holder}; write the reports elsewhere\n"
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name != "link") == before
+
+
+def test_an_output_beside_the_input_dumps_is_fine(tmp_path, capsys):
+    run = _stats_dump(tmp_path / "run")
+    code, _, err = _run([run, run, "-o", tmp_path / "runs-report"], capsys)  # a sibling whose name starts alike
+    assert code == 0, err
+    assert (tmp_path / "runs-report" / "report.html").is_file()

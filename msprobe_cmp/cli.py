@@ -714,8 +714,9 @@ def _compare(argv: Sequence[str]) -> int:
 
 def _input_holding(path: Path, inputs: Sequence[Path]) -> Path | None:
     """The first of ``inputs`` (dump paths as given: a directory, or a dump.json whose directory counts) that holds
-    ``path`` (or is it), symlinks resolved, or None (an input that does not exist holds nothing).  A command writes nothing into a dump it reads: a report beside
-    a dump.json is mistaken for the recording's own files, and ``--force`` would replace files there."""
+    ``path`` (or is it), symlinks resolved, or None (an input that does not exist holds nothing).  A command writes
+    nothing into a dump it reads: a report beside a dump.json is mistaken for the recording's own files, and
+    ``--force`` would replace files there."""
     target = path.resolve()
     for given in inputs:
         root = given.resolve()

@@ -269,18 +269,31 @@ class LikelyOrigin:
         return self.jump.ratio
 
     @property
-    def text(self) -> str:
-        """One line: where, the evidence, the arguments that differ there, then the enclosing cells."""
+    def where(self) -> str:
+        """What the origin names: its innermost cell call, else the row itself."""
+        return self.cell or self.ref.name
+
+    @property
+    def evidence(self) -> str:
+        """``"relative error 0.89 at <row> (1.8e-07 carried in, x5e+06)"``: the jump, in a few words."""
         ratio = "" if self.ratio is None else f", x{self.ratio:.2g}"
         how = "enters at" if self.kind == "entered" else "at"
-        where = self.cell or self.ref.name
-        line = (f"{where} ({self.ref.unit_label}): relative error {self.error_out:.2g} {how} {self.ref.name} "
-                f"({self.error_in:.2g} carried in{ratio})")
+        return f"relative error {self.error_out:.2g} {how} {self.ref.name} ({self.error_in:.2g} carried in{ratio})"
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """The cells enclosing :attr:`where`, innermost first (construct.json followed upwards)."""
+        return tuple(c for c in self.ref.parents if c != self.where)
+
+    @property
+    def text(self) -> str:
+        """One line: where, the evidence, the arguments that differ there, then the enclosing cells."""
+        line = f"{self.where} ({self.ref.unit_label}): {self.evidence}"
         if self.arguments:
             line += f"; arguments that differ: {_listed(self.arguments, 3, '; ')}"
         if self.unpaired:
             line += f"; calls inside it without a partner: {_listed(self.unpaired, 3)}"
-        chain = [c for c in self.ref.parents if c != where]
+        chain = self.chain
         if chain:
             line += f"; inside {' < '.join(chain[:3])}" + (" < ..." if len(chain) > 3 else "")
         return line

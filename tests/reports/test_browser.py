@@ -177,15 +177,17 @@ def test_report_in_chromium(driver, tmp_path):
 
     # sorting by a metric column changes the visible rows; again reverses it
     before = _visible_names(driver)
-    header = driver.find_element("css selector", "#rows-head th[data-col='6']")
-    assert header.text == "Max diff"
+    header = driver.find_element("xpath", "//tr[@id='rows-head']/th[text()='Max diff']")
+    col = int(header.get_attribute("data-col"))
+    assert col < len(driver.find_elements("css selector", "#rows-head th")) - 1
     header.click()
     _wait(driver, lambda: _visible_names(driver) != before)
     ascending = _visible_names(driver)
     header.click()
     _wait(driver, lambda: _visible_names(driver) != ascending)
     values = driver.execute_script(
-        "return Array.from(document.querySelectorAll('#rows-body tr.row')).map(function (tr) { return tr.cells[6].textContent; });")
+        "var c = arguments[0]; return Array.from(document.querySelectorAll('#rows-body tr.row'))"
+        ".map(function (tr) { return tr.cells[c].textContent; });", col)
     numbers = [float(v) for v in values if v != "–"]
     assert numbers == sorted(numbers, reverse=True) and numbers[0] > 1.0
 
@@ -272,8 +274,7 @@ def test_100k_rows_stay_responsive(driver, tmp_path):
     _wait(driver, lambda: _shown(driver).startswith(f"{total} of"))
     t0 = time.perf_counter()
     first = _visible_names(driver)
-    header = driver.find_element("css selector", "#rows-head th[data-col='9']")
-    assert header.text == "L2norm diff"
+    header = driver.find_element("xpath", "//tr[@id='rows-head']/th[text()='L2norm diff']")
     header.click()
     header.click()  # descending: the largest differences first
     _wait(driver, lambda: _visible_names(driver) != first)
@@ -426,3 +427,42 @@ def test_largest_disagreements_fit_the_window_or_scroll_in_their_own_box(driver,
     assert _errors(driver) == []
     driver.execute_script("document.getElementById('largest').scrollIntoView()")
     _screenshot(driver, tmp_path, "report-largest.png")
+
+
+def test_a_real_regression_shows_its_origin_above_the_fold(driver, tmp_path):
+    """msprobe 1.2.2's own MindSpore dumps (one weight changed): at 1,400 x 900 the likely origin, the first failing
+    row and the counts are on the first screen, the page does not scroll sideways, and each row's name, verdict and
+    reason are in view without scrolling the table."""
+    fixtures = ROOT / "tests" / "data" / "msprobe-1.2.2-mindspore"
+    c = compare(load_dump(fixtures / "tensor_b"), load_dump(fixtures / "tensor_a"))
+    assert c.likely_origin is not None
+    page = tmp_path / "report-origin.html"
+    page.write_text(render_html(c), encoding="utf-8")
+    driver.set_window_size(1400, 900)
+    try:
+        _open(driver, page)
+        assert _errors(driver) == []
+        height, width, scroll_width = driver.execute_script(
+            "return [window.innerHeight, window.innerWidth, document.documentElement.scrollWidth]")
+        assert scroll_width <= width, (scroll_width, width)
+        for block in ("likely-origin", "first-failing", "counts"):
+            box = driver.execute_script(f"return document.getElementById('{block}').getBoundingClientRect().toJSON()")
+            assert 0 <= box["top"] and box["bottom"] <= height, (block, box, height)
+        origin = driver.find_element("css selector", "#likely-origin a.rowlink")
+        assert origin.text == c.likely_origin.where
+        assert c.likely_origin.evidence in driver.find_element("id", "origin-evidence").text
+        # name, verdict and reason of a row inside the visible part of the rows' box
+        right = driver.execute_script("return document.getElementById('rows-box').getBoundingClientRect().right")
+        ends = driver.execute_script(
+            "var tr = document.querySelector('#rows-body tr.row');"
+            "return ['name', 'verdict', 'reason'].map(function (k) {"
+            " return tr.querySelector('td.' + k).getBoundingClientRect().right; });")
+        assert max(ends) <= right, (ends, right)
+        driver.execute_script("window.scrollTo(0, 0)")
+        _screenshot(driver, tmp_path, "report-origin-1400.png")
+        origin.click()  # the origin's link opens its row
+        ref = c.likely_origin.ref
+        _wait(driver, lambda: driver.execute_script(
+            f"var tr = document.getElementById('row-{ref.unit}-{ref.row}'); return !!tr && tr.classList.contains('target');"))
+    finally:
+        driver.set_window_size(1400, 1800)

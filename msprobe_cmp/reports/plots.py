@@ -2,15 +2,17 @@
 
 Three plots, each a self-contained ``<svg>`` element (no script, no external resource):
 
-- :func:`render_trace_svg`: metrics along execution order (every unit's rows one after another),
-  failing rows in red, the first divergent row marked;
+- :func:`render_trace_svg`: 1 - Cosine (or the error) and the relative error along execution order (every unit's
+  rows one after another), on log axes, failing rows in red, the likely origin and the first divergent row marked;
 - :func:`render_scatter_svg`: relative error against the baseline's recorded L2 norm (log-log);
 - :func:`render_histogram_svg`: the rows' error on a log axis, one bar per decade, with explicit
   bars for exact zeros and for non-finite values.
 
 The plots only place the Comparison's numbers on a canvas: a value is mapped to a pixel, values
 sharing a pixel column (trace) or a pixel cell (scatter) are drawn as one mark, and histogram bars
-are as tall as the rows they hold.  No metric is derived.  Every text taken from a dump is escaped.
+are as tall as the rows they hold.  No metric is derived (1 - Cosine is how Cosine is drawn, not a metric).  No two
+labels meet: each has a line of its own or is left out where it would meet another (:func:`_fit`).  Every text
+taken from a dump is escaped.
 The rows are read a unit at a time into accumulators bounded by the canvas (:class:`_PlotData`: per pixel column
 the values' extremes, per decade the counts, per scatter cell the counts), so memory does not grow with the number
 of rows or units, and the marks are those of every row placed one by one.  Drawing is linear in the number of rows
@@ -32,11 +34,35 @@ from msprobe_cmp.reports.common import ReportFacts, format_number, select_error_
 
 WIDTH = 960
 _LEFT, _RIGHT, _TOP, _BOTTOM = 78, 20, 26, 34
-_BAND = 22  # height of the "0" / "NaN/inf" bands of a log axis
+_BAND = 28  # height of the "0" / "NaN/inf" bands of a log axis: their labels a line (_LINE) from the nearest decade
 _FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 _COLOR_ALL = "#4a6fa5"
 _COLOR_FAIL = "#cf222e"
 _COLOR_MARK = "#0969da"
+_COLOR_ORIGIN = "#bc4c00"
+_LINE = 14  # a line of text: 11 px type and its leading
+_CHAR = 6.6  # the widest a character of the 11 px type is taken to be, for keeping labels apart (a bound, not a fit)
+
+
+def _extent(x: float, text: str, anchor: str) -> tuple[float, float]:
+    """The horizontal span a label of ``text`` placed at ``x`` with ``anchor`` takes at most (:data:`_CHAR`)."""
+    w = _CHAR * len(text)
+    return (x, x + w) if anchor == "start" else (x - w, x) if anchor == "end" else (x - w / 2, x + w / 2)
+
+
+def _fit(labels: Sequence[tuple[float, str, str]], keep: Sequence[int] = (), gap: float = 6.0) -> list[int]:
+    """Which of ``labels`` (``(x, text, anchor)`` each, on one line) to draw so that no two meet: those in ``keep``
+    first (the axis's bands), then the others from left to right, each when it clears every one kept by ``gap``
+    pixels.  The indexes, in the order given."""
+    spans: list[tuple[float, float]] = []
+    chosen: list[int] = []
+    order = [*keep, *sorted((k for k in range(len(labels)) if k not in keep), key=lambda k: labels[k][0])]
+    for k in order:
+        lo, hi = _extent(*labels[k])
+        if all(hi + gap <= a or lo >= b + gap for a, b in spans):
+            spans.append((lo, hi))
+            chosen.append(k)
+    return sorted(chosen)
 
 
 def _fmt(x: float) -> str:
@@ -123,10 +149,11 @@ class _LogAxis:
         px = (e - self.lo) / (self.hi - self.lo) * self.inner_length
         return self.inner_start + (self.inner_length - px if self.flip else px)
 
-    def ticks(self) -> list[tuple[float, str]]:
-        """(pixel, label) of the decade ticks (at most about 10) and of the two bands."""
+    def ticks(self, spacing: float = _LINE) -> list[tuple[float, str]]:
+        """(pixel, label) of the decade ticks (at most 10, and at least ``spacing`` pixels apart: every ``step``-th
+        decade) and of the two bands."""
         span = self.hi - self.lo
-        step = max(1, math.ceil(span / 10))
+        step = max(1, math.ceil(span / 10), math.ceil(span * spacing / self.inner_length))
         out = [(self.place_decade(e), _decade_label(e)) for e in range(self.lo, self.hi + 1, step)]
         out.append((self.place(0.0), "0"))
         out.append((self.place(math.inf), "NaN/inf"))
@@ -223,15 +250,20 @@ class _Extremes:
 
 @dataclass
 class _Panel:
-    """One panel of the trace plot: its metric, axis kind and guides, and its rows' values per pixel column (all
-    rows and the failing ones) and over the whole axis."""
+    """One panel of the trace plot (a log axis): its metric, whether it is drawn as ``1 - value`` and its guides, and
+    its rows' drawn values per pixel column (all rows and the failing ones) and over the whole axis."""
 
     key: str
-    log: bool
+    one_minus: bool
     guides: list[tuple[float, str]]
     columns: _Extremes
     failing: _Extremes
     axis: _Extremes
+
+    @property
+    def title(self) -> str:
+        """The panel's title: its metric, or ``1 - <metric>``, on a log axis."""
+        return f"{'1 - ' if self.one_minus else ''}{self.key} (log axis)"
 
 
 @dataclass
@@ -263,16 +295,20 @@ class _PlotData:
 
 
 def _trace_panels(comparison: Comparison) -> list[tuple[str, bool, list[tuple[float, str]]]]:
-    """The trace plot's panels: (metric, log axis, guides)."""
+    """The trace plot's panels: (metric, whether it is drawn as ``1 - value``, guides), every one on a log axis.
+    Cosine is drawn as 1 - Cosine: on a log axis 0.99999994 and 0.9996 are 4 decades apart, where a linear 0.9-1
+    axis draws them on one line; a Cosine of 1 (or above, by rounding) goes to the band marked 0."""
     t = comparison.rules.default
     panels: list[tuple[str, bool, list[tuple[float, str]]]] = []
     if comparison.mode == "tensor":
-        panels.append(("Cosine", False, [(t.cosine_fail_below, f"fail < {format_number(t.cosine_fail_below)}"),
-                                         (t.cosine_suspect_below, f"{format_number(t.cosine_suspect_below)}")]))
+        panels.append(("Cosine", True, [
+            (1.0 - t.cosine_fail_below, f"fail: Cosine < {format_number(t.cosine_fail_below)}"),
+            (1.0 - t.cosine_suspect_below, f"Cosine < {format_number(t.cosine_suspect_below)}"),
+        ]))
     else:
         key = select_error_metric(comparison)
-        panels.append((key, True, [(t.max_abs_err_fail_above, f"fail > {format_number(t.max_abs_err_fail_above)}")]))
-    panels.append((select_relative_metric(comparison), True, []))
+        panels.append((key, False, [(t.max_abs_err_fail_above, f"fail > {format_number(t.max_abs_err_fail_above)}")]))
+    panels.append((select_relative_metric(comparison), False, []))
     return panels
 
 
@@ -290,8 +326,8 @@ def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _Plo
     if facts is not None and facts.comparison is comparison and isinstance(facts.plot_data, _PlotData):
         return facts.plot_data
     offsets, total = _positions(comparison)
-    panels = [_Panel(key, log, guides, _Extremes(WIDTH), _Extremes(WIDTH), _Extremes(1))
-              for key, log, guides in _trace_panels(comparison)]
+    panels = [_Panel(key, one_minus, guides, _Extremes(WIDTH), _Extremes(WIDTH), _Extremes(1))
+              for key, one_minus, guides in _trace_panels(comparison)]
     data = _PlotData(offsets, total, panels, select_relative_metric(comparison), _Extremes(1), _Extremes(1),
                      select_error_metric(comparison), _Histogram({}, [0, 0], [0, 0], _Extremes(1)))
     scale = (WIDTH - _LEFT - _RIGHT) / max(total, 1)
@@ -307,7 +343,7 @@ def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _Plo
         for panel in panels:
             values, defined = t.metric_column(panel.key)
             keep = np.flatnonzero(defined)
-            v = values[keep]
+            v = 1.0 - values[keep] if panel.one_minus else values[keep]
             panel.columns.add(xs[keep], v)
             bad = failing[keep]
             panel.failing.add(xs[keep][bad], v[bad])
@@ -379,58 +415,50 @@ def _column_path(marks: dict[int, tuple[float, float]]) -> str:
 
 
 def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> None:
-    """Draw ``panel`` (at least one row has its metric) at ``top``, ``height`` pixels tall: its axis, guides and one
-    vertical stroke per pixel column from its lowest to its highest value (failing rows again, in red)."""
-    key, log, guides = panel.key, panel.log, panel.guides
-    place_all: Callable[[np.ndarray], np.ndarray]
-    if log:
-        log_axis = _LogAxis(panel.axis.positive_range(), top, height, flip=True)
-        place = log_axis.place
-        ticks = log_axis.ticks()
-        place_all = log_axis.place_all
-    else:
-        finite = panel.axis.finite_range()
-        lo = min([*finite, *(g for g, _ in guides), 1.0]) if finite else 0.0
-        lo = max(-1.0, math.floor(lo * 100) / 100 if lo > 0 else math.floor(lo * 10) / 10)
-        hi = 1.0
-        span = hi - lo or 1.0
-        inner_top, inner_h = top + _BAND, height - 2 * _BAND
-
-        def place(v: float) -> float:
-            if not math.isfinite(v):
-                return top + _BAND / 2
-            return inner_top + inner_h * (1.0 - (min(max(v, lo), hi) - lo) / span)
-
-        def place_all(v: np.ndarray) -> np.ndarray:
-            with np.errstate(invalid="ignore"):
-                # the same operations as place(), element by element (min/max of equal values may pick the other
-                # zero's sign, which the subtraction below makes the same number)
-                ys = inner_top + inner_h * (1.0 - (np.minimum(np.maximum(v, lo), hi) - lo) / span)
-            ys[~np.isfinite(v)] = top + _BAND / 2
-            return ys
-
-        ticks = [(place(lo + span * k / 4), format_number(lo + span * k / 4)) for k in range(5)]
-        ticks.append((top + _BAND / 2, "NaN/inf"))
-    _y_axis(parts, ticks, _LEFT, WIDTH - _RIGHT)
-    for g, label in guides:
-        y = place(g)
+    """Draw ``panel`` (at least one row has its metric) at ``top``, ``height`` pixels tall: its log axis, guides and
+    one vertical stroke per pixel column from its lowest to its highest value (failing rows again, in red).  A guide's
+    label sits at the right end of its line, above it, unless it would meet another guide's: then below it."""
+    axis = _LogAxis([*panel.axis.positive_range(), *(g for g, _ in panel.guides if g > 0)], top, height, flip=True)
+    _y_axis(parts, axis.ticks(), _LEFT, WIDTH - _RIGHT)
+    taken: list[float] = []
+    for g, label in sorted(panel.guides, reverse=True):
+        y = axis.place(g)
         parts.append(f'<line x1="{_LEFT}" y1="{_fmt(y)}" x2="{WIDTH - _RIGHT}" y2="{_fmt(y)}" stroke="{_COLOR_FAIL}" '
                      'stroke-width="0.8" stroke-dasharray="4 3"/>')
-        parts.append(_text(WIDTH - _RIGHT - 2, y - 3, label, "end", f' fill="{_COLOR_FAIL}"'))
-    layers = (panel.columns.marks(log, place_all), panel.failing.marks(log, place_all))
+        base = y - 3 if all(abs(y - 3 - t) > _LINE for t in taken) else y + _LINE
+        taken.append(base)
+        parts.append(_text(WIDTH - _RIGHT - 2, base, label, "end", f' fill="{_COLOR_FAIL}"'))
+    layers = (panel.columns.marks(True, axis.place_all), panel.failing.marks(True, axis.place_all))
     for layer, color in zip(layers, (_COLOR_ALL, _COLOR_FAIL), strict=True):
         if layer:
             parts.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="1" '
                          'fill="none"/>')
-    parts.append(_text(_LEFT, top - 6, f"{key}{' (log axis)' if log else ''}", extra=' font-weight="600"'))
+    parts.append(_text(_LEFT, top - 8, panel.title, extra=' font-weight="600"'))
+
+
+def _marker(parts: list[str], x: float, lane: float, top: float, bottom: float, mark_id: str, color: str,
+            label: str) -> None:
+    """A vertical line at ``x`` from just above ``top`` to ``bottom`` and its label on the line ``lane`` above the
+    panels (its own line: no other text is drawn there, no other marker's line crosses it), cut to fit the plot's
+    width and turned to the left of the line near the right edge."""
+    parts.append(f'<line id="{mark_id}" x1="{_fmt(x)}" y1="{_fmt(top - 4)}" x2="{_fmt(x)}" y2="{_fmt(bottom)}" '
+                 f'stroke="{color}" stroke-width="1.5" stroke-dasharray="5 3"><title>{escape(label)}</title></line>')
+    room = int((WIDTH - _RIGHT - _LEFT) / _CHAR) - 2
+    if len(label) > room:
+        label = label[:room - 3] + "..."
+    anchor = "start" if _extent(x + 4, label, "start")[1] <= WIDTH - 2 else "end"
+    parts.append(_text(x + (4 if anchor == "start" else -4), lane, label, anchor, f' fill="{color}"'))
 
 
 def render_trace_svg(comparison: Comparison, facts: ReportFacts | None = None) -> Markup:
-    """Cosine (tensor mode) and the relative error along execution order, one panel each.
+    """1 - Cosine (tensor mode; else the error, MaxAbsErr's statistics lower bound) and the relative error along
+    execution order, one log-axis panel each.
 
-    The x axis is the row position in execution order over all units (unit boundaries are drawn);
-    failing rows are red; the first divergent row is a blue vertical line.  On log axes exact zeros
-    are drawn in a band marked "0" and NaN/±Inf in a band marked "NaN/inf".
+    The x axis is the row position in execution order over all units (unit boundaries are drawn); failing rows are
+    red; the likely origin is an orange vertical line and the first divergent row a blue one, each labelled on a line
+    of its own above the panels.  Exact zeros are drawn in a band marked "0" and NaN/±Inf in a band marked
+    "NaN/inf".  No two labels meet: the panels' titles, the markers' labels, the row numbers, the units' labels
+    (those that fit) and the axis caption each have their place.
     ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
     title = "Metrics along execution order"
@@ -438,44 +466,46 @@ def render_trace_svg(comparison: Comparison, facts: ReportFacts | None = None) -
     if total == 0:
         return _empty("plot-trace", title, "no rows")
     panels = _plot_data(comparison, facts).panels
-    panel_h, gap, top0 = 170, 34, 48
-    height = top0 + len(panels) * panel_h + (len(panels) - 1) * gap + _BOTTOM
+    lanes = (14.0, 14.0 + _LINE)  # the markers' labels: the likely origin, then the first divergent row
+    panel_h, gap, top0 = 170, 40, 14 + 2 * _LINE + 22
+    height = top0 + len(panels) * panel_h + (len(panels) - 1) * gap + _BOTTOM + _LINE
     parts = _svg_open("plot-trace", height, title)
     drawn = 0
     for k, panel in enumerate(panels):
         drawn += panel.axis.count
         top = top0 + k * (panel_h + gap)
         if not panel.axis.count:
-            parts.append(_text(_LEFT, top + panel_h / 2, f"{panel.key}: no row has this metric",
+            parts.append(_text(_LEFT, top + panel_h / 2, f"{panel.title}: no row has this metric",
                                extra=' fill="#57606a"'))
             continue
         _trace_panel(parts, panel, top, panel_h)
-    bottom = height - _BOTTOM
+    bottom = top0 + len(panels) * panel_h + (len(panels) - 1) * gap
     scale = (WIDTH - _LEFT - _RIGHT) / max(total, 1)
-    if len(comparison.units) > 1:
-        for off, u in zip(offsets, comparison.units, strict=True):
-            x = _LEFT + off * scale
-            parts.append(f'<line x1="{_fmt(x)}" y1="{top0}" x2="{_fmt(x)}" y2="{bottom}" stroke="#8c959f" '
-                         'stroke-width="0.5"/>')
-            if len(comparison.units) <= 12:
-                parts.append(_text(x + 2, bottom + 26, u.unit_a.label, extra=' fill="#57606a"'))
+    ticks = []
     for k in range(5):
         pos = round((total - 1) * k / 4) if total > 1 else 0
-        x = _LEFT + pos * scale
+        ticks.append((_LEFT + pos * scale, str(pos), "middle"))
+    for k in _fit(ticks):
+        x, label, _ = ticks[k]
         parts.append(f'<line x1="{_fmt(x)}" y1="{bottom}" x2="{_fmt(x)}" y2="{bottom + 4}" stroke="#57606a"/>')
-        parts.append(_text(x, bottom + 14, str(pos), "middle"))
-    parts.append(_text(WIDTH - _RIGHT, bottom + 26, "row, in execution order →", "end"))
+        parts.append(_text(x, bottom + 14, label, "middle"))
+    if len(comparison.units) > 1:
+        units = [(_LEFT + off * scale + 2, u.unit_a.label, "start") for off, u in zip(offsets, comparison.units,
+                                                                                     strict=True)]
+        for x, _, _ in units:
+            parts.append(f'<line x1="{_fmt(x - 2)}" y1="{top0}" x2="{_fmt(x - 2)}" y2="{bottom}" stroke="#8c959f" '
+                         'stroke-width="0.5"/>')
+        for k in _fit(units):
+            parts.append(_text(units[k][0], bottom + 14 + _LINE, units[k][1], extra=' fill="#57606a"'))
+    parts.append(_text(WIDTH - _RIGHT, bottom + 14 + 2 * _LINE, "row, in execution order →", "end"))
+    origin = comparison.likely_origin
+    if origin is not None:
+        x = _LEFT + (offsets[origin.ref.unit] + origin.ref.row) * scale + 0.5
+        _marker(parts, x, lanes[0], top0, bottom, "likely-origin-mark", _COLOR_ORIGIN, f"likely origin: {origin.where}")
     ref = comparison.first_divergent
     if ref is not None:
         x = _LEFT + (offsets[ref.unit] + ref.row) * scale + 0.5
-        parts.append(f'<line id="first-divergent-mark" x1="{_fmt(x)}" y1="{top0 - 4}" x2="{_fmt(x)}" y2="{bottom}" '
-                     f'stroke="{_COLOR_MARK}" stroke-width="1.5" stroke-dasharray="5 3"><title>first divergent: '
-                     f"{escape(ref.name)}</title></line>")
-        label = f"first divergent: {ref.name}"
-        if len(label) > 90:
-            label = label[:87] + "..."
-        anchor = "start" if x < WIDTH / 2 else "end"
-        parts.append(_text(x + (4 if anchor == "start" else -4), top0 - 10, label, anchor, f' fill="{_COLOR_MARK}"'))
+        _marker(parts, x, lanes[1], top0, bottom, "first-divergent-mark", _COLOR_MARK, f"first divergent: {ref.name}")
     parts.append("</svg>")
     if not drawn:
         return _empty("plot-trace", title, "no row has a metric to plot")
@@ -508,10 +538,13 @@ def render_scatter_svg(comparison: Comparison, facts: ReportFacts | None = None)
     parts = _svg_open("plot-scatter", height, title)
     _y_axis(parts, y_axis.ticks(), _LEFT, WIDTH - _RIGHT)
     bottom = height - _BOTTOM
-    for x, label in x_axis.ticks():
+    ticks = x_axis.ticks(spacing=40)  # the decades, then the bands "0" and "NaN/inf"
+    for x, _ in ticks:
         parts.append(f'<line x1="{_fmt(x)}" y1="{_TOP}" x2="{_fmt(x)}" y2="{bottom + 4}" stroke="#d8dee4" '
                      'stroke-width="0.5"/>')
-        parts.append(_text(x, bottom + 16, label, "middle"))
+    labels = [(x, label, "middle") for x, label in ticks]
+    for k in _fit(labels, keep=(len(labels) - 2, len(labels) - 1)):
+        parts.append(_text(labels[k][0], bottom + 16, labels[k][1], "middle"))
     cell = _CELL
     cells = _scatter_cells(comparison, data)
     most = max([*cells[0].values(), *cells[1].values()])
@@ -561,6 +594,7 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
         parts.append(f'<line x1="{_LEFT - 4}" y1="{_fmt(y)}" x2="{WIDTH - _RIGHT}" y2="{_fmt(y)}" stroke="#d8dee4" '
                      'stroke-width="0.5"/>')
         parts.append(_text(_LEFT - 6, y + 4, f"{tick:.0f}" if most >= 4 or k in (0, 4) else "", "end"))
+    marks: list[tuple[float, str, str]] = []  # the x axis's labels, drawn once they are known to fit
     for b, label in enumerate(labels):
         x = _LEFT + b * bar_w
         for count, color, cls in ((totals[b], _COLOR_ALL, "bar"), (failing[b], _COLOR_FAIL, "bar-fail")):
@@ -573,20 +607,28 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
                          f'height="{_fmt(h)}" fill="{color}"><title>{escape(key)} {escape(span)}: {count} '
                          f"{what}</title></rect>")
         if b in (0, len(labels) - 1):
-            parts.append(_text(x + bar_w / 2, bottom + 14, label, "middle"))
+            marks.append((x + bar_w / 2, label, "middle"))
         else:
             parts.append(f'<line x1="{_fmt(x)}" y1="{bottom}" x2="{_fmt(x)}" y2="{bottom + 4}" stroke="#57606a"/>')
-            parts.append(_text(x, bottom + 14, label, "middle"))
+            marks.append((x, label, "middle"))
             if b == len(labels) - 2:
-                parts.append(_text(x + bar_w, bottom + 14, _decade_label(axis.hi), "middle"))
+                marks.append((x + bar_w, _decade_label(axis.hi), "middle"))
+    for k in _fit(marks, keep=(0, len(marks) - 1)):
+        parts.append(_text(marks[k][0], bottom + 14, marks[k][1], "middle"))
+    # the thresholds' labels share the title's line, above the bars: each where it fits, else left out (the dashed
+    # line stays, its value in its tooltip)
+    heading: list[tuple[float, str, str]] = [(_LEFT, "rows", "start")]
     t = comparison.rules.default
     for threshold in (t.max_abs_err_suspect_above, t.max_abs_err_fail_above):
         if threshold > 0 and axis.lo <= math.log10(threshold) <= axis.hi:
             x = _LEFT + bar_w * (1 + math.log10(threshold) - axis.lo)
+            label = f"MaxAbsErr {format_number(threshold)}"
             parts.append(f'<line x1="{_fmt(x)}" y1="{_TOP}" x2="{_fmt(x)}" y2="{bottom}" stroke="{_COLOR_FAIL}" '
-                         'stroke-dasharray="4 3"/>')
-            parts.append(_text(x + 3, _TOP + 10, f"{format_number(threshold)}", extra=f' fill="{_COLOR_FAIL}"'))
-    parts.append(_text(_LEFT, _TOP - 8, "rows", extra=' font-weight="600"'))
+                         f'stroke-dasharray="4 3"><title>{escape(label)}</title></line>')
+            heading.append((x, label, "middle"))
+    for k in _fit(heading, keep=(0,)):
+        x, label, anchor = heading[k]
+        parts.append(_text(x, _TOP - 8, label, anchor, ' font-weight="600"' if k == 0 else f' fill="{_COLOR_FAIL}"'))
     parts.append(_text(WIDTH - _RIGHT, bottom + 28, f"{key}, one bar per decade; a separate bar for exact zeros →",
                        "end"))
     parts.append("</svg>")

@@ -466,3 +466,53 @@ def test_a_real_regression_shows_its_origin_above_the_fold(driver, tmp_path):
             f"var tr = document.getElementById('row-{ref.unit}-{ref.row}'); return !!tr && tr.classList.contains('target');"))
     finally:
         driver.set_window_size(1400, 1800)
+
+
+_TEXT_BOXES = """
+var boxes = [];
+document.querySelectorAll('svg.plot').forEach(function (svg) {
+  svg.querySelectorAll('text').forEach(function (t) {
+    var r = t.getBoundingClientRect();
+    boxes.push([svg.id + ': ' + t.textContent, r.left, r.top, r.right, r.bottom]);
+  });
+});
+document.querySelectorAll('h1, h2').forEach(function (h) {
+  var r = h.getBoundingClientRect();
+  boxes.push(['heading: ' + h.textContent, r.left, r.top, r.right, r.bottom]);
+});
+return boxes;
+"""
+
+
+def _meeting(boxes: list) -> list[tuple[str, str]]:
+    """The pairs of text boxes that share more than one square pixel."""
+    out = []
+    for k, (name, l1, t1, r1, b1) in enumerate(boxes):
+        for other, l2, t2, r2, b2 in boxes[k + 1:]:
+            if (min(r1, r2) - max(l1, l2)) * (min(b1, b2) - max(t1, t2)) > 1 and min(r1, r2) > max(l1, l2):
+                out.append((name, other))
+    return out
+
+
+@pytest.mark.parametrize("pair", [("tensor_b", "tensor_a"), ("statistics_b", "statistics_a"),
+                                  ("statistics_a", "torch_statistics_a")])
+def test_no_two_labels_of_the_plots_meet_at_1400_or_800_px(driver, tmp_path, pair):
+    """Every text of the three plots and every heading, as the browser lays them out: no two boxes meet, in a
+    1,400 px and an 800 px window (msprobe 1.2.2's own dumps: a tensor pair with a likely origin, a statistics pair,
+    MindSpore against PyTorch)."""
+    fixtures = ROOT / "tests" / "data" / "msprobe-1.2.2-mindspore"
+    c = compare(load_dump(fixtures / pair[0]), load_dump(fixtures / pair[1]))
+    page = tmp_path / "report-plots.html"
+    page.write_text(render_html(c), encoding="utf-8")
+    try:
+        for width in (1400, 800):
+            driver.set_window_size(width, 1000)
+            _open(driver, page)
+            boxes = driver.execute_script(_TEXT_BOXES)
+            assert sum(": " in b[0] and not b[0].startswith("heading") for b in boxes) > 20  # the plots' labels
+            assert _meeting(boxes) == [], width
+            if pair[0] == "tensor_b":
+                driver.execute_script("document.getElementById('plots').scrollIntoView()")
+                _screenshot(driver, tmp_path, f"report-plots-{width}.png")
+    finally:
+        driver.set_window_size(1400, 1800)

@@ -3,6 +3,8 @@ decade (they raised OverflowError before, so the command ended with an internal 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from msprobe_cmp.reports import plots
@@ -37,3 +39,30 @@ def test_decade_below_float_range_is_placed_at_its_decade() -> None:
     axis = plots._LogAxis([5e-324, 1e-318], 0.0, 334.0, flip=False, band=2.0)
     assert (axis.lo, axis.hi) == (-324, -318)
     assert dict((label, px) for px, label in axis.ticks())["1e-324"] == 2.0
+
+
+def test_fit_keeps_the_bands_then_the_labels_that_clear_the_ones_kept():
+    from msprobe_cmp.reports.plots import _CHAR, _fit
+
+    w = _CHAR * 3  # a three-character label
+    labels = [(100.0, "abc", "middle"), (100.0 + w + 5, "def", "middle"),  # 5 px apart: too close (gap 6)
+              (100.0 + w + 7, "ghi", "middle"), (0.0, "0", "start"), (400.0, "NaN", "end")]
+    # kept first: the bands (3 and 4); then from the left: abc, not def (5 px from abc), ghi (7 px from abc)
+    assert _fit(labels, keep=(3, 4)) == [0, 2, 3, 4]
+    # a band kept first wins over a label it meets
+    assert _fit([(10.0, "long label", "start"), (12.0, "0", "start")], keep=(1,)) == [1]
+
+
+def test_cosine_is_drawn_as_one_minus_cosine_on_a_log_axis():
+    from msprobe_cmp.comparator.rules import Rules
+    from msprobe_cmp.reports.plots import _trace_panels
+
+    class _C:  # what _trace_panels reads of a comparison
+        mode = "tensor"
+        rules = Rules()
+
+    (key, one_minus, guides), (relative, rel_one_minus, _) = _trace_panels(_C())  # type: ignore[arg-type]
+    assert (key, one_minus, relative, rel_one_minus) == ("Cosine", True, "MaxRelativeErr", False)
+    assert [g for g, _ in guides] == [1.0 - 0.9, 1.0 - 0.99]
+    # 0.99999994 and 0.9996 as drawn: 4 decades apart (a linear 0.9-1 axis put them on one line)
+    assert math.floor(math.log10(1.0 - 0.99999994)) == -8 and math.floor(math.log10(1.0 - 0.9996)) == -4

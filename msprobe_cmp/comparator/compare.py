@@ -379,7 +379,10 @@ def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
     entries = rows.names("entry")
     kinds = rows.side_kind
     both = ((kinds[:, 0] != ABSENT) & (kinds[:, 1] != ABSENT)).tolist()
-    paired = {entries[i] for i, ok in enumerate(both) if ok}
+    names_b = rows.names("entry_b")
+    # an entry of either side with a row paired (B's under its own name when a mapping paired it: a PyTorch module
+    # paired with its MindSpore cell is no unpaired call inside that cell)
+    paired = {name for i, ok in enumerate(both) if ok for name in (entries[i], names_b[i]) if name is not None}
     # framework plumbing (MindSpore's Shape, a composite's intermediates) has no partner by construction
     structural = {entries[i] for i in np.flatnonzero(_structural_mask(rows)).tolist()}
     only_a = rows.class_mask("only_in_a")

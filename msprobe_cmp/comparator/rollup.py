@@ -83,11 +83,54 @@ def parent_chains(
     return chains, truncated
 
 
+def _is_cell_name(name: str) -> bool:
+    """Whether ``name`` is a cell (module) call's entry name (``Cell.x.Dense.forward.0``, ``Module.x.Linear...``)."""
+    return name.partition(".")[0] in CELL_PREFIXES and parse_name(name).kind == "cell"
+
+
+def paired_cells(rows: RowTable) -> dict[str, str]:
+    """B's cell calls paired with a cell call of A, each with its partner: from the rows of A's cell entries that name
+    B's (the cell mapping across frameworks, or a call aligned by call order); the first pairing of a B call wins."""
+    paired = (rows.entry_b >= 0) & (rows.entry_b != rows.entry)
+    codes = set(zip(rows.entry[paired].tolist(), rows.entry_b[paired].tolist(), strict=True))
+    a_of_b: dict[str, str] = {}
+    for code_a, code_b in sorted(codes):
+        name_a, name_b = rows.strings[code_a], rows.strings[code_b]
+        if _is_cell_name(name_a) and _is_cell_name(name_b):
+            a_of_b.setdefault(name_b, name_a)
+    return a_of_b
+
+
+def merged_construct(
+    rows: RowTable, construct_a: Mapping[str, str | None], construct_b: Mapping[str, str | None]
+) -> dict[str, str | None]:
+    """The two sides' construct.json as one cell tree: A's, completed from B's, where a cell call of B paired with a
+    cell call of A (:func:`paired_cells`) is that call of A: B's entries inside it hang under A's cell, and B's call's
+    own rows (a module's buffers) are in A's cell too (:func:`compute_cell_rollups` counts them there, not as a node
+    of their own).  MindSpore's ``Cell.fc.Dense.forward.0`` and PyTorch's ``Module.fc.Linear.forward.0`` are one
+    node, not two siblings.
+
+    Args:
+        rows: the unit's rows (their ``entry`` and ``entry_b`` columns name the pairs).
+        construct_a, construct_b: each side's entry name → parent cell entry name.
+
+    Returns:
+        entry name → parent cell entry name; A's own entries as A's construct.json has them, a paired call of B
+        → its partner in A.
+    """
+    a_of_b = paired_cells(rows)
+    merged = {entry: a_of_b.get(entry) or (a_of_b.get(parent, parent) if parent is not None else None)
+              for entry, parent in construct_b.items()}
+    merged.update(construct_a)
+    return merged
+
+
 def compute_cell_rollups(
     rows: RowTable, construct: Mapping[str, str | None],
     chains: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[tuple[CellRollup, ...], dict[str, tuple[str, ...]], bool]:
-    """Roll the rows up into every enclosing cell call (construct.json: entry → parent cell).
+    """Roll the rows up into every enclosing cell call (construct.json: entry → parent cell); a row of a call of B
+    paired with a call of A (:func:`paired_cells`) rolls up into A's call.
 
     Args:
         rows: the unit's rows in execution order (columns).
@@ -115,6 +158,7 @@ def compute_cell_rollups(
             got = known[entry]
         return got
 
+    alias = paired_cells(rows)  # a call of B paired with one of A is that call (merged_construct)
     ranks = _RANK_OF_CODE[rows.verdict].tolist()
     differs = rows.differs_mask().tolist()
     cosine = _defined(rows, "Cosine")
@@ -131,13 +175,14 @@ def compute_cell_rollups(
         if entry != last:  # consecutive rows of one entry roll up into the same cells
             last = entry
             cell_row = is_cell.get(entry)
-            if cell_row is None:  # parse_name gives kind "cell" only to names with a cell prefix
-                cell_row = is_cell[entry] = (
-                    entry.partition(".")[0] in CELL_PREFIXES and parse_name(entry).kind == "cell"
-                )
-            own = (entry,) if cell_row else ()
+            if cell_row is None:
+                cell_row = is_cell[entry] = _is_cell_name(entry)
+            if entry in alias:  # a paired call of B's own row: it counts in A's call and what encloses it
+                cells: tuple[str, ...] = (alias[entry], *chain_of(alias[entry]))
+            else:
+                cells = ((entry,) if cell_row else ()) + chain_of(entry)
             targets = []
-            for cell in (*own, *chain_of(entry)):
+            for cell in cells:
                 if cell not in acc:
                     acc[cell] = _CellAcc()
                     order.append(cell)

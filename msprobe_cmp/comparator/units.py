@@ -43,7 +43,7 @@ from msprobe_cmp.comparator.result import (
     UnitRef,
     unit_summary,
 )
-from msprobe_cmp.comparator.rollup import compute_cell_rollups, parent_chains
+from msprobe_cmp.comparator.rollup import compute_cell_rollups, merged_construct, parent_chains
 from msprobe_cmp.comparator.rowtable import (
     ABSENT_LEAF,
     COMPARED_BY_CODE,
@@ -379,7 +379,7 @@ def compare_units(
     if columnar:
         _compare_columnar(builder, pairs, columnar, rules, why, noise, unit_a, unit_b, mode)
     del pairs, columnar  # every row is in the builder now: its pairs (a tuple a row) are not held from here on
-    construct = {**dict(unit_b.construct), **dict(unit_a.construct)}
+    construct = merged_construct(builder.table, unit_a.construct, unit_b.construct)
     entry_names = builder.table.entry_names()
     chains, truncated = parent_chains(entry_names, construct)
     jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation,

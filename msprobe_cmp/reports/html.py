@@ -869,6 +869,7 @@ def _page_chunks(comparison: Comparison, facts: ReportFacts, max_rows: int, max_
         back=view.back,
         total_rows=sum(len(u.rows) for u in comparison.units),
         data_json=Markup(marker),
+        origin_json=render_script_json(_origin_cell(comparison)),
         plots=(render_trace_svg(comparison, facts), render_scatter_svg(comparison, facts),
                render_histogram_svg(comparison, facts)),
     )
@@ -883,6 +884,15 @@ def _page_chunks(comparison: Comparison, facts: ReportFacts, max_rows: int, max_
     yield parts[0]
     yield from page.json_chunks()
     yield parts[1]
+
+
+def _origin_cell(comparison: Comparison) -> list[Any] | None:
+    """``[unit, cell call]`` of the likely origin's cell (what the cell tree highlights and opens the way to), or None
+    (no origin, or no cell encloses it)."""
+    origin = comparison.likely_origin
+    if origin is None or origin.cell is None or origin.ref.unit >= len(comparison.units):
+        return None
+    return [origin.ref.unit, origin.cell]
 
 
 def render_html(comparison: Comparison, *, max_rows: int = MAX_ROWS, max_stack_chars: int = MAX_STACK_CHARS,

@@ -164,3 +164,35 @@ def test_verdicts_other_than_expected_exit_1(demo: dict[str, Any], tmp_path: Pat
     assert "correct port vs PyTorch: FAIL (1 failing, 1 warning rows; UNEXPECTED: expected PASS)" in text
     assert "buggy port vs PyTorch:   PASS (0 failing, 0 warning rows; UNEXPECTED: expected FAIL)" in text
     assert "the bug's likely origin: none" in text
+
+
+@needs_frameworks
+def test_the_demo_reports_in_chromium_origin_first_one_tree_and_screenshots(demo: dict[str, Any], driver: Any) -> None:
+    """The bug's report as a newcomer sees it at 1,400 x 900: the likely origin, BatchNorm bn2, on the first screen
+    and marked in one cell tree of both frameworks (no PyTorch module beside its MindSpore cell); the correct port's
+    report says none.  Screenshots of both go to test-artifacts/."""
+    import shutil
+
+    artifacts = ROOT / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    driver.set_window_size(1400, 900)
+    try:
+        for part in ("bug", "correct"):
+            driver.get((demo["out"] / part / "report.html").as_uri())
+            origin = driver.find_element("id", "likely-origin")
+            height = driver.execute_script("return window.innerHeight")
+            assert origin.rect["y"] + origin.rect["height"] <= height
+            tree = driver.find_elements("css selector", "#cell-tree .cname")
+            assert tree and not [t.text for t in tree if t.text.startswith("Module.")]
+            if part == "bug":
+                assert origin.find_element("css selector", "a.rowlink").text == BN2
+                marked = driver.find_elements("css selector", "#cell-tree .origin-cell .cname")
+                assert [m.text for m in marked] == [BN2]
+            else:
+                assert "none" in origin.text
+            shot = demo["out"] / f"demo-{part}-report.png"
+            driver.save_screenshot(str(shot))
+            assert shot.stat().st_size > 10_000
+            shutil.copy(shot, artifacts / shot.name)
+    finally:
+        driver.set_window_size(1400, 1800)

@@ -138,10 +138,11 @@ def test_a_malformed_entry_found_by_a_worker_is_the_serial_one_line_error(dumps:
 
 def test_two_units_without_entries_compare_to_nothing_compared(tmp_path: Path) -> None:
     doc = {"task": "statistics", "level": "mix", "framework": "mindspore", "dump_data_dir": None, "data": {}}
-    (tmp_path / "dump.json").write_text(__import__("json").dumps(doc))
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "dump.json").write_text(__import__("json").dumps(doc))
     for extra in ([], ["--jobs", "2"]):
-        out = tmp_path / f"out{len(extra)}"
-        assert main([str(tmp_path / "dump.json"), str(tmp_path / "dump.json"), "-o", str(out), *extra]) == 3
+        out = tmp_path / f"out{len(extra)}"  # beside the dump's directory: an output inside it is refused
+        assert main([str(tmp_path / "in" / "dump.json"), str(tmp_path / "in" / "dump.json"), "-o", str(out), *extra]) == 3
         assert (out / "report.html").is_file() and (out / "comparison.csv").read_text().count("\n") == 1
 
 

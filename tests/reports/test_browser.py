@@ -7,8 +7,6 @@ installs the packages.  A screenshot of each report is saved under the test's tm
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import shutil
 import time
 from dataclasses import replace
@@ -23,44 +21,8 @@ from msprobe_cmp.reports import render_html
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path(os.environ.get("MSPROBE_CMP_CHROMIUM", "/usr/bin/chromium"))
-CHROMEDRIVER = Path(os.environ.get("MSPROBE_CMP_CHROMEDRIVER", "/usr/bin/chromedriver"))
 EVIL = "Functional.<script>window.__pwned=1</script>.0.forward"
 EVIL_IMG = 'Functional.<img src=x onerror="window.__pwned=2">.0.forward'
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1400,1800")
-
-
-def _missing() -> list[str]:
-    missing = [f"{p} (apt-get install chromium chromium-driver)" for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
-    if importlib.util.find_spec("selenium") is None:
-        missing.append("selenium (pip install -e '.[test]')")
-    return missing
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    missing = _missing()
-    if missing:
-        message = "the browser test of report.html needs " + ", ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(message + " (CI is set: this test must run)")
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    drv.set_page_load_timeout(60)
-    try:
-        yield drv
-    finally:
-        drv.quit()
 
 
 def _leaf(mx=1.0, mn=-1.0, mean=0.0, norm=2.0):
@@ -516,3 +478,49 @@ def test_no_two_labels_of_the_plots_meet_at_1400_or_800_px(driver, tmp_path, pai
                 _screenshot(driver, tmp_path, f"report-plots-{width}.png")
     finally:
         driver.set_window_size(1400, 1800)
+
+
+def _nested_pair(root: Path) -> tuple[Path, Path]:
+    """Two statistics dumps of net > block{0,1,2} > 3 ops each, identical but for block 2's second op, whose output
+    is 3x larger on A: the likely origin sits two levels down the cell tree."""
+    sides = {}
+    for side in ("a", "b"):
+        w = DumpWriter(root / side / "step0" / "rank", DumpMeta("statistics", "mix", "mindspore"))
+        w.put(Entry.forward("Cell.net.Net.forward.0", Seq((_leaf(),)), Map(), Seq((_leaf(),))))
+        w.set_parent("Cell.net.Net.forward.0", None)
+        for b in range(3):
+            block = f"Cell.net.block{b}.Block.forward.0"
+            w.put(Entry.forward(block, Seq((_leaf(),)), Map(), Seq((_leaf(),))))
+            w.set_parent(block, "Cell.net.Net.forward.0")
+            for k in range(3):
+                name = f"Functional.op{k}.{b}.forward"
+                scale = 3.0 if side == "a" and (b, k) == (2, 1) else 1.0
+                w.put(Entry.forward(name, Seq((_leaf(),)), Map(), Seq((_leaf(mx=scale, norm=2.0 * scale),))))
+                w.set_parent(name, block)
+        w.flush()
+        sides[side] = root / side
+    return sides["a"], sides["b"]
+
+
+def test_the_cell_tree_opens_the_way_to_the_origin_and_lists_a_cells_rows(driver, tmp_path):
+    c = compare(*map(load_dump, _nested_pair(tmp_path / "dumps")))
+    origin = c.likely_origin
+    assert origin is not None and origin.where == "Cell.net.block2.Block.forward.0"
+    page = tmp_path / "report-tree.html"
+    page.write_text(render_html(c), encoding="utf-8")
+    _open(driver, page)
+    assert _errors(driver) == []
+    marked = driver.find_elements("css selector", "#cell-tree .origin-cell")
+    assert len(marked) == 1 and marked[0].is_displayed()  # Net opened on the way: block 2 is in view
+    assert marked[0].find_element("css selector", ".cname").text == origin.where
+    assert "likely origin" in marked[0].text
+    marked[0].find_element("css selector", "a.cellrows").click()
+    # block 2's rows: its own (input and output) and its three ops' (input and output each)
+    _wait(driver, lambda: _shown(driver).startswith("8 of"))
+    names = _visible_names(driver)
+    assert sorted(names) == sorted(
+        [f"Cell.net.block2.Block.forward.0.{p}" for p in ("input.0", "output.0")]
+        + [f"Functional.op{k}.2.forward.{p}" for k in range(3) for p in ("input.0", "output.0")])
+    assert "inside Cell.net.block2.Block.forward.0" in _shown(driver)
+    driver.find_element("id", "reset").click()
+    _wait(driver, lambda: _shown(driver).startswith(f"{len(c.units[0].rows)} of"))

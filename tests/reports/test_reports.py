@@ -67,8 +67,8 @@ def test_html_autoescapes_entry_names(small):
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # summary tables (jinja2 autoescape)
     assert "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in html  # the rows' JSON block
-    assert html.count("<script") == 2  # the data block and the report's own inline script
-    assert html.count("</script>") == 2
+    assert html.count("<script") == 3  # the data block, the origin's block and the report's own inline script
+    assert html.count("</script>") == 3
 
 
 def test_html_is_self_contained(small, fixture_tensor):

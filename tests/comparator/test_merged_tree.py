@@ -1,0 +1,49 @@
+"""One cell tree for two frameworks (``rollup.merged_construct``): a PyTorch module paired with a MindSpore cell is
+that cell, and what PyTorch ran inside it hangs under it, on msprobe 1.2.2's own dumps of one model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from msprobe_cmp import compare, load_dump
+from msprobe_cmp.comparator.rollup import merged_construct
+from msprobe_cmp.comparator.rowtable import RowTable
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
+
+
+def test_mindspore_against_pytorch_gives_one_tree_without_module_siblings():
+    c = compare(load_dump(FIXTURES / "statistics_a"), load_dump(FIXTURES / "torch_statistics_a"))
+    assert c.units and all(c.units)
+    for u in c.units:
+        names = [cell.cell for cell in u.cells]
+        assert names and not any(n.startswith("Module.") for n in names), names
+        # what PyTorch ran inside a module is counted in the paired cell: every B-only row of a PyTorch entry whose
+        # construct.json parent is a module sits under a MindSpore cell (msprobe's "optimizer" parent is no module)
+        construct_b = json.loads((FIXTURES / "torch_statistics_a" / f"step{u.unit_b.step}" / "rank"
+                                  / "construct.json").read_text())
+        inside = [r for r in u.rows if r.match_class == "only_in_b"
+                  and (construct_b.get(r.entry_name) or "").startswith("Module.")]
+        assert inside, "the pair has PyTorch-only calls inside modules"
+        for r in inside:
+            chain = u.parent_chains[r.entry_name]
+            assert chain and all(c.startswith("Cell.") for c in chain), (r.entry_name, chain)
+        rows_in = {cell.cell: cell.rows for cell in u.cells}
+        # Cell.head.Dense.forward.0 holds its own rows and, once merged, PyTorch's linear call inside Module.head
+        assert rows_in["Cell.head.Dense.forward.0"] > sum(
+            1 for r in u.rows if r.entry_name == "Cell.head.Dense.forward.0")
+
+
+def test_the_merge_by_hand():
+    rows = RowTable.from_rows(())  # an empty table: nothing paired, the two files as they are (A's first)
+    assert merged_construct(rows, {"x": "Cell.a.forward.0"}, {"x": "Module.a.forward.0", "y": None}) == {
+        "x": "Cell.a.forward.0", "y": None}
+    c = compare(load_dump(FIXTURES / "statistics_a"), load_dump(FIXTURES / "torch_statistics_a"))
+    u = c.units[0]
+    construct_b = {"Functional.linear.9.forward": "Module.head.Linear.forward.0",
+                   "Module.head.Linear.forward.0": "Module.net.Net.forward.0", "Module.net.Net.forward.0": None}
+    merged = merged_construct(u.rows, {}, construct_b)
+    # the paired module is its cell (its own rows in the cell); its parent (paired with no cell of A) stays
+    assert merged == {"Functional.linear.9.forward": "Cell.head.Dense.forward.0",
+                      "Module.head.Linear.forward.0": "Cell.head.Dense.forward.0", "Module.net.Net.forward.0": None}

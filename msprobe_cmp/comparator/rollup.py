@@ -178,11 +178,11 @@ def compute_cell_rollups(
             if cell_row is None:
                 cell_row = is_cell[entry] = _is_cell_name(entry)
             if entry in alias:  # a paired call of B's own row: it counts in A's call and what encloses it
-                cells: tuple[str, ...] = (alias[entry], *chain_of(alias[entry]))
+                enclosing: tuple[str, ...] = (alias[entry], *chain_of(alias[entry]))
             else:
-                cells = ((entry,) if cell_row else ()) + chain_of(entry)
+                enclosing = ((entry,) if cell_row else ()) + chain_of(entry)
             targets = []
-            for cell in cells:
+            for cell in enclosing:
                 if cell not in acc:
                     acc[cell] = _CellAcc()
                     order.append(cell)

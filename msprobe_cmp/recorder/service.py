@@ -104,6 +104,47 @@ def backward_name_of(forward_name: str | None) -> str | None:
     return parsed.twin("backward") if parsed.direction == "forward" else None
 
 
+#: The note :func:`note_passed_on` puts on an exception the recorder's wrapper passes on (its first words).
+PASSED_ON = "msprobe-cmp: raised by "
+
+
+def note_passed_on(exc: BaseException, api: str) -> None:
+    """Say on ``exc``, raised by the API ``api`` that a recorder wrapper called for the user's code, that the error is
+    the call's own: the wrapper, the last frame of the traceback, only passed it on.  The note names the user's call
+    site (the frame that called the wrapper: ``sys._getframe(2)`` from here).  One note an exception: a wrapped API
+    called by another (``torch.nn.functional.linear`` calling a wrapped op) rewrites it as the exception leaves the
+    outer one, so it names the call the user wrote.  Never raises (a hook must not change the error it observes)."""
+    try:
+        caller = sys._getframe(2)
+        _note(exc, f"{PASSED_ON}{api} itself, called at {caller.f_code.co_filename}, line {caller.f_lineno}: the "
+                   "error is the call's; msprobe-cmp's recorder (its wrapper is the last frame above) only passed it "
+                   "on")
+    except Exception:  # an exception type that refuses notes: it goes on as it is
+        pass
+
+
+def _note(exc: BaseException, text: str) -> None:
+    """Put ``text`` on ``exc`` as its msprobe-cmp note: in place of one already there (:data:`PASSED_ON`), else
+    added."""
+    notes = getattr(exc, "__notes__", None)
+    if isinstance(notes, list) and notes and isinstance(notes[-1], str) and notes[-1].startswith(PASSED_ON):
+        notes[-1] = text
+    else:
+        exc.add_note(text)
+
+
+def note_surfaced(exc: BaseException, what: str) -> None:
+    """Say on ``exc``, an error of the training's own that the recorder's synchronisation surfaced
+    (:class:`TrainingError`) while recording ``what``, that it is the training's: an operator the user's code queued
+    earlier failed (MindSpore PyNative runs them asynchronously), and the recorder only passed it on.  Never raises."""
+    try:
+        _note(exc, f"{PASSED_ON}the training's own computation: an operator your code queued earlier failed, and "
+                   f"the error surfaced when the recorder read a tensor of {what} (operators run asynchronously); "
+                   "the recorder (the last frames above) only passed it on")
+    except Exception:
+        pass
+
+
 class TrainingError(Exception):
     """An error of the training's own that surfaced inside a recording hook: :meth:`RecorderService.run_guarded`
     re-raises :attr:`original` instead of reporting a hook failure.
@@ -562,6 +603,7 @@ class RecorderService:
                 "the training raised an error while this call was being recorded (a failing kernel of its own, "
                 f"surfaced at the recorder's synchronisation and re-raised): {describe_error(exc.original)}",
             )
+            note_surfaced(exc.original, what or key)
             raise exc.original from None
         except Exception as exc:  # a hook must never break training
             self.hook_failed(key, exc, disable=disable, what=what)

@@ -416,3 +416,32 @@ def test_a_cell_hook_failing_in_one_step_records_again_in_the_next(
     construct = json.loads((tmp_path / "step0" / "rank" / "construct.json").read_text())
     assert construct["Cell.head.Dense.forward.0"] is None  # the failed call did not stay on the stack
     assert len([r for r in caplog.records if "boom in step 0" in r.getMessage()]) == 1
+
+
+def test_an_error_of_the_users_call_reaches_them_as_their_own(tmp_path: Path) -> None:
+    """An op in the user's construct that fails (a reshape to a size that does not fit) raises the same error with
+    the recorder: MindSpore raises it at the next synchronisation (the user's ``asnumpy()`` without the recorder, the
+    recorder's read of a tensor with it), and the note says it is the training's own, passed on."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    class Net(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Dense(4, 4)
+
+        def construct(self, x: Any) -> Any:
+            return ops.reshape(self.fc(x), (3, 3))  # 8 elements into 9
+
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    with pytest.raises(ValueError) as plain:
+        Net()(x).asnumpy()
+    net = Net()
+    with PrecisionDebugger(dump_path=tmp_path, level="mix", task="statistics", framework="mindspore") as dbg:
+        dbg.start(net)
+        with pytest.raises(ValueError) as caught:
+            net(x).asnumpy()
+    assert str(caught.value).splitlines()[0] == str(plain.value).splitlines()[0]
+    (note,) = caught.value.__notes__
+    assert note.startswith("msprobe-cmp: raised by the training's own computation: an operator your code queued "
+                           "earlier failed") and note.endswith("only passed it on")

@@ -423,3 +423,32 @@ def test_a_compiled_model_passed_to_start_is_declared(tmp_path: Path) -> None:
         assert "torch.compile" in reasons.get("model", ""), reasons
     finally:
         dynamo.reset()
+
+
+def test_an_error_of_the_users_call_reaches_them_as_their_own_and_the_step_is_marked_incomplete(tmp_path):
+    """A call in the user's forward that fails (shapes that do not fit) raises the same error through the recorder's
+    wrapper, with one note naming the API and the user's line, not the recorder; closing mid-step marks the step
+    incomplete in its dump.json."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: Any) -> Any:
+            return torch.matmul(self.fc(x), torch.ones(3, 3))  # shapes that do not fit
+
+    with pytest.raises(RuntimeError) as plain:
+        Net()(torch.ones(2, 4))
+    net = Net()
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "d"), task="statistics", level="mix", framework="pytorch")
+    debugger.start(net)
+    with pytest.raises(RuntimeError) as caught:
+        net(torch.ones(2, 4))
+    assert type(caught.value) is type(plain.value) and str(caught.value) == str(plain.value)
+    line = Net.forward.__code__.co_firstlineno + 1
+    assert caught.value.__notes__ == [
+        f"msprobe-cmp: raised by Torch.matmul itself, called at {__file__}, line {line}: the error is the call's; "
+        "msprobe-cmp's recorder (its wrapper is the last frame above) only passed it on"]
+    debugger.close()
+    assert _missing(_dump(tmp_path / "d"))["step"].startswith("incomplete")

@@ -22,7 +22,7 @@ from msprobe_cmp.dump.schema import ValueLeaf
 from msprobe_cmp.errors import ConfigError
 from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
-from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService, TrainingError
+from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService, TrainingError, note_passed_on
 
 logger = logging.getLogger(__name__)
 
@@ -555,11 +555,19 @@ class AdapterBase(abc.ABC):
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if compiling() or not svc.api_active() or svc.is_disabled(key) or in_transform():
-                return original(*args, **kwargs)
+                try:
+                    return original(*args, **kwargs)
+                except BaseException as exc:
+                    note_passed_on(exc, key)
+                    raise
             prepared = svc.run_guarded(key, lambda: before(family, api, args, kwargs))
             call_args = args if prepared is None else prepared[1]
             with svc.inside_api():
-                out = original(*call_args, **kwargs)
+                try:
+                    out = original(*call_args, **kwargs)
+                except BaseException as exc:
+                    note_passed_on(exc, key)
+                    raise
             if prepared is not None:
                 call = prepared[0]
                 # A collective that writes its result into its first argument and returns None (torch's

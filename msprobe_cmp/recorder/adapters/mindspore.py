@@ -66,7 +66,7 @@ import numpy as np
 
 from msprobe_cmp.dump.schema import ValueLeaf
 from msprobe_cmp.errors import MissingFrameworkError
-from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_stacked, writes_in_place
+from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_stacked, note_passed_on, writes_in_place
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
@@ -534,20 +534,26 @@ class MindSporeAdapter(AdapterBase):
 
         @functools.wraps(original)
         def __call__(executor: Any, *args: Any, **kwargs: Any) -> Any:
-            if not svc.api_active():
-                return original(executor, *args, **kwargs)
             owner = getattr(executor, "obj", None)
-            skip = 1 if owner is not None else 0
             fn = getattr(executor, "fn", None)
             name = type(owner).__name__ if owner is not None else getattr(fn, "__name__", "jit")
             key = f"{JIT_FAMILY}.{name}"
-            if svc.is_disabled(key):
-                return original(executor, *args, **kwargs)
+            if not svc.api_active() or svc.is_disabled(key):
+                try:
+                    return original(executor, *args, **kwargs)
+                except BaseException as exc:
+                    note_passed_on(exc, key)
+                    raise
+            skip = 1 if owner is not None else 0
             user_args = args[skip:]
             prepared = svc.run_guarded(key, lambda: before(JIT_FAMILY, name, user_args, kwargs))
             call_args = args if prepared is None else (*args[:skip], *prepared[1])
             with svc.inside_api():
-                out = original(executor, *call_args, **kwargs)
+                try:
+                    out = original(executor, *call_args, **kwargs)
+                except BaseException as exc:
+                    note_passed_on(exc, key)
+                    raise
             if prepared is not None:
                 call = prepared[0]
                 svc.run_guarded(key, lambda: after(key, call, out))

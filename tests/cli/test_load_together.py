@@ -4,17 +4,17 @@ loading one after the other; nothing left behind when either side fails or the p
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
+from small_dump import ENTRIES, write_dump
 
 from msprobe_cmp import cli
 from msprobe_cmp.dump.reader import load_dump
-from msprobe_cmp.dump.schema import DumpMeta, Entry, Map, Seq, TensorLeaf
-from msprobe_cmp.dump.writer import DumpWriter
 from msprobe_cmp.errors import DumpFormatError
 from msprobe_cmp.forked import GRACE, Forked
 
@@ -22,21 +22,19 @@ forks = pytest.mark.skipif(not cli._can_fork(), reason="no forked processes here
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
 
 
-def _stats_dump(root: Path, maximum: float = 1.0) -> Path:
-    w = DumpWriter(root / "step0" / "rank", DumpMeta("statistics", "L1", "mindspore"))
-    w.put(Entry.forward("Functional.relu.0.forward", Seq(), Map(),
-                        Seq((TensorLeaf("mindspore.Tensor", "Float32", (4,), maximum, 0.0, 0.5, 1.0),))))
-    w.flush()
+def _stats_dump(root: Path) -> Path:
+    """A small valid dump at ``root/step0/rank`` (tests/small_dump.py); returns ``root``."""
+    write_dump(root)
     return root
 
 
 def _broken(root: Path) -> Path:
-    """A dump whose dump.json has a statistic that is no number."""
-    _stats_dump(root)
+    """A dump whose dump.json has a statistic that is no number (its first entry's first input's Max)."""
+    write_dump(root)
     f = root / "step0" / "rank" / "dump.json"
-    text = f.read_text().replace('"Max":1.0', '"Max":{}', 1)
-    assert '"Max":{}' in text
-    f.write_text(text)
+    doc = json.loads(f.read_text())
+    doc["data"][ENTRIES[0]]["input_args"][0]["Max"] = {}
+    f.write_text(json.dumps(doc))
     return root
 
 

@@ -607,33 +607,6 @@ def _load_input(path: Path, absolute: bool, scan: bool = False) -> Dump:
     return (scan_dump if scan else load_dump)(path.resolve() if absolute and path.exists() else path)
 
 
-def _load_together(target: Path, baseline: Path, absolute: bool) -> tuple[Dump, Dump]:
-    """:func:`_load_input` of ``target`` and of ``baseline``, at the same time: a forked process
-    (:class:`~msprobe_cmp.forked.Forked`) loads the target and sends it here pickled (compactly:
-    :meth:`~msprobe_cmp.dump.reader.RankDump.__reduce__`) while this process loads the baseline: on two cores the
-    loading takes about as long as the larger dump's.  The errors are those of loading one after the other: the
-    target's first, then the baseline's (this process then waits for the target's).  Interrupted, or failing, this
-    process stops the forked one (:meth:`~msprobe_cmp.forked.Forked.stop`).
-
-    Raises:
-        DumpFormatError: what :func:`~msprobe_cmp.dump.reader.load_dump` raises, the target's first.
-        ChildProcessError: the forked process was killed (out of memory).
-    """
-    loader = Forked.start(lambda tell: tell(0, _load_input(target, absolute)), "to load the target")
-    try:
-        try:
-            dump_b = _load_input(baseline, absolute)
-        except Exception:
-            loader.finish()  # the target's error, when it has one, is the one to give: it would have been read first
-            raise
-        dump_a = loader.finish()[0]
-    except BaseException:
-        loader.stop()
-        raise
-    assert isinstance(dump_a, Dump)
-    return dump_a, dump_b
-
-
 def _run_compare(argv: Sequence[str]) -> int:
     # .pt tensor files (msprobe's PyTorch dumps) are readable during this command only: main() leaves no state.
     if tensor_loader_for(".pt") is not None:
@@ -663,20 +636,15 @@ def _compare(argv: Sequence[str]) -> int:
     # with workers (--jobs, --scheduler) this process reads the headers only and the workers the entries, so its
     # memory does not grow with the dumps; --write-mapping reads the entries here
     scan = (args.scheduler is not None or args.jobs > 1) and args.write_mapping is None
-    together = not scan and _can_fork()  # the target loaded by a forked process while this one loads the baseline
-    stages = _Stages((3 if together else 4) + (args.noise is not None))
+    stages = _Stages(5 if args.noise is not None else 4)
     # a scan's units come back from their workers one at a time: their rows are kept in files meanwhile
     spool = tempfile.TemporaryDirectory(prefix="msprobe-cmp-units-") if scan else None
     try:
         try:
-            if together:
-                stages.start(f"loading {args.target} and {args.baseline}")
-                dump_a, dump_b = _load_together(args.target, args.baseline, args.absolute_paths)
-            else:
-                stages.start(f"{'scanning' if scan else 'loading'} {args.target}")
-                dump_a = _load_input(args.target, args.absolute_paths, scan)
-                stages.start(f"{'scanning' if scan else 'loading'} {args.baseline}")
-                dump_b = _load_input(args.baseline, args.absolute_paths, scan)
+            stages.start(f"{'scanning' if scan else 'loading'} {args.target}")
+            dump_a = _load_input(args.target, args.absolute_paths, scan)
+            stages.start(f"{'scanning' if scan else 'loading'} {args.baseline}")
+            dump_b = _load_input(args.baseline, args.absolute_paths, scan)
             noise = None
             if args.noise is not None:
                 stages.start(f"{'scanning' if scan else 'loading'} {args.noise}")

@@ -1,8 +1,7 @@
 """Work done by a forked process while this one goes on: the second core of a small machine for the CLI.
 
-The command forks (Linux only, :func:`can_fork`) for two pieces of work: loading the target dump while it loads
-the baseline (``cli._load_inputs``), and writing comparison.json and comparison.csv while it writes the pages
-(``cli._write_together``).  Both go through :class:`Forked`: the forked process runs a function that tells this one
+The command forks (Linux only, :func:`can_fork`) to write comparison.json and comparison.csv while it writes the
+pages (``cli._write_together``), through :class:`Forked`: the forked process runs a function that tells this one
 values (pickled through a pipe, as soon as each is known), ends with ``os._exit`` (never returning into the caller's
 stack), and its error reaches this process as the same exception with the forked process's traceback as a note.
 Ctrl-C and SIGTERM are held while forking, so that an interrupt never finds a forked process this one does not
@@ -11,7 +10,6 @@ know; then :meth:`Forked.stop` ends it (SIGTERM, SIGKILL after :data:`GRACE` sec
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import signal
@@ -24,6 +22,9 @@ from typing import NoReturn
 
 #: How long a forked process is given to stop after SIGTERM (:meth:`Forked.stop`) before it is killed, in seconds.
 GRACE = 5.0
+
+#: The bytes of a message's length, before its pickle (:meth:`Forked._take`).
+_FRAME = 8
 
 #: What the forked process's function is given: ``tell(key, value)`` sends ``value`` (picklable) to this process.
 Tell = Callable[[int, object], None]
@@ -61,9 +62,10 @@ class Forked:
     """A forked process running ``work(tell)`` (:meth:`start`) and what it told this one so far.
 
     Its messages are pickled ``(key, value, None)`` for ``tell(key, value)``, or ``(None, None, (exception,
-    traceback text))`` when ``work`` raised; they are read when this process waits for it (:meth:`finish`) or stops
-    it (:meth:`stop`).  What was told is kept (:attr:`told`), so that a value naming something to clean up (a
-    temporary file) is not lost when this process is interrupted while waiting, nor when the forked one is killed.
+    traceback text))`` when ``work`` raised, each after its length; they are read when this process waits for it
+    (:meth:`finish`) or stops it (:meth:`stop`), each taken as soon as it is whole.  What was told is kept
+    (:attr:`told`), so that a value naming something to clean up (a temporary file) is not lost when this process is
+    interrupted while waiting, nor when the forked one is killed.
 
     Attributes:
         pid: the forked process; what: what it does, for messages (``"to write reports alongside"``).
@@ -103,8 +105,8 @@ class Forked:
             return cls(pid, read_end, what)
 
     def _receive(self) -> None:
-        """Read what the pipe holds into the received bytes: until its end, or (once :meth:`stop` made the pipe
-        non-blocking) what is there now."""
+        """Read what the pipe holds, taking each message as soon as it is whole (:meth:`_take`): until the pipe's end,
+        or (once :meth:`stop` made the pipe non-blocking) what is there now."""
         fd = self._fd
         while fd is not None:
             try:
@@ -116,23 +118,29 @@ class Forked:
                 self._fd = fd = None
                 break
             self._received += chunk
+            self._take()
 
-    def _parse(self) -> None:
-        """The messages in the received bytes, in order, into :attr:`told` and the errors; a message cut short (a
-        killed process, one stopped mid-message) ends them."""
-        stream = io.BytesIO(self._received)
-        self._received = bytearray()
-        while True:
-            try:
-                key, value, error = pickle.load(stream)
-            except Exception:  # the end, or a message cut short
-                break
-            if error is not None:
-                exc, text = error
-                exc.add_note(f"(raised in the process forked {self.what})\n{text}")
-                self._errors.append(exc)
-            else:
-                self.told[key] = value
+    def _take(self) -> None:
+        """The whole messages at the start of the received bytes, in order, into :attr:`told` and the errors.  A
+        message is its length (8 bytes, little-endian) and its pickle, unpickled in place (no copy of a large value's
+        bytes is made); one cut short stays until more comes, or for good (a killed process, one stopped
+        mid-message)."""
+        buf = self._received
+        at = 0
+        with memoryview(buf) as view:
+            while len(buf) - at >= _FRAME:
+                size = int.from_bytes(view[at:at + _FRAME], "little")
+                if len(buf) - at - _FRAME < size:
+                    break
+                key, value, error = pickle.loads(view[at + _FRAME:at + _FRAME + size])
+                at += _FRAME + size
+                if error is not None:
+                    exc, text = error
+                    exc.add_note(f"(raised in the process forked {self.what})\n{text}")
+                    self._errors.append(exc)
+                else:
+                    self.told[key] = value
+        del buf[:at]
 
     def finish(self) -> dict[int, object]:
         """Wait for the process to end: :attr:`told`, all of it.
@@ -142,7 +150,6 @@ class Forked:
             ChildProcessError: the process ended without telling why (a signal: killed, out of memory).
         """
         self._receive()
-        self._parse()
         if self.status is None:
             self.status = os.waitpid(self.pid, 0)[1]
         if self._errors:
@@ -177,7 +184,6 @@ class Forked:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self._parse()
         return self.told
 
 
@@ -193,15 +199,20 @@ def _child_main(work: Callable[[Tell], object], fd: int) -> NoReturn:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         with os.fdopen(fd, "wb") as report:
 
-            def tell(key: int, value: object) -> None:
-                pickle.dump((key, value, None), report, protocol=pickle.HIGHEST_PROTOCOL)
+            def send(message: tuple[object, object, object]) -> None:
+                data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+                report.write(len(data).to_bytes(_FRAME, "little"))
+                report.write(data)
                 report.flush()
+
+            def tell(key: int, value: object) -> None:
+                send((key, value, None))
 
             try:
                 work(tell)
                 status = 0
             except BaseException as exc:
-                pickle.dump((None, None, (picklable(exc), traceback.format_exc())), report)
+                send((None, None, (picklable(exc), traceback.format_exc())))
     finally:
         os._exit(status)
 

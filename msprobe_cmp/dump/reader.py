@@ -479,8 +479,8 @@ class RankDump:
     mentions_md5: bool | None = None
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
-        # compactly (pack_entries: the file's leaf columns once, not a leaf object each), for a unit loaded by another
-        # process (the CLI loads the target in a forked process); the look-up tables as plain dicts
+        # compactly (pack_entries: the file's leaf columns once, not a leaf object each), for a unit loaded in another
+        # process (multiprocessing, a Dask worker); the look-up tables as plain dicts (a mappingproxy does not pickle)
         state = {f.name: getattr(self, f.name) for f in fields(self)}
         state.update(entries=pack_entries(self.entries), stack=dict(self.stack), construct=dict(self.construct))
         return (_unpickle_rank_dump, (state,))

@@ -620,11 +620,11 @@ def _run_compare(argv: Sequence[str]) -> int:
 
 def _compare(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(list(argv))
-    _check_outputs(args.output, args.force)
     inputs = [p for p in (args.target, args.baseline, args.noise) if p is not None]
     holder = _input_holding(args.output, inputs)
-    if holder is not None:
+    if holder is not None:  # before --force is asked for: it would not help
         raise ConfigError(f"--output {args.output}: inside the input dump {holder}; write the reports elsewhere")
+    _check_outputs(args.output, args.force)
     rules = _rules_from_args(args)  # validate options before reading dumps
     mapping = _mapping_from_args(args)
     if args.jobs < 1:
@@ -685,9 +685,9 @@ def _input_holding(path: Path, inputs: Sequence[Path]) -> Path | None:
     ``path`` (or is it), symlinks resolved, or None (an input that does not exist holds nothing).  A command writes
     nothing into a dump it reads: a report beside a dump.json is mistaken for the recording's own files, and
     ``--force`` would replace files there."""
-    target = path.resolve()
+    target = Path(os.path.realpath(path))  # a symlink loop stays as it is (Path.resolve raises RuntimeError)
     for given in inputs:
-        root = given.resolve()
+        root = Path(os.path.realpath(given))
         if not root.exists():
             continue  # the input's own error comes later
         root = root if root.is_dir() else root.parent

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, CellRollup
-from msprobe_cmp.comparator.rowtable import RowTable
+from msprobe_cmp.comparator.rowtable import ABSENT, RowTable
 from msprobe_cmp.comparator.rules import Verdict
 from msprobe_cmp.dump.naming import CELL_PREFIXES, parse_name
 
@@ -89,12 +89,20 @@ def _is_cell_name(name: str) -> bool:
 
 
 def paired_cells(rows: RowTable) -> dict[str, str]:
-    """B's cell calls paired with a cell call of A, each with its partner: from the rows of A's cell entries that name
-    B's (the cell mapping across frameworks, or a call aligned by call order); the first pairing of a B call wins."""
+    """B's cell calls paired with a cell call of A under another name, each with its partner: from the rows of A's
+    cell entries that name B's (the cell mapping across frameworks); the first pairing of a B call wins.  A B name
+    that is also one of A's entries is left out: within one framework, calls aligned by call order (A's
+    ``Blk.forward.1`` with B's ``Blk.forward.0``) share names across the sides, and a row names its call by A's name
+    (or by B's for a row of B alone), so such a name cannot say which side's call it is."""
     paired = (rows.entry_b >= 0) & (rows.entry_b != rows.entry)
     codes = set(zip(rows.entry[paired].tolist(), rows.entry_b[paired].tolist(), strict=True))
+    if not codes:
+        return {}
+    names_a = set(np.unique(rows.entry[rows.side_kind[:, 0] != ABSENT]).tolist())
     a_of_b: dict[str, str] = {}
     for code_a, code_b in sorted(codes):
+        if code_b in names_a:
+            continue
         name_a, name_b = rows.strings[code_a], rows.strings[code_b]
         if _is_cell_name(name_a) and _is_cell_name(name_b):
             a_of_b.setdefault(name_b, name_a)

@@ -111,16 +111,31 @@ PASSED_ON = "msprobe-cmp: raised by "
 def note_passed_on(exc: BaseException, api: str) -> None:
     """Say on ``exc``, raised by the API ``api`` that a recorder wrapper called for the user's code, that the error is
     the call's own: the wrapper, the last frame of the traceback, only passed it on.  The note names the user's call
-    site (the frame that called the wrapper: ``sys._getframe(2)`` from here).  One note an exception: a wrapped API
+    site: the first frame above the wrapper that is not the framework's (torch, mindspore, mindtorch) nor
+    msprobe-cmp's own (:func:`_framework_dirs`).  One note an exception: a wrapped API
     called by another (``torch.nn.functional.linear`` calling a wrapped op) rewrites it as the exception leaves the
     outer one, so it names the call the user wrote.  Never raises (a hook must not change the error it observes)."""
     try:
         caller = sys._getframe(2)
+        while caller.f_back is not None and caller.f_code.co_filename.startswith(_framework_dirs()):
+            caller = caller.f_back  # torch's nn.Linear calling F.linear: the user's line is above
         _note(exc, f"{PASSED_ON}{api} itself, called at {caller.f_code.co_filename}, line {caller.f_lineno}: the "
                    "error is the call's; msprobe-cmp's recorder (its wrapper is the last frame above) only passed it "
                    "on")
     except Exception:  # an exception type that refuses notes: it goes on as it is
         pass
+
+
+def _framework_dirs() -> tuple[str, ...]:
+    """The package directories of the frameworks imported (torch, mindspore, mindtorch) and of msprobe-cmp, each
+    ending in a path separator: a frame whose file is in one is not the user's call site (:func:`note_passed_on`)."""
+    dirs = []
+    for name in ("torch", "mindspore", "mindtorch", "msprobe_cmp"):
+        module = sys.modules.get(name)
+        origin = getattr(module, "__file__", None)
+        if origin:
+            dirs.append(os.path.join(os.path.dirname(origin), ""))
+    return tuple(dirs)
 
 
 def _note(exc: BaseException, text: str) -> None:

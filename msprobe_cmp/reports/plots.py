@@ -439,14 +439,15 @@ def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> 
 def _marker(parts: list[str], x: float, lane: float, top: float, bottom: float, mark_id: str, color: str,
             label: str) -> None:
     """A vertical line at ``x`` from just above ``top`` to ``bottom`` and its label on the line ``lane`` above the
-    panels (its own line: no other text is drawn there, no other marker's line crosses it), cut to fit the plot's
-    width and turned to the left of the line near the right edge."""
+    panels (its own line: no other text is drawn there, no other marker's line crosses it): right of the line, or left
+    of it when it does not fit there and the left has more room, cut to the room on its side."""
     parts.append(f'<line id="{mark_id}" x1="{_fmt(x)}" y1="{_fmt(top - 4)}" x2="{_fmt(x)}" y2="{_fmt(bottom)}" '
                  f'stroke="{color}" stroke-width="1.5" stroke-dasharray="5 3"><title>{escape(label)}</title></line>')
-    room = int((WIDTH - _RIGHT - _LEFT) / _CHAR) - 2
+    right, left = WIDTH - 2 - (x + 4), (x - 4) - 2  # the room on each side of the line, in pixels
+    anchor = "start" if _extent(x + 4, label, "start")[1] <= WIDTH - 2 or right >= left else "end"
+    room = int((right if anchor == "start" else left) / _CHAR)
     if len(label) > room:
-        label = label[:room - 3] + "..."
-    anchor = "start" if _extent(x + 4, label, "start")[1] <= WIDTH - 2 else "end"
+        label = label[:max(room - 3, 0)] + "..."
     parts.append(_text(x + (4 if anchor == "start" else -4), lane, label, anchor, f' fill="{color}"'))
 
 

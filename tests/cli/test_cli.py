@@ -529,3 +529,19 @@ def test_an_output_beside_the_input_dumps_is_fine(tmp_path, capsys):
     code, _, err = _run([run, run, "-o", tmp_path / "runs-report"], capsys)  # a sibling whose name starts alike
     assert code == 0, err
     assert (tmp_path / "runs-report" / "report.html").is_file()
+
+
+def test_an_output_inside_an_input_is_named_before_force_is_asked_for(tmp_path, capsys):
+    run = _stats_dump(tmp_path / "run")
+    (run / "out").mkdir()
+    (run / "out" / "report.html").write_text("earlier")
+    code, _, err = _run([run, run, "-o", run / "out"], capsys)  # no --force: the refusal, not "pass --force"
+    assert code == 2 and "inside the input dump" in err and "--force" not in err
+
+
+def test_an_output_through_a_symlink_loop_is_a_usage_error(tmp_path, capsys):
+    run = _stats_dump(tmp_path / "run")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    code, _, err = _run([run, run, "-o", loop / "out"], capsys)
+    assert code == 2 and err.startswith("msprobe-cmp: error: ") and err.count("\n") == 1, err

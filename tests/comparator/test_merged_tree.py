@@ -47,3 +47,44 @@ def test_the_merge_by_hand():
     # the paired module is its cell (its own rows in the cell); its parent (paired with no cell of A) stays
     assert merged == {"Functional.linear.9.forward": "Cell.head.Dense.forward.0",
                       "Module.head.Linear.forward.0": "Cell.head.Dense.forward.0", "Module.net.Net.forward.0": None}
+
+
+def _leaf(shape=(4, 8), mx=1.0):
+    from msprobe_cmp.dump import TensorLeaf
+
+    return TensorLeaf("torch.Tensor", "torch.float32", shape, max=mx, min=-1.0, mean=0.0, norm=2.0)
+
+
+def test_calls_aligned_by_call_order_in_one_framework_keep_their_own_rows(tmp_path):
+    """A calls a block 3 times, B twice (its first call missing): call order pairs A's .1/.2 with B's .0/.1, whose
+    names are also A's.  Each block call keeps its own 4 rows and A's failing call stays the failing cell."""
+    from msprobe_cmp.dump import DumpMeta, DumpWriter, Entry, Map, Seq
+
+    def side(name, calls):
+        w = DumpWriter(tmp_path / name / "step0" / "rank", DumpMeta("statistics", "mix", "pytorch"))
+        w.put(Entry.forward("Module.net.Net.forward.0", Seq((_leaf(),)), Map(), Seq((_leaf(),))))
+        w.set_parent("Module.net.Net.forward.0", None)
+        for cell, shape, op in calls:
+            bad = name == "a" and cell == "Module.blk.Blk.forward.1"
+            w.put(Entry.forward(cell, Seq((_leaf(shape),)), Map(), Seq((_leaf(shape, 9.0 if bad else 1.0),))))
+            w.set_parent(cell, "Module.net.Net.forward.0")
+            w.put(Entry.forward(op, Seq((_leaf(shape),)), Map(), Seq((_leaf(shape),))))
+            w.set_parent(op, cell)
+        w.flush()
+
+    side("a", [("Module.blk.Blk.forward.0", (2, 2), "Functional.relu.0.forward"),
+               ("Module.blk.Blk.forward.1", (4, 8), "Functional.relu.1.forward"),
+               ("Module.blk.Blk.forward.2", (5, 8), "Functional.relu.2.forward")])
+    side("b", [("Module.blk.Blk.forward.0", (4, 8), "Functional.relu.0.forward"),
+               ("Module.blk.Blk.forward.1", (5, 8), "Functional.relu.1.forward")])
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    (u,) = c.units
+    assert any(r.entry_name_b not in (None, r.entry_name) for r in u.rows)  # aligned by call order
+    assert merged_construct(u.rows, {}, {"x": "Module.blk.Blk.forward.0"}) == {"x": "Module.blk.Blk.forward.0"}
+    cells = {cell.cell: cell for cell in u.cells}
+    # every block call: its own input and output, its relu's input and output
+    assert {k: cells[f"Module.blk.Blk.forward.{k}"].rows for k in range(3)} == {0: 4, 1: 4, 2: 4}
+    assert cells["Module.net.Net.forward.0"].rows == len(u.rows)
+    assert [name for name, cell in cells.items() if cell.failing] == ["Module.net.Net.forward.0",
+                                                                     "Module.blk.Blk.forward.1"]
+    assert c.likely_origin is not None and c.likely_origin.where == "Module.blk.Blk.forward.1"

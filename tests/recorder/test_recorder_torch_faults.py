@@ -452,3 +452,28 @@ def test_an_error_of_the_users_call_reaches_them_as_their_own_and_the_step_is_ma
         "msprobe-cmp's recorder (its wrapper is the last frame above) only passed it on"]
     debugger.close()
     assert _missing(_dump(tmp_path / "d"))["step"].startswith("incomplete")
+
+
+def test_the_note_names_the_users_line_not_torchs(tmp_path):
+    """nn.Linear given the wrong width fails in torch's own forward (F.linear): the note names the user's line that
+    called the layer, not torch's file."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc(x)  # 3 features into a 4-wide layer
+
+    net = Net()
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "d"), task="statistics", level="mix", framework="pytorch")
+    debugger.start(net)
+    try:
+        with pytest.raises(RuntimeError) as caught:
+            net(torch.ones(2, 3))
+    finally:
+        debugger.close()
+    (note,) = caught.value.__notes__
+    line = Net.forward.__code__.co_firstlineno + 1
+    assert note.startswith(f"msprobe-cmp: raised by Functional.linear itself, called at {__file__}, line {line}: ")

@@ -524,3 +524,60 @@ def test_the_cell_tree_opens_the_way_to_the_origin_and_lists_a_cells_rows(driver
     assert "inside Cell.net.block2.Block.forward.0" in _shown(driver)
     driver.find_element("id", "reset").click()
     _wait(driver, lambda: _shown(driver).startswith(f"{len(c.units[0].rows)} of"))
+
+
+def _chain_pair(root: Path, parents: dict[str, str | None], differing: str) -> tuple[Path, Path]:
+    """Two statistics dumps of the cells and ops of ``parents`` (entry -> parent cell, construct.json as given, cycles
+    and all), identical but for the output of ``differing``, 3x larger on A."""
+    sides = {}
+    for side in ("a", "b"):
+        w = DumpWriter(root / side / "step0" / "rank", DumpMeta("statistics", "mix", "mindspore"))
+        for name, parent in parents.items():
+            scale = 3.0 if side == "a" and name == differing else 1.0
+            w.put(Entry.forward(name, Seq((_leaf(),)), Map(), Seq((_leaf(mx=scale, norm=2.0 * scale),))))
+            w.set_parent(name, parent)
+        w.flush()
+        sides[side] = root / side
+    return sides["a"], sides["b"]
+
+
+@pytest.mark.parametrize("shape", ["cycle", "deep", "separator"])
+def test_odd_cell_trees_load_and_filter_right(driver, tmp_path, shape):
+    """construct.json with a cycle (Cell.x <-> Cell.y), the origin 100 cells deep (beyond what the page opens at
+    load), or a cell name holding the chain separator " < ": the page loads without errors, and "its rows" of a cell
+    lists exactly that cell's rows."""
+    if shape == "cycle":
+        parents = {"Cell.x.X.forward.0": "Cell.y.Y.forward.0", "Cell.y.Y.forward.0": "Cell.x.X.forward.0",
+                   "Functional.op.0.forward": "Cell.x.X.forward.0"}
+        differing, cell, inside = "Functional.op.0.forward", None, []
+    elif shape == "deep":
+        cells = [f"Cell.d{k}.D.forward.0" for k in range(100)]
+        parents = {c: (cells[k - 1] if k else None) for k, c in enumerate(cells)}
+        parents["Functional.op.0.forward"] = cells[-1]
+        differing, cell, inside = "Functional.op.0.forward", cells[-1], [cells[-1], "Functional.op.0.forward"]
+    else:
+        odd = "Cell.z < Cell.a.A.forward.0 < q.Z.forward.0"
+        parents = {"Cell.a.A.forward.0": None, odd: None, "Functional.inA.0.forward": "Cell.a.A.forward.0",
+                   "Functional.inZ.0.forward": odd}
+        differing, cell, inside = "Functional.inA.0.forward", "Cell.a.A.forward.0", ["Cell.a.A.forward.0",
+                                                                                    "Functional.inA.0.forward"]
+    c = compare(*map(load_dump, _chain_pair(tmp_path / "dumps", parents, differing)))
+    page = tmp_path / f"report-{shape}.html"
+    page.write_text(render_html(c), encoding="utf-8")
+    took = _open(driver, page)
+    assert took < 20 and _errors(driver) == []
+    if cell is None:
+        return
+    if shape == "deep":  # beyond the depth opened at load: open the way by hand, to the last cell
+        driver.execute_script("""
+            var det = document.querySelector('#cell-tree details details');
+            while (det) { det.build(); det.open = true; det = det.querySelector(':scope > ul > li > details'); }""")
+        _wait(driver, lambda: driver.execute_script(
+            "return Array.from(document.querySelectorAll('#cell-tree .cname')).some(function (e) {"
+            f" return e.textContent === '{cell}'; }})"))
+    link = driver.execute_script(
+        "var name = arguments[0]; return Array.from(document.querySelectorAll('#cell-tree .cname')).filter("
+        "function (e) { return e.textContent === name; })[0].parentNode.querySelector('a.cellrows');", cell)
+    link.click()
+    expected = sorted(f"{name}.{p}" for name in inside for p in ("input.0", "output.0"))
+    _wait(driver, lambda: sorted(_visible_names(driver)) == expected)

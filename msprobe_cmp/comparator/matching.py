@@ -41,7 +41,7 @@ from __future__ import annotations
 import difflib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import repeat
+from itertools import chain
 from typing import Literal, NamedTuple, Protocol, TypeVar
 
 import numpy as np
@@ -363,24 +363,26 @@ class RowPairsBuilder:
     entries read from files (:meth:`add_column_rows`), then makes the :class:`RowPairs` (:meth:`finish`)."""
 
     def __init__(self) -> None:
+        self._n = 0
         self._names: Interned[str] = Interned()
         self._notes: Interned[tuple[str, ...]] = Interned(())
         self._columns: list[LeafColumns] = []
         self._holder_of: dict[int, int] = {}
-        self._path_codes: dict[tuple[str, ...], tuple[int, ...]] = {}
-        self._entry = array("i")
-        self._arg_path = array("i")
-        self._class = array("B")
-        self._holder = (array("i"), array("i"))
-        self._row = (array("q"), array("q"))
-        # sparse columns (row index → value): what only rows given as objects have
+        # the rows given as objects: their places, and their dense columns (entry, arg_path, class, A's holder and
+        # row, B's holder and row) in that order
+        self._at: list[int] = []
+        self._dense: tuple[list[int], ...] = ([], [], [], [], [], [], [])
+        # what only rows given as objects have (row index → value)
         self._sparse: dict[str, dict[int, int]] = {"entry_b": {}, "arg_path_b": {}, "mapped_by": {}, "notes": {}}
         self._transposed: list[int] = []
         self._absent: tuple[list[int], list[int]] = ([], [])
         self._objects: tuple[dict[int, Leaf], dict[int, Leaf]] = ({}, {})
+        # the rows of add_column_rows, one block a call
+        self._blocks: list[tuple[int, str, tuple[str, ...], tuple[int, ...] | None, LeafColumns, int, tuple[int, ...],
+                                 LeafColumns, int, tuple[int, ...]]] = []
 
     def __len__(self) -> int:
-        return len(self._class)
+        return self._n
 
     def _holder_code(self, cols: LeafColumns) -> int:
         h = self._holder_of.get(id(cols))
@@ -391,11 +393,14 @@ class RowPairsBuilder:
 
     def append(self, pair: RowPair) -> None:
         """Add one row."""
-        i = len(self._class)
+        i = self._n
+        self._n += 1
         code = self._names.code
-        self._entry.append(code(pair.entry_name))
-        self._arg_path.append(code(pair.arg_path))
-        self._class.append(_CLASS_CODE[pair.match_class])
+        self._at.append(i)
+        entry, arg_path, classes, holder_a, row_a, holder_b, row_b = self._dense
+        entry.append(code(pair.entry_name))
+        arg_path.append(code(pair.arg_path))
+        classes.append(_CLASS_CODE[pair.match_class])
         sparse = self._sparse
         for column, text in (("entry_b", pair.entry_name_b), ("arg_path_b", pair.arg_path_b),
                              ("mapped_by", pair.mapped_by)):
@@ -405,16 +410,17 @@ class RowPairsBuilder:
             sparse["notes"][i] = self._notes.code(tuple(pair.notes))
         if pair.transpose_b:
             self._transposed.append(i)
-        for s, leaf, there in ((0, pair.leaf_a, pair.in_a), (1, pair.leaf_b, pair.in_b)):
+        for s, leaf, there, holder, row in ((0, pair.leaf_a, pair.in_a, holder_a, row_a),
+                                            (1, pair.leaf_b, pair.in_b, holder_b, row_b)):
             if there or leaf is not None:
                 self._objects[s][i] = leaf
             if there and isinstance(leaf, TensorLeaf):
-                cols, row = leaf.columns
-                self._holder[s].append(self._holder_code(cols))
-                self._row[s].append(row)
+                cols, r = leaf.columns
+                holder.append(self._holder_code(cols))
+                row.append(r)
             else:
-                self._holder[s].append(-1)
-                self._row[s].append(0)
+                holder.append(-1)
+                row.append(0)
             if not there:
                 self._absent[s].append(i)
 
@@ -424,38 +430,32 @@ class RowPairsBuilder:
             self.append(pair)
 
     def add_column_rows(
-        self, name: str, paths: tuple[str, ...], cols_a: LeafColumns, rows_a: Iterable[int], cols_b: LeafColumns,
-        rows_b: Iterable[int],
+        self, name: str, paths: tuple[str, ...], order: tuple[int, ...] | None, cols_a: LeafColumns, start_a: int,
+        offsets_a: tuple[int, ...], cols_b: LeafColumns, start_b: int, offsets_b: tuple[int, ...],
     ) -> None:
-        """Add the rows of two entries named ``name`` whose leaves under ``paths`` (in row order) are tensor leaves
-        of files: A's rows ``rows_a`` of ``cols_a``, B's ``rows_b`` of ``cols_b`` (one per path).  Present on both
-        sides, without notes; classified by :meth:`finish` (:func:`classify_pair`'s class and notes)."""
-        k = len(paths)
-        codes = self._path_codes.get(paths)
-        if codes is None:
-            codes = self._path_codes[paths] = tuple(map(self._names.code, paths))
-        self._entry.extend(repeat(self._names.code(name), k))
-        self._arg_path.extend(codes)
-        self._class.extend(repeat(_PENDING, k))
-        self._holder[0].extend(repeat(self._holder_code(cols_a), k))
-        self._holder[1].extend(repeat(self._holder_code(cols_b), k))
-        self._row[0].extend(rows_a)
-        self._row[1].extend(rows_b)
-        if not len(self._row[0]) == len(self._row[1]) == len(self._class):
-            raise ValueError(f"{name}: {k} paths, rows of another count")
+        """Add the rows of two entries named ``name`` whose leaves are tensor leaves of files, one row a path of
+        ``paths``, in that order: the k-th row's A leaf is row ``start_a + offsets_a[order[k]]`` of ``cols_a`` (``k``
+        for ``order[k]`` when ``order`` is None), its B leaf row ``start_b + offsets_b[order[k]]`` of ``cols_b``.
+        Present on both sides; classified by :meth:`finish` (:func:`classify_pair`'s class and notes).  The offsets
+        (as many as ``paths``) are checked by :meth:`finish`."""
+        self._blocks.append((self._n, name, paths, order, cols_a, start_a, offsets_a, cols_b, start_b, offsets_b))
+        self._n += len(paths)
 
     def extend_rows(self, pairs: RowPairs, start: int, stop: int) -> None:
-        """Add rows ``start`` to ``stop`` (exclusive) of ``pairs``, in order."""
+        """Add rows ``start`` to ``stop`` (exclusive) of ``pairs``, in order, as objects' rows are added (their
+        tensor leaves stay ``(columns, row)`` pairs)."""
         if start >= stop:
             return
-        at = len(self._class)
+        at = self._n
+        self._n += stop - start
         code = self._names.code
-        names = [code(t) for t in pairs.names]
-        lookup = np.asarray([*names, -1], dtype=np.int32)  # code -1 (None) reads the last item
+        lookup = np.asarray([*map(code, pairs.names), -1], dtype=np.int32)  # code -1 (None) reads the last item
         window = slice(start, stop)
-        self._entry.extend(lookup[pairs.entry[window]].tolist())
-        self._arg_path.extend(lookup[pairs.arg_path[window]].tolist())
-        self._class.extend(pairs.match_class[window].tolist())
+        self._at.extend(range(at, self._n))
+        entry, arg_path, classes, holder_a, row_a, holder_b, row_b = self._dense
+        entry.extend(lookup[pairs.entry[window]].tolist())
+        arg_path.extend(lookup[pairs.arg_path[window]].tolist())
+        classes.extend(pairs.match_class[window].tolist())
         sparse = self._sparse
         for column in ("entry_b", "arg_path_b", "mapped_by"):
             values = lookup[getattr(pairs, column)[window]]
@@ -465,11 +465,10 @@ class RowPairsBuilder:
         for k in np.flatnonzero(notes).tolist():
             sparse["notes"][at + k] = self._notes.code(pairs.note_texts[notes[k]])
         self._transposed.extend((np.flatnonzero(pairs.transpose_b[window]) + at).tolist())
-        holders = [self._holder_code(c) for c in pairs.columns]
-        for s, present in ((0, pairs.in_a), (1, pairs.in_b)):
-            held = pairs.holder[window, s]
-            self._holder[s].extend(np.where(held >= 0, np.asarray([*holders, -1], np.int32)[held], -1).tolist())
-            self._row[s].extend(pairs.leaf_row[window, s].tolist())
+        holders = np.asarray([*map(self._holder_code, pairs.columns), -1], np.int32)
+        for s, present, holder, row in ((0, pairs.in_a, holder_a, row_a), (1, pairs.in_b, holder_b, row_b)):
+            holder.extend(holders[pairs.holder[window, s]].tolist())
+            row.extend(pairs.leaf_row[window, s].tolist())
             self._absent[s].extend((np.flatnonzero(~present[window]) + at).tolist())
             for i, leaf in pairs.objects[s].items():
                 if start <= i < stop:
@@ -477,15 +476,24 @@ class RowPairsBuilder:
 
     def finish(self) -> RowPairs:
         """The rows added, in order, the rows of :meth:`add_column_rows` classified (the builder is not used
-        afterwards)."""
-        n = len(self._class)
+        afterwards).
+
+        Raises:
+            ValueError: an :meth:`add_column_rows` call whose offsets are not one per path.
+        """
+        n = self._n
         i32 = np.int32
-        arrays: dict[str, np.ndarray] = {
-            "entry": np.frombuffer(self._entry, i32).copy(), "arg_path": np.frombuffer(self._arg_path, i32).copy(),
-            "match_class": np.frombuffer(self._class, np.uint8).copy(),
-            "holder": np.stack([np.frombuffer(h, i32) for h in self._holder], axis=1).reshape(n, 2),
-            "leaf_row": np.stack([np.frombuffer(r, np.int64) for r in self._row], axis=1).reshape(n, 2),
-        }
+        entry, arg_path, classes = np.empty(n, i32), np.empty(n, i32), np.empty(n, np.uint8)
+        holder, leaf_row = np.empty((n, 2), i32), np.empty((n, 2), np.int64)
+        if self._at:
+            at = np.asarray(self._at, dtype=np.int64)
+            dense = self._dense
+            entry[at], arg_path[at], classes[at] = dense[0], dense[1], dense[2]
+            holder[at, 0], leaf_row[at, 0], holder[at, 1], leaf_row[at, 1] = dense[3], dense[4], dense[5], dense[6]
+        if self._blocks:
+            self._fill_blocks(entry, arg_path, classes, holder, leaf_row)
+        arrays: dict[str, np.ndarray] = {"entry": entry, "arg_path": arg_path, "match_class": classes,
+                                         "holder": holder, "leaf_row": leaf_row}
         for column, values in self._sparse.items():
             arr = np.full(n, 0 if column == "notes" else -1, i32)
             if values:
@@ -500,6 +508,45 @@ class RowPairsBuilder:
         if len(pending):
             _classify_column_rows(pairs, pending, self._notes)
         return pairs
+
+    def _fill_blocks(self, entry: np.ndarray, arg_path: np.ndarray, classes: np.ndarray, holder: np.ndarray,
+                     leaf_row: np.ndarray) -> None:
+        """Write the rows of the :meth:`add_column_rows` calls into the columns (their class pending)."""
+        blocks = self._blocks
+        b = len(blocks)
+        name_code, holder_code = self._names.code, self._holder_code
+        path_codes: dict[tuple[str, ...], tuple[int, ...]] = {}
+        reordered: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
+
+        def codes_of(paths: tuple[str, ...]) -> tuple[int, ...]:
+            got = path_codes.get(paths)
+            if got is None:
+                got = path_codes[paths] = tuple(map(name_code, paths))
+            return got
+
+        def in_order(offsets: tuple[int, ...], order: tuple[int, ...] | None, k: int) -> tuple[int, ...]:
+            if len(offsets) != k:
+                raise ValueError(f"{len(offsets)} leaf offsets for {k} paths")
+            if order is None:
+                return offsets
+            got = reordered.get((offsets, order))
+            if got is None:
+                got = reordered[(offsets, order)] = tuple(map(offsets.__getitem__, order))
+            return got
+
+        ats = np.fromiter((blk[0] for blk in blocks), np.int64, b)
+        ks = np.fromiter((len(blk[2]) for blk in blocks), np.int64, b)
+        total = int(ks.sum())
+        # block j's rows are ats[j] + 0, 1, ..., ks[j] - 1
+        positions = np.repeat(ats - (np.cumsum(ks) - ks), ks) + np.arange(total, dtype=np.int64)
+        entry[positions] = np.repeat(np.fromiter((name_code(blk[1]) for blk in blocks), np.int64, b), ks)
+        arg_path[positions] = np.fromiter(chain.from_iterable([codes_of(blk[2]) for blk in blocks]), np.int64, total)
+        classes[positions] = _PENDING
+        for s, first in ((0, 4), (1, 7)):
+            holder[positions, s] = np.repeat(np.fromiter((holder_code(blk[first]) for blk in blocks), np.int64, b), ks)
+            offsets = np.fromiter(chain.from_iterable([in_order(blk[first + 2], blk[3], len(blk[2])) for blk in blocks]),
+                                  np.int64, total)
+            leaf_row[positions, s] = np.repeat(np.fromiter((blk[first + 1] for blk in blocks), np.int64, b), ks) + offsets
 
 
 def _classify_column_rows(pairs: RowPairs, index: np.ndarray, notes: Interned[tuple[str, ...]]) -> None:
@@ -1172,11 +1219,7 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> Row
                 cols_b, start_b, offsets_b = eb.leaf_rows()
                 if (cols_a is not None and cols_b is not None and len(offsets_a) == len(paths)
                         and len(offsets_b) == len(paths)):  # every leaf a tensor leaf of the files
-                    if order is not None:
-                        offsets_a = tuple(map(offsets_a.__getitem__, order))
-                        offsets_b = tuple(map(offsets_b.__getitem__, order))
-                    out.add_column_rows(name, paths, cols_a, map(start_a.__add__, offsets_a),
-                                        cols_b, map(start_b.__add__, offsets_b))
+                    out.add_column_rows(name, paths, order, cols_a, start_a, offsets_a, cols_b, start_b, offsets_b)
                     continue
                 leaves_a, leaves_b = ea.flat()[1], eb.flat()[1]
                 if order is not None:

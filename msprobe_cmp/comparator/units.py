@@ -414,39 +414,47 @@ def _set_names_and_sides(builder: RowTableBuilder, pairs: RowPairs, unit_a: Rank
     starts = [0, *(np.flatnonzero(change) + 1).tolist()]
     construct_a, construct_b = unit_a.construct.get, unit_b.construct.get
     stack_a, stack_b = unit_a.stack.get, unit_b.stack.get
-    stack_code = builder.stack_code
+    runs_a, runs_b = in_a[starts].tolist(), in_b[starts].tolist()
+    names_a = list(map(names.__getitem__, entry[starts].tolist()))
+    names_b = [nm if c < 0 else names[c] for c, nm in zip(entry_b[starts].tolist(), names_a, strict=True)]
+    parent_of = [construct_a(nm) if there else None for nm, there in zip(names_a, runs_a, strict=True)]
+    for j in [j for j, (p, there) in enumerate(zip(parent_of, runs_b, strict=True)) if p is None and there]:
+        parent_of[j] = construct_b(names_b[j])
     parent_names = Interned[str]()  # coded after pairs.names: code len(names) + k
-    parents: list[int] = []
+    parents = [-1 if p is None else len(names) + parent_names.code(p) for p in parent_of]
+    own_as = [stack_a(nm, ()) if there else () for nm, there in zip(names_a, runs_a, strict=True)]
+    own_bs = [stack_b(nm, ()) if there else () for nm, there in zip(names_b, runs_b, strict=True)]
+    # each stack object coded once (equal stacks are one object in a unit), in row order: A's (else B's), B's
+    stack_code = builder.stack_code
+    coded: dict[int, int] = {}
     stacks: list[int] = []
     stacks_b: list[int] = []
-    for i, code_a, code_b, there_a, there_b in zip(starts, entry[starts].tolist(), entry_b[starts].tolist(),
-                                                   in_a[starts].tolist(), in_b[starts].tolist(), strict=True):
-        entry_name = names[code_a]
-        name_b = names[code_b] if code_b >= 0 else entry_name
-        parent_name = construct_a(entry_name) if there_a else None
-        if parent_name is None and there_b:
-            parent_name = construct_b(name_b)
-        parents.append(-1 if parent_name is None else len(names) + parent_names.code(parent_name))
-        own_b = tuple(stack_b(name_b, ())) if there_b else ()
-        own_a = tuple(stack_a(entry_name, ())) if there_a else ()
-        stacks.append(stack_code(own_a or own_b))
-        stacks_b.append(stack_code(own_b))
+    for own_a, own_b in zip(own_as, own_bs, strict=True):
+        for stack, out in ((own_a or own_b, stacks), (own_b, stacks_b)):
+            c = coded.get(id(stack))
+            if c is None:
+                c = coded[id(stack)] = stack_code(tuple(stack))
+            out.append(c)
     lengths = np.diff(np.asarray([*starts, n], dtype=np.int64))
     named = {"entry": entry, "entry_b": entry_b, "parent_cell": np.repeat(np.asarray(parents, np.int32), lengths),
              "arg_path": pairs.arg_path, "arg_path_b": pairs.arg_path_b, "mapped_by": pairs.mapped_by}
     # each text interned at its first place in row order (row by row, the columns above in that order)
-    firsts: list[tuple[int, int]] = []
+    places, codes_met = [], []
     for k, codes in enumerate(named.values()):
         distinct, first = np.unique(codes, return_index=True)
-        firsts.extend(zip((first * len(named) + k).tolist(), distinct.tolist(), strict=True))
+        places.append(first * len(named) + k)
+        codes_met.append(distinct)
+    in_row_order = np.concatenate(codes_met)[np.argsort(np.concatenate(places), kind="stable")]
     texts = [*names, *parent_names.items]
-    lookup = np.full(len(texts) + 1, -1, np.int32)  # code -1 (None) reads the last item
-    for _, c in sorted(firsts):
+    lookup = [-1] * (len(texts) + 1)  # code -1 (None) reads the last item
+    code = builder.code
+    for c in in_row_order.tolist():
         if c >= 0 and lookup[c] < 0:
-            lookup[c] = builder.code(texts[c])
+            lookup[c] = code(texts[c])
+    table = np.asarray(lookup, dtype=np.int32)
     cols = builder.cols
     for column, codes in named.items():
-        cols[column][:] = lookup[codes]
+        cols[column][:] = table[codes]
     cols["stack"][:] = np.repeat(np.asarray(stacks, dtype=np.int32), lengths)
     cols["stack_b"][:] = np.repeat(np.asarray(stacks_b, dtype=np.int32), lengths)
     cols["match_class"][:] = pairs.match_class

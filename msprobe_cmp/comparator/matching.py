@@ -39,7 +39,6 @@ divergent row" is the first difference that happened:
 from __future__ import annotations
 
 import difflib
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Literal, NamedTuple, Protocol, TypeVar
@@ -227,6 +226,18 @@ class RowPairs(Sequence[RowPair]):
 
     __slots__ = ("arg_path", "arg_path_b", "columns", "entry", "entry_b", "holder", "in_a", "in_b", "leaf_row",
                  "mapped_by", "match_class", "names", "note_texts", "notes", "objects", "transpose_b")
+    entry: np.ndarray
+    arg_path: np.ndarray
+    entry_b: np.ndarray
+    arg_path_b: np.ndarray
+    mapped_by: np.ndarray
+    match_class: np.ndarray
+    notes: np.ndarray
+    in_a: np.ndarray
+    in_b: np.ndarray
+    transpose_b: np.ndarray
+    holder: np.ndarray
+    leaf_row: np.ndarray
 
     def __init__(
         self, names: Sequence[str], note_texts: Sequence[tuple[str, ...]], columns: Sequence[LeafColumns],
@@ -542,11 +553,14 @@ class RowPairsBuilder:
         entry[positions] = np.repeat(np.fromiter((name_code(blk[1]) for blk in blocks), np.int64, b), ks)
         arg_path[positions] = np.fromiter(chain.from_iterable([codes_of(blk[2]) for blk in blocks]), np.int64, total)
         classes[positions] = _PENDING
-        for s, first in ((0, 4), (1, 7)):
-            holder[positions, s] = np.repeat(np.fromiter((holder_code(blk[first]) for blk in blocks), np.int64, b), ks)
-            offsets = np.fromiter(chain.from_iterable([in_order(blk[first + 2], blk[3], len(blk[2])) for blk in blocks]),
-                                  np.int64, total)
-            leaf_row[positions, s] = np.repeat(np.fromiter((blk[first + 1] for blk in blocks), np.int64, b), ks) + offsets
+        sides = (([blk[4] for blk in blocks], [blk[5] for blk in blocks], [blk[6] for blk in blocks]),
+                 ([blk[7] for blk in blocks], [blk[8] for blk in blocks], [blk[9] for blk in blocks]))
+        for s, (held, starts, offsets) in enumerate(sides):
+            holder[positions, s] = np.repeat(np.fromiter(map(holder_code, held), np.int64, b), ks)
+            ordered = chain.from_iterable([in_order(o, blk[3], len(blk[2]))
+                                           for o, blk in zip(offsets, blocks, strict=True)])
+            leaf_row[positions, s] = (np.repeat(np.asarray(starts, dtype=np.int64), ks)
+                                      + np.fromiter(ordered, np.int64, total))
 
 
 def _classify_column_rows(pairs: RowPairs, index: np.ndarray, notes: Interned[tuple[str, ...]]) -> None:
@@ -1221,11 +1235,11 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> Row
                         and len(offsets_b) == len(paths)):  # every leaf a tensor leaf of the files
                     out.add_column_rows(name, paths, order, cols_a, start_a, offsets_a, cols_b, start_b, offsets_b)
                     continue
-                leaves_a, leaves_b = ea.flat()[1], eb.flat()[1]
+                flat_a, flat_b = ea.flat()[1], eb.flat()[1]
                 if order is not None:
-                    leaves_a = tuple(map(leaves_a.__getitem__, order))
-                    leaves_b = tuple(map(leaves_b.__getitem__, order))
-                for path, leaf_a, leaf_b in zip(paths, leaves_a, leaves_b, strict=True):
+                    flat_a = tuple(map(flat_a.__getitem__, order))
+                    flat_b = tuple(map(flat_b.__getitem__, order))
+                for path, leaf_a, leaf_b in zip(paths, flat_a, flat_b, strict=True):
                     cls, notes = _classify_same(leaf_a, leaf_b)
                     append(RowPair(name, path, cls, leaf_a, leaf_b, True, True, notes))
                 continue
@@ -1278,8 +1292,7 @@ def _same_paths(ea: Entry, eb: Entry) -> tuple[tuple[str, ...], tuple[int, ...] 
     got = _CAUSAL_ORDERS.get(key)
     if got is None:
         order = _causal_order(*key)
-        got = (order, paths if order is None or order is _REPEATED_PATH
-               else tuple(map(paths.__getitem__, order)))  # type: ignore[arg-type]
+        got = (order, tuple(map(paths.__getitem__, order)) if isinstance(order, tuple) else paths)
         if len(_CAUSAL_ORDERS) >= _CAUSAL_ORDERS_LIMIT:
             _CAUSAL_ORDERS.clear()
         _CAUSAL_ORDERS[key] = got

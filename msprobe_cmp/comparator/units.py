@@ -23,7 +23,7 @@ from msprobe_cmp.comparator.mapping import (
     label_contradiction,
     unused_mapping_keys,
 )
-from msprobe_cmp.comparator.matching import MATCH_CLASSES, RowPair, RowPairs, match_entries, match_views
+from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass, RowPair, RowPairs, match_entries, match_views
 from msprobe_cmp.comparator.outcomes import (
     Outcome,
     can_compare_as_columns,
@@ -249,7 +249,7 @@ def _apply_declared_gaps(pairs: RowPairs, gaps_a: Mapping[str, str], gaps_b: Map
     if not gaps_a and not gaps_b:
         return pairs
     only_a, only_b = MATCH_CLASSES.index("only_in_a"), MATCH_CLASSES.index("only_in_b")
-    changes = {}
+    changes: dict[int, tuple[MatchClass, tuple[str, ...]]] = {}
     for i in np.flatnonzero((pairs.match_class == only_a) | (pairs.match_class == only_b)).tolist():
         missing_side, gaps = ("A", gaps_a) if pairs.match_class[i] == only_b else ("B", gaps_b)
         if gaps:

@@ -75,8 +75,8 @@ RowKey = tuple[str, str, int]
 
 
 class RowPair(NamedTuple):
-    """One row of the comparison before any metric: the two leaves under one key, classified (a named tuple: a
-    unit of 100k entries pairs ~300k rows, and a tuple is built at C speed through its ordinary constructor).
+    """One row of the comparison before any metric: the two leaves under one key, classified (a named tuple; a
+    pairing holds its rows column-wise, :class:`RowPairs`, and makes a row's tuple when the row is read).
 
     Attributes:
         entry_name: the entry (``"Primitive.matmul.MatMul.0.forward"``).

@@ -1089,16 +1089,21 @@ def _entry_signature(forward: Mapping[str, Entry]) -> Callable[[Entry], object]:
 def _outputs_agree(ea: Entry, eb: Entry) -> bool:
     """Both entries' ``output`` leaves have the same paths, in the same order, each pair both null, both values, or
     two tensors of one shape (so pairing them by position is what pairing them by forward input gives)."""
-    outs_a = [(p, leaf) for p, leaf in ea.leaves() if p.startswith("output")]
-    outs_b = [(p, leaf) for p, leaf in eb.leaves() if p.startswith("output")]
-    if len(outs_a) != len(outs_b):
-        return False
-    for (pa, la), (pb, lb) in zip(outs_a, outs_b, strict=True):
-        if pa != pb or type(la) is not type(lb):
-            return False
-        if isinstance(la, TensorLeaf) and tuple(la.shape) != tuple(lb.shape):  # type: ignore[union-attr]
-            return False
-    return True
+    return _output_kinds(ea) == _output_kinds(eb)
+
+
+def _output_kinds(entry: Entry) -> list[tuple[str, type, tuple[int, ...] | None]]:
+    """``(path, the leaf's type, its shape or None when it is no tensor leaf)`` of each ``output`` leaf of ``entry``,
+    in file order.  The shapes of an entry whose leaves are all tensor leaves of its file are read from the file's
+    columns (:meth:`~msprobe_cmp.dump.schema.Entry.leaf_rows`: no leaf made)."""
+    paths = entry.paths()
+    cols, start, offsets = entry.leaf_rows()
+    if cols is not None and len(offsets) == len(paths):
+        shapes, codes = cols.shapes, cols.shape_code
+        return [(p, TensorLeaf, shapes[codes[start + o]]) for p, o in zip(paths, offsets, strict=True)
+                if p.startswith("output")]
+    return [(p, type(leaf), tuple(leaf.shape) if isinstance(leaf, TensorLeaf) else None)
+            for p, leaf in entry.leaves() if p.startswith("output")]
 
 
 def _backward_rows(

@@ -202,3 +202,48 @@ def test_set_side_columns_from_pairs_equals_set_sides_from_leaves() -> None:
     assert y.side_kind[only_a].tolist() == [[3, 0]] * 2
     with pytest.raises(ValueError):
         rows.side_groups(1, np.array(only_a))  # only_in_a rows: no B leaf
+
+
+def _pt(shape: tuple[int, ...], v: float = 1.0) -> dict:
+    return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(shape), "Max": v, "Min": v, "Mean": v,
+            "Norm": v}
+
+
+def test_backward_entries_of_files_pair_as_the_per_row_pairing() -> None:
+    # linear's backward as msprobe 1.2.2 lists it (bias, input, weight.T) against one gradient per forward input:
+    # the outputs do not agree, so they pair by forward input (_backward_rows); a backward entry whose outputs agree
+    # pairs as column rows
+    f = {"input_args": [_pt((8, 16)), _pt((4, 16)), _pt((4,))], "input_kwargs": {}, "output": [_pt((8, 4))]}
+    a = _read({"Functional.linear.0.forward": f,
+               "Functional.linear.0.backward": {"input": [_pt((8, 4))],
+                                                "output": [_pt((4,), 1.0), _pt((8, 16), 2.0), _pt((16, 4), 3.0)]},
+               "Functional.relu.0.backward": {"input": [_pt((8, 4), 4.0)], "output": [_pt((8, 4), 5.0)]}})
+    b = _read({"Functional.linear.0.forward": f,
+               "Functional.linear.0.backward": {"input": [_pt((8, 4))],
+                                                "output": [_pt((8, 16), 2.0), _pt((4, 16), 3.0), _pt((4,), 1.0)]},
+               "Functional.relu.0.backward": {"input": [_pt((8, 4), 4.5)], "output": [_pt((8, 4), 5.5)]}})
+    rows = match_entries(a, b)
+    assert _as_tuples(rows) == _as_tuples(match_entries(_rebuilt(a), _rebuilt(b)))
+    got = [(r.entry_name.split(".")[1], r.arg_path, r.match_class, r.arg_path_b, r.transpose_b) for r in rows[4:]]
+    assert got == [("linear", "input.0", "matched", None, False),
+                   ("linear", "output.0", "matched", "output.2", False),  # bias
+                   ("linear", "output.1", "matched", "output.0", False),  # input
+                   ("linear", "output.2", "matched", "output.1", True),   # weight, compared transposed
+                   ("relu", "input.0", "matched", None, False), ("relu", "output.0", "matched", None, False)]
+    # the re-paired rows are objects, relu's backward rows (and the forward's) column rows
+    assert sorted(rows.objects[0]) == [4, 5, 6, 7]
+    assert rows.leaf_row[8:].tolist() == [[8, 8], [9, 9]]
+
+
+def test_output_kinds_read_from_the_columns_or_the_leaves() -> None:
+    from msprobe_cmp.comparator.matching import _output_kinds
+
+    tensors, mixed = _read({
+        "F.x.0.backward": {"input": [_pt((2,))], "output": [_pt((3, 4)), _pt(())]},
+        "F.y.0.backward": {"input": [_pt((2,))], "output": [_pt((3, 4)), None, {"type": "int", "value": 1}]},
+    })
+    assert _output_kinds(tensors) == [("output.0", TensorLeaf, (3, 4)), ("output.1", TensorLeaf, ())]
+    assert _output_kinds(mixed) == [("output.0", TensorLeaf, (3, 4)), ("output.1", type(None), None),
+                                    ("output.2", ValueLeaf, None)]
+    for entry in (tensors, mixed):
+        assert _output_kinds(entry) == _output_kinds(Entry(entry.name, entry.fields))

@@ -223,6 +223,8 @@ def can_compare_as_columns(pairs: RowPairs, index: np.ndarray) -> np.ndarray:
     :func:`compare_row`."""
     m = len(index)
     ok = np.ones(m, dtype=bool)
+    if not m:
+        return ok
     sides = []
     for s in (0, 1):
         objects = pairs.objects[s]

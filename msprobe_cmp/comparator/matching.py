@@ -204,9 +204,11 @@ _PENDING = 255
 class RowPairs(Sequence[RowPair]):
     """The rows of a pairing (:func:`match_entries`, :func:`match_views`,
     :func:`~msprobe_cmp.comparator.fused.match_with_fused`), column-wise: row ``i`` is read as a :class:`RowPair` by
-    :meth:`row` (or ``pairs[i]``), made when asked for.  Built by :class:`RowPairsBuilder`; read-only.
+    :meth:`row` (or ``pairs[i]``), made when asked for.  Built by :class:`RowPairsBuilder` (the constructor takes the
+    attributes below, the arrays by name); read-only.
 
-    The rows of two entries read from files are not objects: each side's tensor leaf is a row of its file's
+    The rows :meth:`RowPairsBuilder.add_column_rows` adds (two same-named entries read from files, with the same
+    argument paths) are not objects: each side's tensor leaf is a row of its file's
     :class:`~msprobe_cmp.dump.schema.LeafColumns`, given as ``(columns, row)`` by :attr:`holder` and :attr:`leaf_row`.
 
     Attributes (``n`` rows):

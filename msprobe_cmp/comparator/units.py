@@ -511,12 +511,11 @@ def _compare_columnar(
     cols["compared_by"][idx] = COMPARED_BY_CODE["statistics"]
     cols["differs"][idx] = got.differs
     cols["verdict"][idx] = PASS
-    notes = pairs.notes[idx]
-    distinct, first, inverse = np.unique(notes, return_index=True, return_inverse=True)
-    codes = np.empty(len(distinct), np.int32)
-    for k in np.argsort(first).tolist():  # interned in row order
-        codes[k] = builder.tuple_code(pairs.note_texts[distinct[k]])
-    cols["notes"][idx] = codes[inverse.reshape(-1)]
+    notes, first_note, note_of = np.unique(pairs.notes[idx], return_index=True, return_inverse=True)
+    codes = np.empty(len(notes), np.int32)
+    for k in np.argsort(first_note).tolist():  # interned in row order
+        codes[k] = builder.tuple_code(pairs.note_texts[notes[k]])
+    cols["notes"][idx] = codes[note_of.reshape(-1)]
     for j in np.flatnonzero(~got.passing).tolist():
         k = int(idx[j])
         pair = pairs.row(k)

@@ -247,3 +247,47 @@ def test_output_kinds_read_from_the_columns_or_the_leaves() -> None:
                                     ("output.2", ValueLeaf, None)]
     for entry in (tensors, mixed):
         assert _output_kinds(entry) == _output_kinds(Entry(entry.name, entry.fields))
+
+
+def _write_unit(root, data: dict):  # type: ignore[no-untyped-def]
+    import json
+
+    rank = root / "step0" / "rank0"
+    rank.mkdir(parents=True)
+    doc = {"task": "statistics", "level": "L1", "framework": "mindspore", "dump_data_dir": None, "data": data}
+    (rank / "dump.json").write_text(json.dumps(doc))
+    return root
+
+
+def _s(dtype: str, shape: tuple[int, ...], mx: float) -> dict:
+    return {"type": "mindspore.Tensor", "dtype": dtype, "shape": list(shape), "Max": mx, "Min": -1.0, "Mean": 0.0,
+            "Norm": 4.0}
+
+
+def test_failing_statistics_rows_of_two_dtype_pairs_and_three_notes_are_judged_as_row_by_row(tmp_path) -> None:
+    # The statistics columns (compare_units' columnar path) and compare_row must give every row the same verdict and
+    # reasons, whatever the rows' dtype pairs (their thresholds) and notes: here two dtype pairs (Float32/Float32,
+    # Float16/Float32) and three notes ((), compatible dtypes, size-1 dimensions), failing rows of each
+    from msprobe_cmp.comparator import CompareOptions
+    from msprobe_cmp.comparator.outcomes import compare_row
+    from msprobe_cmp.comparator.units import compare_units
+    from msprobe_cmp.dump import load_dump
+
+    a = {"F.a.0.forward": _fwd([_s("Float32", (4,), 1.0), _s("Float16", (4,), 1.0)], [_s("Float32", (4,), 1.0)]),
+         "F.b.0.forward": _fwd([_s("Float32", (4,), 1.0)], [_s("Float32", (2, 2), 1.0)])}
+    b = {"F.a.0.forward": _fwd([_s("Float32", (4,), 1.0), _s("Float32", (4,), 3.0)], [_s("Float32", (4,), 9.0)]),
+         "F.b.0.forward": _fwd([_s("Float32", (4,), 1.0)], [_s("Float32", (2, 2, 1), 5.0)])}
+    ua = load_dump(_write_unit(tmp_path / "a", a)).units[0]
+    ub = load_dump(_write_unit(tmp_path / "b", b)).units[0]
+    rules = CompareOptions().rules
+    got = compare_units(ua, ub, "statistics", rules).rows
+    pairs = match_entries(ua.entries, ub.entries)
+    assert [r.notes for r in pairs] == [(), ("dtypes differ but are compatible (A Float16, B Float32): compared in "
+                                             "float64",), (), (),
+                                        ("shapes differ only in size-1 dimensions (A [2, 2], B [2, 2, 1]): compared "
+                                         "by value",)]
+    want = [compare_row(pair, ua, ub, "statistics", rules) for pair in pairs]
+    assert [r.compared_by for r in got] == ["statistics"] * 5
+    assert [(r.verdict, r.reasons) for r in got] == [(w.rule.verdict, w.rule.reasons) for w in want]
+    # Max 1 against 3 and 9 and 5 (4 elements, bound |dMax| >= 2 > 1): three fails; the equal rows pass
+    assert [r.verdict for r in got] == ["pass", "fail", "fail", "pass", "fail"]

@@ -14,7 +14,7 @@ from msprobe_cmp.comparator.compare import (
     UnitRef,
     compare,
 )
-from msprobe_cmp.comparator.matching import MATCH_CLASSES, RowPair, match_entries
+from msprobe_cmp.comparator.matching import MATCH_CLASSES, RowPair, RowPairs, match_entries
 from msprobe_cmp.comparator.rules import Rules, ThresholdOverride, Thresholds
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "Comparison",
     "ComparisonRow",
     "RowPair",
+    "RowPairs",
     "Rules",
     "SideSummary",
     "ThresholdOverride",

@@ -58,7 +58,15 @@ from typing import Literal
 import numpy as np
 
 from msprobe_cmp.comparator.mapping.files import PLACEHOLDER_RE, FusedRecord
-from msprobe_cmp.comparator.matching import MatchClass, RowPair, _backward_twin, classify_pair, execution_order
+from msprobe_cmp.comparator.matching import (
+    MatchClass,
+    RowPair,
+    RowPairs,
+    RowPairsBuilder,
+    _backward_twin,
+    classify_pair,
+    execution_order,
+)
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
 from msprobe_cmp.dump.schema import (
@@ -638,8 +646,8 @@ def _rows_of(group: _Group) -> list[tuple[Entry | None, list[RowPair]]]:
 
 def match_with_fused(
     unit_a: RankDump, unit_b: RankDump, records: Sequence[FusedRecord],
-    match: Callable[[Sequence[Entry], Sequence[Entry]], tuple[RowPair, ...]],
-) -> tuple[RowPair, ...]:
+    match: Callable[[Sequence[Entry], Sequence[Entry]], RowPairs],
+) -> RowPairs:
     """Pair the rows of two units of one name space, a fused call against the concatenation of its parts where
     ``records`` say so (module docstring).
 
@@ -672,16 +680,20 @@ def match_with_fused(
             pending.append((at, seq, rows))
             seq += 1
     pending.sort(key=lambda t: (t[0], t[1]))
-    out: list[RowPair] = []
+    out = RowPairsBuilder()
     k = 0
-    for pair in base:
-        if pair.in_a:
-            here = position.get(pair.entry_name)
+    copied = 0  # base's rows before this one are in out
+    for i, (in_a, entry) in enumerate(zip(base.in_a.tolist(), base.entry.tolist(), strict=True)):
+        if in_a:
+            here = position.get(base.names[entry])
+            if here is not None and k < len(pending) and pending[k][0] < here:
+                out.extend_rows(base, copied, i)
+                copied = i
             while here is not None and k < len(pending) and pending[k][0] < here:
                 out.extend(pending[k][2])
                 k += 1
-        out.append(pair)
+    out.extend_rows(base, copied, len(base))
     for _, _, rows in pending[k:]:
         out.extend(rows)
-    return tuple(out)
+    return out.finish()
 

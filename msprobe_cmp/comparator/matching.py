@@ -40,7 +40,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Literal, NamedTuple, Protocol, TypeVar
+
+import numpy as np
 
 from msprobe_cmp.comparator.dtypes import COMPATIBLE_INTS, are_compatible_dtypes, normalize_dtype
 from msprobe_cmp.comparator.mapping.canonical import (
@@ -53,7 +56,7 @@ from msprobe_cmp.comparator.mapping.canonical import (
     resolve_gradients,
 )
 from msprobe_cmp.dump.naming import parse_name
-from msprobe_cmp.dump.schema import Entry, Leaf, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import Entry, Interned, Leaf, LeafColumns, TensorLeaf, ValueLeaf, leaf_view
 
 MatchClass = Literal["matched", "only_in_a", "only_in_b", "shape_mismatch", "dtype_mismatch", "not_captured"]
 
@@ -72,8 +75,8 @@ RowKey = tuple[str, str, int]
 
 
 class RowPair(NamedTuple):
-    """One row of the comparison before any metric: the two leaves under one key, classified (a named tuple: a
-    unit of 100k entries pairs ~300k rows, and a tuple is built at C speed through its ordinary constructor).
+    """One row of the comparison before any metric: the two leaves under one key, classified (a named tuple; a
+    pairing holds its rows column-wise, :class:`RowPairs`, and makes a row's tuple when the row is read).
 
     Attributes:
         entry_name: the entry (``"Primitive.matmul.MatMul.0.forward"``).
@@ -187,6 +190,416 @@ def classify_pair(leaf_a: Leaf, leaf_b: Leaf, transpose_b: bool = False) -> tupl
     if missing:
         return "not_captured", (f"tensor leaf without statistics, checksum or file in {' and '.join(missing)}",)
     return "matched", tuple(notes)
+
+
+#: What one side of a row holds (:meth:`RowPairs.side_kinds`' codes, the row table's ``side_kind`` codes): the row is
+#: absent from that side, JSON null, a non-tensor value or a tensor.
+SIDE_KINDS: tuple[str, ...] = ("absent", "null", "value", "tensor")
+_ABSENT, _NULL, _VALUE, _TENSOR = range(4)
+_CLASS_CODE = {c: k for k, c in enumerate(MATCH_CLASSES)}
+#: The class code of a column row not classified yet (:class:`RowPairsBuilder` only).
+_PENDING = 255
+
+
+class RowPairs(Sequence[RowPair]):
+    """The rows of a pairing (:func:`match_entries`, :func:`match_views`,
+    :func:`~msprobe_cmp.comparator.fused.match_with_fused`), column-wise: row ``i`` is read as a :class:`RowPair` by
+    :meth:`row` (or ``pairs[i]``), made when asked for.  Built by :class:`RowPairsBuilder` (the constructor takes the
+    attributes below, the arrays by name); read-only.
+
+    The rows :meth:`RowPairsBuilder.add_column_rows` adds (two same-named entries read from files, with the same
+    argument paths) are not objects: each side's tensor leaf is a row of its file's
+    :class:`~msprobe_cmp.dump.schema.LeafColumns`, given as ``(columns, row)`` by :attr:`holder` and :attr:`leaf_row`.
+
+    Attributes (``n`` rows):
+        names: the string table the name columns' codes point into.
+        entry, arg_path: int32 [n], codes into :attr:`names` (:attr:`RowPair.entry_name`, :attr:`RowPair.arg_path`).
+        entry_b, arg_path_b, mapped_by: int32 [n], codes into :attr:`names`, -1 for None.
+        match_class: uint8 [n], indexes into :data:`MATCH_CLASSES`.
+        notes: int32 [n], codes into :attr:`note_texts` (``note_texts[0] == ()``).
+        in_a, in_b, transpose_b: bool [n].
+        columns: the :class:`~msprobe_cmp.dump.schema.LeafColumns` objects the tensor leaves are held in.
+        holder: int32 [n, 2], per side (A, B): the index in :attr:`columns` of the columns holding the side's tensor
+            leaf, -1 when the side holds no tensor leaf (absent, null, a value).
+        leaf_row: int64 [n, 2], per side: the tensor leaf's row in those columns (0 where ``holder`` is -1).
+        objects: per side, ``{row index: leaf}`` for the rows given as :class:`RowPair` objects (the leaf as given,
+            a tensor leaf too); the other rows' tensor leaves are made as views of ``(columns, row)`` when read.
+    """
+
+    __slots__ = ("arg_path", "arg_path_b", "columns", "entry", "entry_b", "holder", "in_a", "in_b", "leaf_row",
+                 "mapped_by", "match_class", "names", "note_texts", "notes", "objects", "transpose_b")
+    entry: np.ndarray
+    arg_path: np.ndarray
+    entry_b: np.ndarray
+    arg_path_b: np.ndarray
+    mapped_by: np.ndarray
+    match_class: np.ndarray
+    notes: np.ndarray
+    in_a: np.ndarray
+    in_b: np.ndarray
+    transpose_b: np.ndarray
+    holder: np.ndarray
+    leaf_row: np.ndarray
+
+    def __init__(
+        self, names: Sequence[str], note_texts: Sequence[tuple[str, ...]], columns: Sequence[LeafColumns],
+        objects: tuple[dict[int, Leaf], dict[int, Leaf]], **arrays: np.ndarray,
+    ) -> None:
+        self.names = names
+        self.note_texts = note_texts
+        self.columns = columns
+        self.objects = objects
+        for name in _ROW_PAIRS_ARRAYS:
+            setattr(self, name, arrays[name])
+
+    def __len__(self) -> int:
+        return len(self.match_class)
+
+    def leaf(self, s: int, i: int) -> Leaf:
+        """Side ``s``'s (0 = A, 1 = B) leaf of row ``i`` (None where absent or null)."""
+        objects = self.objects[s]
+        if i in objects:
+            return objects[i]
+        h = int(self.holder[i, s])
+        return None if h < 0 else leaf_view(self.columns[h], int(self.leaf_row[i, s]))
+
+    def row(self, i: int) -> RowPair:
+        """Row ``i`` (``0 <= i < n``) as a :class:`RowPair`."""
+        names = self.names
+
+        def name(code: int) -> str | None:
+            return None if code < 0 else names[code]
+
+        return RowPair(names[self.entry[i]], names[self.arg_path[i]], MATCH_CLASSES[self.match_class[i]],
+                       self.leaf(0, i), self.leaf(1, i), bool(self.in_a[i]), bool(self.in_b[i]),
+                       self.note_texts[self.notes[i]], name(int(self.entry_b[i])), name(int(self.arg_path_b[i])),
+                       name(int(self.mapped_by[i])), bool(self.transpose_b[i]))
+
+    def __getitem__(self, i: int | slice) -> RowPair | tuple[RowPair, ...]:  # type: ignore[override]
+        if isinstance(i, slice):
+            return tuple(self.row(k) for k in range(*i.indices(len(self))))
+        n = len(self)
+        k = int(i)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(f"row {i} out of range ({n} rows)")
+        return self.row(k)
+
+    def __iter__(self) -> Iterator[RowPair]:
+        return (self.row(k) for k in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"RowPairs({len(self)} rows)"
+
+    def name_of(self, column: str, i: int) -> str | None:
+        """The text of name column ``column`` (``"entry"``, ``"entry_b"``, ...) at row ``i`` (None for -1)."""
+        code = int(getattr(self, column)[i])
+        return None if code < 0 else self.names[code]
+
+    def side_kinds(self, s: int) -> np.ndarray:
+        """uint8 [n]: what side ``s`` (0 = A, 1 = B) of each row holds, as :data:`SIDE_KINDS` codes (a leaf that is
+        neither a tensor leaf nor None counts as a value)."""
+        present = self.in_a if s == 0 else self.in_b
+        kinds = np.where(self.holder[:, s] >= 0, _TENSOR, _ABSENT).astype(np.uint8)
+        objects = self.objects[s]
+        if objects:
+            index = np.fromiter(objects, np.int64, len(objects))
+            kinds[index] = np.fromiter((_NULL if leaf is None else _TENSOR if isinstance(leaf, TensorLeaf)
+                                        else _VALUE for leaf in objects.values()), np.uint8, len(objects))
+        kinds[~present] = _ABSENT
+        return kinds
+
+    def side_groups(self, s: int, index: np.ndarray) -> list[tuple[LeafColumns, np.ndarray, np.ndarray]]:
+        """Where side ``s``'s tensor leaves of the rows ``index`` (int [m], rows whose side ``s`` is a tensor) are
+        held, as :func:`~msprobe_cmp.dump.schema.leaf_row_groups` gives it: ``(columns, positions, rows)`` per
+        distinct columns object, in the order of its first row, ``positions`` (int64, increasing) the positions in
+        ``index`` of the rows it holds, ``rows`` their rows in it.
+
+        Raises:
+            ValueError: a row of ``index`` whose side ``s`` holds no tensor leaf.
+        """
+        holders = self.holder[index, s]
+        if len(holders) and int(holders.min()) < 0:
+            raise ValueError(f"side {s} of a row of the index holds no tensor leaf")
+        rows = self.leaf_row[index, s]
+        return _groups(holders, rows, self.columns)
+
+    def with_classes(self, changes: Mapping[int, tuple[MatchClass, tuple[str, ...]]]) -> RowPairs:
+        """These rows with the class and notes of the rows ``changes`` names (row index → (class, notes)) replaced
+        (the other columns shared)."""
+        if not changes:
+            return self
+        texts = Interned(*self.note_texts)
+        match_class, notes = self.match_class.copy(), self.notes.copy()
+        for i, (cls, row_notes) in changes.items():
+            match_class[i] = _CLASS_CODE[cls]
+            notes[i] = texts.code(tuple(row_notes))
+        arrays = {name: getattr(self, name) for name in _ROW_PAIRS_ARRAYS}
+        arrays.update(match_class=match_class, notes=notes)
+        return RowPairs(self.names, texts.items, self.columns, self.objects, **arrays)
+
+    @classmethod
+    def of(cls, rows: Iterable[RowPair]) -> RowPairs:
+        """The pairs of ``rows``, in order."""
+        builder = RowPairsBuilder()
+        builder.extend(rows)
+        return builder.finish()
+
+
+_ROW_PAIRS_ARRAYS = ("entry", "arg_path", "entry_b", "arg_path_b", "mapped_by", "match_class", "notes", "in_a", "in_b",
+                     "transpose_b", "holder", "leaf_row")
+
+
+def _groups(
+    holders: np.ndarray, rows: np.ndarray, columns: Sequence[LeafColumns]
+) -> list[tuple[LeafColumns, np.ndarray, np.ndarray]]:
+    """``(columns[h], positions, rows[positions])`` for each distinct holder ``h`` of ``holders`` (int [m], >= 0), in
+    the order of its first position; ``positions`` int64, increasing."""
+    if not len(holders):
+        return []
+    distinct, first, inverse = np.unique(holders, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if len(distinct) == 1:
+        return [(columns[int(distinct[0])], np.arange(len(holders), dtype=np.int64), rows.astype(np.int64))]
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(np.bincount(inverse, minlength=len(distinct))).tolist()
+    groups = []
+    for g in np.argsort(first).tolist():
+        positions = order[bounds[g - 1] if g else 0:bounds[g]].astype(np.int64)
+        groups.append((columns[int(distinct[g])], positions, rows[positions].astype(np.int64)))
+    return groups
+
+
+class RowPairsBuilder:
+    """Gathers the rows of a pairing in order, as :class:`RowPair` objects (:meth:`append`) or as the rows of two
+    entries read from files (:meth:`add_column_rows`), then makes the :class:`RowPairs` (:meth:`finish`)."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._names: Interned[str] = Interned()
+        self._notes: Interned[tuple[str, ...]] = Interned(())
+        self._columns: list[LeafColumns] = []
+        self._holder_of: dict[int, int] = {}
+        # the rows given as objects: their places, and their dense columns (entry, arg_path, class, A's holder and
+        # row, B's holder and row) in that order
+        self._at: list[int] = []
+        self._dense: tuple[list[int], ...] = ([], [], [], [], [], [], [])
+        # what only rows given as objects have (row index → value)
+        self._sparse: dict[str, dict[int, int]] = {"entry_b": {}, "arg_path_b": {}, "mapped_by": {}, "notes": {}}
+        self._transposed: list[int] = []
+        self._absent: tuple[list[int], list[int]] = ([], [])
+        self._objects: tuple[dict[int, Leaf], dict[int, Leaf]] = ({}, {})
+        # the rows of add_column_rows, one block a call
+        self._blocks: list[tuple[int, str, tuple[str, ...], tuple[int, ...] | None, LeafColumns, int, tuple[int, ...],
+                                 LeafColumns, int, tuple[int, ...]]] = []
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _holder_code(self, cols: LeafColumns) -> int:
+        h = self._holder_of.get(id(cols))
+        if h is None:
+            h = self._holder_of[id(cols)] = len(self._columns)
+            self._columns.append(cols)
+        return h
+
+    def append(self, pair: RowPair) -> None:
+        """Add one row."""
+        i = self._n
+        self._n += 1
+        code = self._names.code
+        self._at.append(i)
+        entry, arg_path, classes, holder_a, row_a, holder_b, row_b = self._dense
+        entry.append(code(pair.entry_name))
+        arg_path.append(code(pair.arg_path))
+        classes.append(_CLASS_CODE[pair.match_class])
+        sparse = self._sparse
+        for column, text in (("entry_b", pair.entry_name_b), ("arg_path_b", pair.arg_path_b),
+                             ("mapped_by", pair.mapped_by)):
+            if text is not None:
+                sparse[column][i] = code(text)
+        if pair.notes:
+            sparse["notes"][i] = self._notes.code(tuple(pair.notes))
+        if pair.transpose_b:
+            self._transposed.append(i)
+        for s, leaf, there, holder, row in ((0, pair.leaf_a, pair.in_a, holder_a, row_a),
+                                            (1, pair.leaf_b, pair.in_b, holder_b, row_b)):
+            if there or leaf is not None:
+                self._objects[s][i] = leaf
+            if there and isinstance(leaf, TensorLeaf):
+                cols, r = leaf.columns
+                holder.append(self._holder_code(cols))
+                row.append(r)
+            else:
+                holder.append(-1)
+                row.append(0)
+            if not there:
+                self._absent[s].append(i)
+
+    def extend(self, pairs: Iterable[RowPair]) -> None:
+        """Add rows, in order."""
+        for pair in pairs:
+            self.append(pair)
+
+    def add_column_rows(
+        self, name: str, paths: tuple[str, ...], order: tuple[int, ...] | None, cols_a: LeafColumns, start_a: int,
+        offsets_a: tuple[int, ...], cols_b: LeafColumns, start_b: int, offsets_b: tuple[int, ...],
+    ) -> None:
+        """Add the rows of two entries named ``name`` whose leaves are tensor leaves of files, one row a path of
+        ``paths``, in that order: the k-th row's A leaf is row ``start_a + offsets_a[order[k]]`` of ``cols_a`` (``k``
+        for ``order[k]`` when ``order`` is None), its B leaf row ``start_b + offsets_b[order[k]]`` of ``cols_b``.
+        Present on both sides; classified by :meth:`finish` (:func:`classify_pair`'s class and notes).  The offsets
+        (as many as ``paths``) are checked by :meth:`finish`."""
+        self._blocks.append((self._n, name, paths, order, cols_a, start_a, offsets_a, cols_b, start_b, offsets_b))
+        self._n += len(paths)
+
+    def extend_rows(self, pairs: RowPairs, start: int, stop: int) -> None:
+        """Add rows ``start`` to ``stop`` (exclusive) of ``pairs``, in order, as objects' rows are added (their
+        tensor leaves stay ``(columns, row)`` pairs)."""
+        if start >= stop:
+            return
+        at = self._n
+        self._n += stop - start
+        code = self._names.code
+        lookup = np.asarray([*map(code, pairs.names), -1], dtype=np.int32)  # code -1 (None) reads the last item
+        window = slice(start, stop)
+        self._at.extend(range(at, self._n))
+        entry, arg_path, classes, holder_a, row_a, holder_b, row_b = self._dense
+        entry.extend(lookup[pairs.entry[window]].tolist())
+        arg_path.extend(lookup[pairs.arg_path[window]].tolist())
+        classes.extend(pairs.match_class[window].tolist())
+        sparse = self._sparse
+        for column in ("entry_b", "arg_path_b", "mapped_by"):
+            values = lookup[getattr(pairs, column)[window]]
+            for k in np.flatnonzero(values >= 0).tolist():
+                sparse[column][at + k] = int(values[k])
+        notes = pairs.notes[window]
+        for k in np.flatnonzero(notes).tolist():
+            sparse["notes"][at + k] = self._notes.code(pairs.note_texts[notes[k]])
+        self._transposed.extend((np.flatnonzero(pairs.transpose_b[window]) + at).tolist())
+        holders = np.asarray([*map(self._holder_code, pairs.columns), -1], np.int32)
+        for s, present, holder, row in ((0, pairs.in_a, holder_a, row_a), (1, pairs.in_b, holder_b, row_b)):
+            holder.extend(holders[pairs.holder[window, s]].tolist())
+            row.extend(pairs.leaf_row[window, s].tolist())
+            self._absent[s].extend((np.flatnonzero(~present[window]) + at).tolist())
+            for i, leaf in pairs.objects[s].items():
+                if start <= i < stop:
+                    self._objects[s][at + i - start] = leaf
+
+    def finish(self) -> RowPairs:
+        """The rows added, in order, the rows of :meth:`add_column_rows` classified (the builder is not used
+        afterwards).
+
+        Raises:
+            ValueError: an :meth:`add_column_rows` call whose offsets are not one per path.
+        """
+        n = self._n
+        i32 = np.int32
+        entry, arg_path, classes = np.empty(n, i32), np.empty(n, i32), np.empty(n, np.uint8)
+        holder, leaf_row = np.empty((n, 2), i32), np.empty((n, 2), np.int64)
+        if self._at:
+            at = np.asarray(self._at, dtype=np.int64)
+            dense = self._dense
+            entry[at], arg_path[at], classes[at] = dense[0], dense[1], dense[2]
+            holder[at, 0], leaf_row[at, 0], holder[at, 1], leaf_row[at, 1] = dense[3], dense[4], dense[5], dense[6]
+        if self._blocks:
+            self._fill_blocks(entry, arg_path, classes, holder, leaf_row)
+        arrays: dict[str, np.ndarray] = {"entry": entry, "arg_path": arg_path, "match_class": classes,
+                                         "holder": holder, "leaf_row": leaf_row}
+        for column, values in self._sparse.items():
+            arr = np.full(n, 0 if column == "notes" else -1, i32)
+            if values:
+                arr[np.fromiter(values, np.int64, len(values))] = np.fromiter(values.values(), i32, len(values))
+            arrays[column] = arr
+        for column, rows in (("transpose_b", self._transposed), ("in_a", self._absent[0]), ("in_b", self._absent[1])):
+            arr = np.zeros(n, bool) if column == "transpose_b" else np.ones(n, bool)
+            arr[np.asarray(rows, dtype=np.int64)] = column == "transpose_b"
+            arrays[column] = arr
+        pairs = RowPairs(self._names.items, self._notes.items, self._columns, self._objects, **arrays)
+        pending = np.flatnonzero(pairs.match_class == _PENDING)
+        if len(pending):
+            _classify_column_rows(pairs, pending, self._notes)
+        return pairs
+
+    def _fill_blocks(self, entry: np.ndarray, arg_path: np.ndarray, classes: np.ndarray, holder: np.ndarray,
+                     leaf_row: np.ndarray) -> None:
+        """Write the rows of the :meth:`add_column_rows` calls into the columns (their class pending)."""
+        blocks = self._blocks
+        b = len(blocks)
+        name_code, holder_code = self._names.code, self._holder_code
+        path_codes: dict[tuple[str, ...], tuple[int, ...]] = {}
+        reordered: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
+
+        def codes_of(paths: tuple[str, ...]) -> tuple[int, ...]:
+            got = path_codes.get(paths)
+            if got is None:
+                got = path_codes[paths] = tuple(map(name_code, paths))
+            return got
+
+        def in_order(offsets: tuple[int, ...], order: tuple[int, ...] | None, k: int) -> tuple[int, ...]:
+            if len(offsets) != k:
+                raise ValueError(f"{len(offsets)} leaf offsets for {k} paths")
+            if order is None:
+                return offsets
+            got = reordered.get((offsets, order))
+            if got is None:
+                got = reordered[(offsets, order)] = tuple(map(offsets.__getitem__, order))
+            return got
+
+        ats = np.fromiter((blk[0] for blk in blocks), np.int64, b)
+        ks = np.fromiter((len(blk[2]) for blk in blocks), np.int64, b)
+        total = int(ks.sum())
+        # block j's rows are ats[j] + 0, 1, ..., ks[j] - 1
+        positions = np.repeat(ats - (np.cumsum(ks) - ks), ks) + np.arange(total, dtype=np.int64)
+        entry[positions] = np.repeat(np.fromiter((name_code(blk[1]) for blk in blocks), np.int64, b), ks)
+        arg_path[positions] = np.fromiter(chain.from_iterable([codes_of(blk[2]) for blk in blocks]), np.int64, total)
+        classes[positions] = _PENDING
+        sides = (([blk[4] for blk in blocks], [blk[5] for blk in blocks], [blk[6] for blk in blocks]),
+                 ([blk[7] for blk in blocks], [blk[8] for blk in blocks], [blk[9] for blk in blocks]))
+        for s, (held, starts, offsets) in enumerate(sides):
+            holder[positions, s] = np.repeat(np.fromiter(map(holder_code, held), np.int64, b), ks)
+            ordered = chain.from_iterable([in_order(o, blk[3], len(blk[2]))
+                                           for o, blk in zip(offsets, blocks, strict=True)])
+            leaf_row[positions, s] = (np.repeat(np.asarray(starts, dtype=np.int64), ks)
+                                      + np.fromiter(ordered, np.int64, total))
+
+
+def _classify_column_rows(pairs: RowPairs, index: np.ndarray, notes: Interned[tuple[str, ...]]) -> None:
+    """Class and notes of the rows ``index`` (int64 [m], two tensor leaves of files), written into ``pairs``' columns
+    (its ``note_texts`` is ``notes.items``): two captured tensors of one dtype and one shape (their texts through
+    each file's tables) are ``matched`` without notes, read column-wise; any other row is classified by
+    :func:`classify_pair` (no transpose) on its two leaves."""
+    m = len(index)
+    dtypes: Interned[str] = Interned()
+    shapes: Interned[tuple[int, ...]] = Interned()
+    facts = []
+    for s in (0, 1):
+        dtype = np.empty(m, np.int64)
+        shape = np.empty(m, np.int64)
+        captured = np.empty(m, bool)
+        for cols, positions, rows in pairs.side_groups(s, index):
+            codes, inverse = np.unique(cols.code_array("dtype_code")[rows], return_inverse=True)
+            shared = np.fromiter((dtypes.code(cols.strings[c]) for c in codes.tolist()), np.int64, len(codes))
+            dtype[positions] = shared[inverse.reshape(-1)]
+            codes, inverse = np.unique(cols.code_array("shape_code")[rows], return_inverse=True)
+            inverse = inverse.reshape(-1)
+            shared = np.fromiter((shapes.code(cols.shapes[c]) for c in codes.tolist()), np.int64, len(codes))
+            empty = np.fromiter((0 in cols.shapes[c] for c in codes.tolist()), bool, len(codes))
+            shape[positions] = shared[inverse]
+            # is_uncaptured: elements, but no statistic, checksum or file
+            captured[positions] = (empty[inverse] | cols.defined_array()[rows].any(axis=1)
+                                   | (cols.code_array("md5_code")[rows] >= 0)
+                                   | (cols.code_array("data_name_code")[rows] >= 0))
+        facts.append((dtype, shape, captured))
+    (dtype_a, shape_a, captured_a), (dtype_b, shape_b, captured_b) = facts
+    plain = (dtype_a == dtype_b) & (shape_a == shape_b) & captured_a & captured_b
+    pairs.match_class[index[plain]] = _CLASS_CODE["matched"]
+    pairs.notes[index[plain]] = 0
+    for i in index[~plain].tolist():
+        cls, row_notes = classify_pair(pairs.leaf(0, i), pairs.leaf(1, i))
+        pairs.match_class[i] = _CLASS_CODE[cls]
+        pairs.notes[i] = notes.code(row_notes)
 
 
 class EntryLike(Protocol):
@@ -678,16 +1091,21 @@ def _entry_signature(forward: Mapping[str, Entry]) -> Callable[[Entry], object]:
 def _outputs_agree(ea: Entry, eb: Entry) -> bool:
     """Both entries' ``output`` leaves have the same paths, in the same order, each pair both null, both values, or
     two tensors of one shape (so pairing them by position is what pairing them by forward input gives)."""
-    outs_a = [(p, leaf) for p, leaf in ea.leaves() if p.startswith("output")]
-    outs_b = [(p, leaf) for p, leaf in eb.leaves() if p.startswith("output")]
-    if len(outs_a) != len(outs_b):
-        return False
-    for (pa, la), (pb, lb) in zip(outs_a, outs_b, strict=True):
-        if pa != pb or type(la) is not type(lb):
-            return False
-        if isinstance(la, TensorLeaf) and tuple(la.shape) != tuple(lb.shape):  # type: ignore[union-attr]
-            return False
-    return True
+    return _output_kinds(ea) == _output_kinds(eb)
+
+
+def _output_kinds(entry: Entry) -> list[tuple[str, type, tuple[int, ...] | None]]:
+    """``(path, the leaf's type, its shape or None when it is no tensor leaf)`` of each ``output`` leaf of ``entry``,
+    in file order.  The shapes of an entry whose leaves are all tensor leaves of its file are read from the file's
+    columns (:meth:`~msprobe_cmp.dump.schema.Entry.leaf_rows`: no leaf made)."""
+    paths = entry.paths()
+    cols, start, offsets = entry.leaf_rows()
+    if cols is not None and len(offsets) == len(paths):
+        shapes, codes = cols.shapes, cols.shape_code
+        return [(p, TensorLeaf, shapes[codes[start + o]]) for p, o in zip(paths, offsets, strict=True)
+                if p.startswith("output")]
+    return [(p, type(leaf), tuple(leaf.shape) if isinstance(leaf, TensorLeaf) else None)
+            for p, leaf in entry.leaves() if p.startswith("output")]
 
 
 def _backward_rows(
@@ -774,7 +1192,7 @@ def _backward_rows(
     return rows
 
 
-def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tuple[RowPair, ...]:
+def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> RowPairs:
     """Pair and classify the rows of two entry sequences.
 
     Entries are paired as calls by :func:`align_entries` (its key's shapes leave out null leaves and put an API
@@ -785,14 +1203,18 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
     path, ``transpose_b`` a gradient of ``weight.T``).  A row whose entry was aligned with a B entry of another
     name (its call index shifted) carries that name in :attr:`RowPair.entry_name_b` and a note.
 
+    Two entries of one name whose argument paths are the same (:func:`_same_paths`) and whose leaves are all tensor
+    leaves of files (:meth:`~msprobe_cmp.dump.schema.Entry.leaf_rows`) give their rows as ``(columns, row)`` pairs,
+    classified column-wise (:class:`RowPairsBuilder`); every other row is made as a :class:`RowPair`.
+
     Args:
         entries_a: the target's entries, in file order.
         entries_b: the baseline's entries, in file order.
 
     Returns:
-        One :class:`RowPair` per row of either side, in execution order (module docstring).
+        One row per row of either side, in execution order (module docstring).
     """
-    out: list[RowPair] = []
+    out = RowPairsBuilder()
     append = out.append
     forward_a = {e.name: e for e in entries_a}
     forward_b = {e.name: e for e in entries_b}
@@ -812,8 +1234,19 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
             if same is not None:
                 # Both entries hold the same argument paths, once each, in the same order: row k of A pairs with
                 # row k of B, which is what the keyed pairing below gives (and no B row is left over).
+                paths, order = same
                 name = ea.name
-                for path, leaf_a, leaf_b in zip(*same, strict=True):
+                cols_a, start_a, offsets_a = ea.leaf_rows()
+                cols_b, start_b, offsets_b = eb.leaf_rows()
+                if (cols_a is not None and cols_b is not None and len(offsets_a) == len(paths)
+                        and len(offsets_b) == len(paths)):  # every leaf a tensor leaf of the files
+                    out.add_column_rows(name, paths, order, cols_a, start_a, offsets_a, cols_b, start_b, offsets_b)
+                    continue
+                flat_a, flat_b = ea.flat()[1], eb.flat()[1]
+                if order is not None:
+                    flat_a = tuple(map(flat_a.__getitem__, order))
+                    flat_b = tuple(map(flat_b.__getitem__, order))
+                for path, leaf_a, leaf_b in zip(paths, flat_a, flat_b, strict=True):
                     cls, notes = _classify_same(leaf_a, leaf_b)
                     append(RowPair(name, path, cls, leaf_a, leaf_b, True, True, notes))
                 continue
@@ -828,13 +1261,13 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> tup
             path = key[0]
             if key in leaves_b:
                 cls, notes = classify_pair(leaf_a, leaves_b[key])
-                out.append(RowPair(name, path, cls, leaf_a, leaves_b[key], True, True, aligned + notes, name_b))
+                append(RowPair(name, path, cls, leaf_a, leaves_b[key], True, True, aligned + notes, name_b))
             else:
-                out.append(RowPair(name, path, "only_in_a", leaf_a, None, True, False, aligned, name_b))
+                append(RowPair(name, path, "only_in_a", leaf_a, None, True, False, aligned, name_b))
         for key, leaf_b in _keyed_leaves(eb):
             if key not in seen:
-                out.append(RowPair(name, key[0], "only_in_b", None, leaf_b, False, True, aligned, name_b))
-    return tuple(out)
+                append(RowPair(name, key[0], "only_in_b", None, leaf_b, False, True, aligned, name_b))
+    return out.finish()
 
 
 _MATCHED: tuple[MatchClass, tuple[str, ...]] = ("matched", ())
@@ -854,36 +1287,33 @@ def _classify_same(leaf_a: Leaf, leaf_b: Leaf) -> tuple[MatchClass, tuple[str, .
     return classify_pair(leaf_a, leaf_b)
 
 
-def _same_paths(
-    ea: Entry, eb: Entry
-) -> tuple[tuple[str, ...], tuple[Leaf, ...], tuple[Leaf, ...]] | None:
-    """``(paths, A's leaves, B's leaves)`` in causal order (:func:`_causal_leaves`) when both entries' argument paths
-    are the same, in the same order, each path once; else None."""
-    paths, leaves_a = ea.flat()
-    paths_b, leaves_b = eb.flat()
+def _same_paths(ea: Entry, eb: Entry) -> tuple[tuple[str, ...], tuple[int, ...] | None] | None:
+    """``(paths, order)`` when both entries' argument paths are the same, in the same order, each path once: the paths
+    in causal order (:func:`_causal_leaves`) and the positions (in file order) they come from, None when that is the
+    file order; else None."""
+    paths = ea.paths()
+    paths_b = eb.paths()
     if paths is not paths_b and paths != paths_b:
         return None
     key = (paths, ea.is_parameters_grad)
-    order = _CAUSAL_ORDERS.get(key, _UNKNOWN_ORDER)
-    if order is _UNKNOWN_ORDER:
+    got = _CAUSAL_ORDERS.get(key)
+    if got is None:
         order = _causal_order(*key)
+        got = (order, tuple(map(paths.__getitem__, order)) if isinstance(order, tuple) else paths)
         if len(_CAUSAL_ORDERS) >= _CAUSAL_ORDERS_LIMIT:
             _CAUSAL_ORDERS.clear()
-        _CAUSAL_ORDERS[key] = order
-    if order is None:
-        return paths, leaves_a, leaves_b  # the causal order is the file order
+        _CAUSAL_ORDERS[key] = got
+    order, causal = got
     if order is _REPEATED_PATH:
         return None
-    assert isinstance(order, tuple)
-    return (tuple(map(paths.__getitem__, order)), tuple(map(leaves_a.__getitem__, order)),
-            tuple(map(leaves_b.__getitem__, order)))
+    return causal, order  # type: ignore[return-value]
 
 
-#: :func:`_causal_order` of a tuple of argument paths and whether its entry is a parameters_grad one, worked out
-#: once per distinct pair (the paths tuples are shared between entries: :meth:`Entry.flat`); cleared past a limit.
-_CAUSAL_ORDERS: dict[tuple[tuple[str, ...], bool], tuple[int, ...] | object | None] = {}
+#: :func:`_causal_order` of a tuple of argument paths and whether its entry is a parameters_grad one, with the paths in
+#: that order, worked out once per distinct pair (the paths tuples are shared between entries: :meth:`Entry.flat`);
+#: cleared past a limit.
+_CAUSAL_ORDERS: dict[tuple[tuple[str, ...], bool], tuple[tuple[int, ...] | object | None, tuple[str, ...]]] = {}
 _CAUSAL_ORDERS_LIMIT = 65536
-_UNKNOWN_ORDER = object()
 #: :func:`_causal_order`'s answer for paths that hold a path twice.
 _REPEATED_PATH = object()
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from msprobe_cmp.comparator.dtypes import compute_relative_floor, normalize_dtype
 from msprobe_cmp.comparator.fused import CombinedLeaf, load_combined
-from msprobe_cmp.comparator.matching import RowPair, is_uncaptured
+from msprobe_cmp.comparator.matching import RowPair, RowPairs, is_uncaptured
 from msprobe_cmp.comparator.metrics import (
     TENSOR_METRIC_KEYS,
     StatDiff,
@@ -44,7 +44,7 @@ from msprobe_cmp.comparator.rules import (
 )
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
-from msprobe_cmp.dump.schema import Leaf, TensorLeaf, ValueLeaf
+from msprobe_cmp.dump.schema import NONFINITE_COUNT_KEYS, Leaf, TensorLeaf, ValueLeaf
 from msprobe_cmp.errors import MsprobeCmpError
 
 #: Statistic labels as msprobe spells them in its "<S> diff" columns.
@@ -214,20 +214,44 @@ def compare_statistics_columns(
     return StatisticsColumns(metrics, passing, differs)
 
 
-def can_compare_as_columns(la: Leaf, lb: Leaf) -> bool:
-    """Whether a matched row of two leaves may go to the statistics columns in statistics mode: two tensor leaves
-    whose NaN/Inf counts are both absent, or valid and equal (the columnar path, ``units._compare_columnar``, then
-    checks that both sides hold elements and eight finite statistics).  Every other row is compared by
+def can_compare_as_columns(pairs: RowPairs, index: np.ndarray) -> np.ndarray:
+    """Which rows of ``index`` (int [m]: matched rows of ``pairs`` with a tensor leaf on both sides) may go to the
+    statistics columns in statistics mode, bool [m]: two plain :class:`TensorLeaf` leaves (no subclass) whose NaN/Inf
+    counts are both absent, or valid and equal, where either leaf has extra fields (the columnar path,
+    ``units._compare_columnar``, then checks that both sides hold elements and eight finite statistics).  Read from
+    the leaves' columns (extra codes, counts and their validity).  Every other row is compared by
     :func:`compare_row`."""
-    if type(la) is not TensorLeaf or type(lb) is not TensorLeaf:
-        return False
-    if la.extra or lb.extra:
-        counts = la.nonfinite_counts
-        if counts != lb.nonfinite_counts:
-            return False
-        if counts is None and (la.has_invalid_nonfinite_counts or lb.has_invalid_nonfinite_counts):
-            return False
-    return True
+    m = len(index)
+    ok = np.ones(m, dtype=bool)
+    if not m:
+        return ok
+    sides = []
+    for s in (0, 1):
+        objects = pairs.objects[s]
+        other = [i for i, leaf in objects.items() if type(leaf) is not TensorLeaf]
+        if other:
+            ok &= ~np.isin(index, np.asarray(other, dtype=np.int64))
+        has_extra = np.empty(m, dtype=bool)
+        invalid = np.empty(m, dtype=bool)
+        counted = np.empty(m, dtype=bool)
+        counts = np.empty((m, 3), dtype=np.int64)
+        for cols, positions, rows in pairs.side_groups(s, index):
+            extra = cols.code_array("extra_code")[rows]
+            codes, inverse = np.unique(extra, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            items = [cols.extras[c] for c in codes.tolist()]
+            has_extra[positions] = np.fromiter(map(bool, items), bool, len(items))[inverse]
+            keyed = np.fromiter((any(k in NONFINITE_COUNT_KEYS for k, _ in e) for e in items), bool, len(items))
+            all_counts, valid = cols.counts_array()
+            counted[positions] = valid[rows]
+            counts[positions] = all_counts[rows]
+            # TensorLeaf.has_invalid_nonfinite_counts: extra fields that hold a count key, yet no valid counts
+            invalid[positions] = (extra != 0) & ~valid[rows] & keyed[inverse]
+        sides.append((has_extra, invalid, counted, counts))
+    (extra_a, invalid_a, counted_a, counts_a), (extra_b, invalid_b, counted_b, counts_b) = sides
+    same_counts = (counted_a == counted_b) & np.where(counted_a, (counts_a == counts_b).all(axis=1),
+                                                      ~(invalid_a | invalid_b))
+    return ok & (~(extra_a | extra_b) | same_counts)
 
 
 def statistics_outcome_of_failing(

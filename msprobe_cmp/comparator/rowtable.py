@@ -32,15 +32,15 @@ columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
 
-from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass
+from msprobe_cmp.comparator.matching import MATCH_CLASSES, SIDE_KINDS, MatchClass
 from msprobe_cmp.comparator.rules import Verdict
-from msprobe_cmp.dump.schema import Interned, Leaf, TensorLeaf, ValueLeaf, leaf_row_groups
+from msprobe_cmp.dump.schema import Interned, Leaf, LeafColumns, TensorLeaf, ValueLeaf, leaf_row_groups
 
 ComparedBy = Literal["tensor", "statistics", "md5", "value", "none"]
 
@@ -48,9 +48,6 @@ ComparedBy = Literal["tensor", "statistics", "md5", "value", "none"]
 VERDICTS: tuple[Verdict, ...] = ("fail", "warning", "pass", "skip")
 #: How a row's values were compared (the ``compared_by`` column's codes).
 COMPARED_BY: tuple[ComparedBy, ...] = ("tensor", "statistics", "md5", "value", "none")
-#: What one side holds for a row (the ``side_kind`` column's codes): the row is absent from that side, JSON null, a
-#: non-tensor value or a tensor.
-SIDE_KINDS: tuple[str, ...] = ("absent", "null", "value", "tensor")
 
 VERDICT_CODE = {v: k for k, v in enumerate(VERDICTS)}
 COMPARED_BY_CODE = {v: k for k, v in enumerate(COMPARED_BY)}
@@ -707,43 +704,68 @@ class RowTableBuilder:
     # -- row setters ------------------------------------------------------------------------------------------------
     def set_sides(self, s: int, leaves: Sequence[object]) -> None:
         """Side ``s`` (0 = A, 1 = B) of every row: ``leaves[i]`` is a tensor or value leaf, None (JSON null) or
-        :data:`ABSENT_LEAF` (the row is not on that side).  Once per side, on a new builder: a row not written
-        keeps the builder's starting values (kind absent, codes -1, statistics NaN).  A tensor leaf's dtype, shape,
-        md5, file name and statistics are read from its :class:`~msprobe_cmp.dump.schema.LeafColumns` in bulk (its
-        file's columns, or the one-row columns of a leaf built by a constructor); value leaves one at a time, first
-        (their type and value interned in row order), then the tensor code columns one after the other.
+        :data:`ABSENT_LEAF` (the row is not on that side); written by :meth:`set_side_columns`, a tensor leaf read
+        from its :class:`~msprobe_cmp.dump.schema.LeafColumns` (its file's columns, or the one-row columns of a leaf
+        built by a constructor: :func:`~msprobe_cmp.dump.schema.leaf_row_groups`).
 
         Raises:
             ValueError: ``leaves`` is not one item per row.
         """
         if len(leaves) != self.n:
             raise ValueError(f"{len(leaves)} leaves for {self.n} rows")
-        c = self.cols
-        code = self.code
         # Each row's kind from its leaf's type (a subclass of a leaf class is looked at one row at a time).
         kind_list = list(map(_KIND_OF_TYPE.get, map(type, leaves)))
         for i in [i for i, kind in enumerate(kind_list) if kind is None]:
             leaf = leaves[i]
             kind_list[i] = (TENSOR if isinstance(leaf, TensorLeaf) else NULL if leaf is None
                             else ABSENT if leaf is ABSENT_LEAF else VALUE)
-        kind_col = np.asarray(kind_list, dtype=np.uint8).reshape(self.n)
-        c["side_kind"][:, s] = kind_col
-        for i in np.flatnonzero(kind_col == VALUE).tolist():
-            leaf = leaves[i]
+        kinds = np.asarray(kind_list, dtype=np.uint8).reshape(self.n)
+        values = {i: leaves[i] for i in np.flatnonzero(kinds == VALUE).tolist()}
+        self.set_side_columns(s, kinds, values,
+                              leaf_row_groups([leaves[i] for i in np.flatnonzero(kinds == TENSOR).tolist()]))
+
+    def set_side_columns(
+        self, s: int, kinds: np.ndarray, values: Mapping[int, object],
+        groups: Sequence[tuple[LeafColumns, np.ndarray, np.ndarray]],
+    ) -> None:
+        """Side ``s`` (0 = A, 1 = B) of every row, once per side on a new builder (a row not written keeps the
+        builder's starting values: kind absent, codes -1, statistics NaN).
+
+        Args:
+            kinds: uint8 [n], each row's :data:`SIDE_KINDS` code.
+            values: the value leaf (:class:`~msprobe_cmp.dump.schema.ValueLeaf`) of each row of kind value, by row
+                (others may be there too); their type and value are interned first, in row order.
+            groups: where the tensor leaves of the rows of kind tensor (``index``: those rows, in order) are held:
+                ``(columns, positions, rows)`` per :class:`~msprobe_cmp.dump.schema.LeafColumns`, ``positions``
+                indexes into ``index``, ``rows`` rows of the columns, every position in one group (as
+                :func:`~msprobe_cmp.dump.schema.leaf_row_groups` gives it); the tensor code columns are interned
+                after the values, one column after the other.
+
+        Raises:
+            ValueError: ``kinds`` is not one code per row.
+        """
+        if kinds.shape != (self.n,):
+            raise ValueError(f"{kinds.shape} kinds for {self.n} rows")
+        c = self.cols
+        code = self.code
+        c["side_kind"][:, s] = kinds
+        for i in np.flatnonzero(kinds == VALUE).tolist():
+            leaf = values[i]
             assert isinstance(leaf, ValueLeaf)
             c["side_dtype"][i, s] = code(leaf.type)
             c["side_value"][i, s] = code(repr(leaf.value))
-        index = np.flatnonzero(kind_col == TENSOR)
+        index = np.flatnonzero(kinds == TENSOR)
         if len(index):
-            self._set_tensor_sides(s, index, [leaves[i] for i in index.tolist()])
+            self._set_tensor_sides(s, index, groups)
 
-    def _set_tensor_sides(self, s: int, index: np.ndarray, tensor_leaves: list[Any]) -> None:
-        """Side ``s`` of the tensor rows ``index`` (int64 [m]) from their leaves (``tensor_leaves[j]`` of row
-        ``index[j]``), read from the leaves' columns (:func:`~msprobe_cmp.dump.schema.leaf_row_groups`): the
-        statistics and their mask row by row, and each code column's distinct values interned in the order of their
-        first row (as row-by-row coding would), whichever columns object holds them."""
+    def _set_tensor_sides(
+        self, s: int, index: np.ndarray, groups: Sequence[tuple[LeafColumns, np.ndarray, np.ndarray]]
+    ) -> None:
+        """Side ``s`` of the tensor rows ``index`` (int64 [m]) from their leaves' columns (``groups``: as
+        :meth:`set_side_columns` takes them): the statistics and their mask row by row, and each code column's
+        distinct values interned in the order of their first row (as row-by-row coding would), whichever columns
+        object holds them."""
         m = len(index)
-        groups = leaf_row_groups(tensor_leaves)
         stats = np.empty((m, 4), np.float64)
         defined = np.empty((m, 4), bool)
         # A row's key in a code column: its group and its code in the group's table, one int64 (code -1, None, kept)

@@ -9,9 +9,7 @@ import fnmatch
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from itertools import chain, pairwise, repeat
-from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,7 +23,7 @@ from msprobe_cmp.comparator.mapping import (
     label_contradiction,
     unused_mapping_keys,
 )
-from msprobe_cmp.comparator.matching import RowPair, match_entries, match_views
+from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass, RowPair, RowPairs, match_entries, match_views
 from msprobe_cmp.comparator.outcomes import (
     Outcome,
     can_compare_as_columns,
@@ -45,7 +43,6 @@ from msprobe_cmp.comparator.result import (
 )
 from msprobe_cmp.comparator.rollup import compute_cell_rollups, merged_construct, parent_chains
 from msprobe_cmp.comparator.rowtable import (
-    ABSENT_LEAF,
     COMPARED_BY_CODE,
     MATCH_CLASS_CODE,
     METRIC_VALUE,
@@ -58,7 +55,7 @@ from msprobe_cmp.comparator.rowtable import (
 from msprobe_cmp.comparator.rules import RuleOutcome, Rules
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
-from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, TensorLeaf, tensor_leaf_rows
+from msprobe_cmp.dump.schema import NOT_CAPTURED_BACKWARD, Interned, TensorLeaf, tensor_leaf_rows
 
 #: The metric names :func:`compare_statistics_columns` fills, in its column order.
 _STAT_COLUMN_NAMES = METRIC_NAMES[STAT_DIFF_COLUMN:]
@@ -171,7 +168,7 @@ def kernels_differ(unit_a: RankDump, unit_b: RankDump) -> bool:
     return unit_a.meta.framework.strip().lower() != unit_b.meta.framework.strip().lower()
 
 
-def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None) -> tuple[RowPair, ...]:
+def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None) -> RowPairs:
     ns_a, ns_b = unit_namespaces(unit_a, unit_b)
     if ns_a is None or ns_b is None or ns_a == ns_b:
         fused = fused_records(mapping)
@@ -182,7 +179,7 @@ def _match_unit(unit_a: RankDump, unit_b: RankDump, mapping: NameMapping | None)
         unit_a.entries, ns_a, unit_b.entries, ns_b, mapping or NameMapping(),
         ours_a="msprobe_cmp_format" in dict(unit_a.meta.extra),
         ours_b="msprobe_cmp_format" in dict(unit_b.meta.extra))
-    return match_views(views_a, views_b)
+    return RowPairs.of(match_views(views_a, views_b))
 
 
 #: Outputs whose contents a framework leaves undefined, so that two identical runs can differ there: a failure on
@@ -246,25 +243,23 @@ def _declared_gap(names: tuple[str, ...], gaps: Mapping[str, str]) -> str | None
     return None
 
 
-def _apply_declared_gaps(
-    pairs: tuple[RowPair, ...], gaps_a: Mapping[str, str], gaps_b: Mapping[str, str]
-) -> tuple[RowPair, ...]:
+def _apply_declared_gaps(pairs: RowPairs, gaps_a: Mapping[str, str], gaps_b: Mapping[str, str]) -> RowPairs:
     """Rows found on one side only whose entry the *other* side's recorder declared it could not capture
     (dump.json ``not_captured``) are ``not_captured``, not ``only_in_*``: the gap is known, not a mispairing."""
     if not gaps_a and not gaps_b:
         return pairs
-    out = []
-    for pair in pairs:
-        missing_side, gaps = ("A", gaps_a) if pair.match_class == "only_in_b" else ("B", gaps_b)
-        if pair.match_class in ("only_in_a", "only_in_b") and gaps:
-            names = tuple(n for n in (pair.entry_name, pair.entry_name_b) if n)
+    only_a, only_b = MATCH_CLASSES.index("only_in_a"), MATCH_CLASSES.index("only_in_b")
+    changes: dict[int, tuple[MatchClass, tuple[str, ...]]] = {}
+    for i in np.flatnonzero((pairs.match_class == only_a) | (pairs.match_class == only_b)).tolist():
+        missing_side, gaps = ("A", gaps_a) if pairs.match_class[i] == only_b else ("B", gaps_b)
+        if gaps:
+            names = tuple(n for n in (pairs.name_of("entry", i), pairs.name_of("entry_b", i)) if n)
             reason = _declared_gap(names, gaps)
             if reason is not None:
                 note = f"{missing_side}'s recorder declared it could not capture this"
                 note += f": {reason}" if reason else ""
-                pair = pair._replace(match_class="not_captured", notes=(note, *pair.notes))
-        out.append(pair)
-    return tuple(out)
+                changes[i] = ("not_captured", (note, *pairs.note_texts[pairs.notes[i]]))
+    return pairs.with_classes(changes)
 
 
 #: The words a recorder's ``not_captured`` reason holds when it did not look at a slot at all (an input it did not
@@ -357,13 +352,15 @@ def compare_units(
     # in row order, through compare_row (their reasons and notes are interned in that order, before the columns').
     candidate = ((cols["match_class"] == MATCH_CLASS_CODE["matched"]) & (cols["side_kind"] == TENSOR).all(axis=1)
                  if mode == "statistics" else np.zeros(n, dtype=bool))
-    columnar = [i for i in np.flatnonzero(candidate).tolist()
-                if "parameters_grad" not in pairs[i].entry_name and can_compare_as_columns(pairs[i].leaf_a,
-                                                                                            pairs[i].leaf_b)]
+    if n and candidate.any():
+        gradients = np.fromiter(("parameters_grad" in name for name in pairs.names), bool, len(pairs.names))
+        candidate &= ~gradients[pairs.entry]
+    columnar = np.flatnonzero(candidate)
+    columnar = columnar[can_compare_as_columns(pairs, columnar)]
     one_by_one = np.ones(n, dtype=bool)
     one_by_one[columnar] = False
     for i in np.flatnonzero(one_by_one).tolist():
-        pair = pairs[i]
+        pair = pairs.row(i)
         la, lb = pair.leaf_a, pair.leaf_b
         entry_name = pair.entry_name
         cls = pair.match_class
@@ -376,9 +373,9 @@ def compare_units(
         if out.rule.verdict == "fail":
             out = _judge_failing(pair, out, why(i), noise, rules)
         _record_outcome(builder, i, out)
-    if columnar:
+    if len(columnar):
         _compare_columnar(builder, pairs, columnar, rules, why, noise, unit_a, unit_b, mode)
-    del pairs, columnar  # every row is in the builder now: its pairs (a tuple a row) are not held from here on
+    del pairs, columnar  # every row is in the builder now: its pairs are not held from here on
     construct = merged_construct(builder.table, unit_a.construct, unit_b.construct)
     entry_names = builder.table.entry_names()
     chains, truncated = parent_chains(entry_names, construct)
@@ -401,12 +398,7 @@ def compare_units(
     )
 
 
-_FIELD = {name: k for k, name in enumerate(RowPair._fields)}
-
-
-def _set_names_and_sides(
-    builder: RowTableBuilder, pairs: tuple[RowPair, ...], unit_a: RankDump, unit_b: RankDump
-) -> None:
+def _set_names_and_sides(builder: RowTableBuilder, pairs: RowPairs, unit_a: RankDump, unit_b: RankDump) -> None:
     """The name, parent cell, stack, class and side columns of every row of ``pairs`` (at least one), column-wise.
 
     Consecutive rows of one entry pair (the same names, on the same sides) share its parent cell (construct.json,
@@ -414,52 +406,66 @@ def _set_names_and_sides(
     row-by-row pass would intern them (per row: entry, B's entry, parent cell, argument path, B's argument path,
     mapping), so the string table's codes do not depend on how the columns are filled."""
     n = len(pairs)
-
-    def field_of(name: str) -> tuple[Any, ...]:  # one field of every row (the rows' other fields are not copied)
-        return tuple(map(itemgetter(_FIELD[name]), pairs))
-
-    entry_names, entry_names_b, in_as, in_bs = map(field_of, ("entry_name", "entry_name_b", "in_a", "in_b"))
-    # where a run of rows of one entry pair starts (the rows' keys compared in pairs, not kept)
-    starts = [0, *(i for i, (x, y) in enumerate(pairwise(zip(entry_names, entry_names_b, in_as, in_bs, strict=True)), 1)
-                   if x != y)]
+    names = pairs.names
+    entry, entry_b, in_a, in_b = pairs.entry, pairs.entry_b, pairs.in_a, pairs.in_b
+    # where a run of rows of one entry pair starts
+    change = ((entry[1:] != entry[:-1]) | (entry_b[1:] != entry_b[:-1]) | (in_a[1:] != in_a[:-1])
+              | (in_b[1:] != in_b[:-1]))
+    starts = [0, *(np.flatnonzero(change) + 1).tolist()]
     construct_a, construct_b = unit_a.construct.get, unit_b.construct.get
     stack_a, stack_b = unit_a.stack.get, unit_b.stack.get
+    runs_a, runs_b = in_a[starts].tolist(), in_b[starts].tolist()
+    names_a = list(map(names.__getitem__, entry[starts].tolist()))
+    names_b = [nm if c < 0 else names[c] for c, nm in zip(entry_b[starts].tolist(), names_a, strict=True)]
+    parent_of = [construct_a(nm) if there else None for nm, there in zip(names_a, runs_a, strict=True)]
+    for j in [j for j, (p, there) in enumerate(zip(parent_of, runs_b, strict=True)) if p is None and there]:
+        parent_of[j] = construct_b(names_b[j])
+    parent_names = Interned[str]()  # coded after pairs.names: code len(names) + k
+    parents = [-1 if p is None else len(names) + parent_names.code(p) for p in parent_of]
+    own_as = [stack_a(nm, ()) if there else () for nm, there in zip(names_a, runs_a, strict=True)]
+    own_bs = [stack_b(nm, ()) if there else () for nm, there in zip(names_b, runs_b, strict=True)]
+    # each stack object coded once (equal stacks are one object in a unit), in row order: A's (else B's), B's
     stack_code = builder.stack_code
-    parents: list[str | None] = []
+    coded: dict[int, int] = {}
     stacks: list[int] = []
     stacks_b: list[int] = []
-    for i in starts:
-        entry_name, entry_name_b, in_a, in_b = entry_names[i], entry_names_b[i], in_as[i], in_bs[i]
-        name_b = entry_name_b or entry_name
-        parent_name = construct_a(entry_name) if in_a else None
-        if parent_name is None and in_b:
-            parent_name = construct_b(name_b)
-        parents.append(parent_name)
-        own_b = tuple(stack_b(name_b, ())) if in_b else ()
-        own_a = tuple(stack_a(entry_name, ())) if in_a else ()
-        stacks.append(stack_code(own_a or own_b))
-        stacks_b.append(stack_code(own_b))
+    for own_a, own_b in zip(own_as, own_bs, strict=True):
+        for stack, out in ((own_a or own_b, stacks), (own_b, stacks_b)):
+            c = coded.get(id(stack))
+            if c is None:
+                c = coded[id(stack)] = stack_code(tuple(stack))
+            out.append(c)
     lengths = np.diff(np.asarray([*starts, n], dtype=np.int64))
-    parent_rows = list(chain.from_iterable(map(repeat, parents, lengths.tolist())))
-    named = {"entry": entry_names, "entry_b": entry_names_b, "parent_cell": parent_rows,
-             "arg_path": field_of("arg_path"), "arg_path_b": field_of("arg_path_b"), "mapped_by": field_of("mapped_by")}
+    named = {"entry": entry, "entry_b": entry_b, "parent_cell": np.repeat(np.asarray(parents, np.int32), lengths),
+             "arg_path": pairs.arg_path, "arg_path_b": pairs.arg_path_b, "mapped_by": pairs.mapped_by}
+    # each text interned at its first place in row order (row by row, the columns above in that order)
+    places, codes_met = [], []
+    for k, codes in enumerate(named.values()):
+        distinct, first = np.unique(codes, return_index=True)
+        places.append(first * len(named) + k)
+        codes_met.append(distinct)
+    in_row_order = np.concatenate(codes_met)[np.argsort(np.concatenate(places), kind="stable")]
+    texts = [*names, *parent_names.items]
+    lookup = [-1] * (len(texts) + 1)  # code -1 (None) reads the last item
     code = builder.code
-    codes = {text: code(text) for text in dict.fromkeys(chain.from_iterable(zip(*named.values(), strict=True)))}
+    for c in in_row_order.tolist():
+        if c >= 0 and lookup[c] < 0:
+            lookup[c] = code(texts[c])
+    table = np.asarray(lookup, dtype=np.int32)
     cols = builder.cols
-    for column, texts in named.items():
-        cols[column][:] = np.fromiter(map(codes.__getitem__, texts), np.int32, n)
+    for column, codes in named.items():
+        cols[column][:] = table[codes]
     cols["stack"][:] = np.repeat(np.asarray(stacks, dtype=np.int32), lengths)
     cols["stack_b"][:] = np.repeat(np.asarray(stacks_b, dtype=np.int32), lengths)
-    del named, parent_rows
-    classes = map(itemgetter(_FIELD["match_class"]), pairs)
-    cols["match_class"][:] = np.fromiter(map(MATCH_CLASS_CODE.__getitem__, classes), np.uint8, n)
-    for side, field, present in ((0, _FIELD["leaf_a"], in_as), (1, _FIELD["leaf_b"], in_bs)):
-        builder.set_sides(side, [leaf if there else ABSENT_LEAF
-                                 for leaf, there in zip(map(itemgetter(field), pairs), present, strict=True)])
+    cols["match_class"][:] = pairs.match_class
+    for side in (0, 1):
+        kinds = pairs.side_kinds(side)
+        builder.set_side_columns(side, kinds, pairs.objects[side],
+                                 pairs.side_groups(side, np.flatnonzero(kinds == TENSOR)))
 
 
 def _compare_columnar(
-    builder: RowTableBuilder, pairs: tuple[RowPair, ...], index: list[int], rules: Rules,
+    builder: RowTableBuilder, pairs: RowPairs, index: np.ndarray, rules: Rules,
     why: Callable[[int], str | None], noise: NoiseMap | None, unit_a: RankDump, unit_b: RankDump, mode: Mode,
 ) -> None:
     """Statistics-mode rows of two tensors (``index``), compared as columns (:func:`compare_statistics_columns`) where
@@ -474,8 +480,9 @@ def _compare_columnar(
     sized = np.array([0 < k < _LARGEST_NUMEL for k in numel_list], dtype=bool)
     usable = sized & cols["side_stats_defined"][idx].all(axis=(1, 2)) & np.isfinite(stats).all(axis=(1, 2))
     for k in idx[~usable].tolist():
-        _record_outcome(builder, k, _judge_failing(pairs[k], compare_row(pairs[k], unit_a, unit_b, mode, rules),
-                                                   why(k), noise, rules))
+        pair = pairs.row(k)
+        _record_outcome(builder, k, _judge_failing(pair, compare_row(pair, unit_a, unit_b, mode, rules), why(k),
+                                                   noise, rules))
     idx = idx[usable]
     if not len(idx):
         return
@@ -488,7 +495,10 @@ def _compare_columnar(
     key = np.arange(m) if rules.overrides else (dtypes[:, 0] << 32) | (dtypes[:, 1] & 0xFFFFFFFF)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
-    found = [thresholds_and_floor(pairs[k], pairs[k].leaf_a, pairs[k].leaf_b, rules) for k in idx[first].tolist()]
+    found = []
+    for k in idx[first].tolist():
+        pair = pairs.row(k)
+        found.append(thresholds_and_floor(pair, pair.leaf_a, pair.leaf_b, rules))  # type: ignore[arg-type]
     floor = np.array([f for _, f in found], dtype=np.float64)[inverse]
     fail_above = np.array([t.max_abs_err_fail_above for t, _ in found], dtype=np.float64)[inverse]
     suspect = np.array([t.max_abs_err_suspect_above for t, _ in found], dtype=np.float64)[inverse]
@@ -501,12 +511,14 @@ def _compare_columnar(
     cols["compared_by"][idx] = COMPARED_BY_CODE["statistics"]
     cols["differs"][idx] = got.differs
     cols["verdict"][idx] = PASS
-    notes = [pairs[k].notes for k in idx.tolist()]
-    codes = {texts: builder.tuple_code(texts) for texts in dict.fromkeys(notes)}  # interned in row order
-    cols["notes"][idx] = np.fromiter(map(codes.__getitem__, notes), np.int32, len(notes))
+    notes, first_note, note_of = np.unique(pairs.notes[idx], return_index=True, return_inverse=True)
+    codes = np.empty(len(notes), np.int32)
+    for k in np.argsort(first_note).tolist():  # interned in row order
+        codes[k] = builder.tuple_code(pairs.note_texts[notes[k]])
+    cols["notes"][idx] = codes[note_of.reshape(-1)]
     for j in np.flatnonzero(~got.passing).tolist():
         k = int(idx[j])
-        pair = pairs[k]
+        pair = pairs.row(k)
         t, f = found[inverse[j]]
         named = tuple(zip(_STAT_COLUMN_NAMES, got.metrics[j].tolist(), strict=True))
         la, lb = pair.leaf_a, pair.leaf_b

@@ -370,9 +370,9 @@ def _structural_mask(rows: RowTable) -> np.ndarray:
 
 
 def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
-    """``"<entry> (A only)"`` for each entry inside ``cell`` (construct.json) none of whose rows found a partner (an
-    entry paired through a mapping keeps one-sided intermediates: it is paired): cells first, then APIs, each in row
-    order."""
+    """``"<entry> (target only)"`` / ``"<entry> (baseline only)"`` for each entry inside ``cell`` (construct.json)
+    none of whose rows found a partner (an entry paired through a mapping keeps one-sided intermediates: it is
+    paired): cells first, then APIs, each in row order."""
     if cell is None:
         return ()
     rows = unit.rows
@@ -392,7 +392,7 @@ def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
         entry = entries[i]
         if entry not in paired and entry not in structural and cell in unit.parent_chains.get(entry, ()):
             kind = cells if parse_name(entry).kind == "cell" else apis
-            kind[f"{entry} ({'A' if only_a[i] else 'B'} only)"] = None
+            kind[f"{entry} ({'target' if only_a[i] else 'baseline'} only)"] = None
     return (*cells, *apis)
 
 

@@ -233,7 +233,7 @@ class LikelyOrigin:
         arguments: the non-tensor arguments that differ at that call or its cell, one text each
             (``"Functional.layer_norm.3.forward.input.4: A 1e-05, B 1e-12"``).
         unpaired: the calls inside that cell that found no partner, one text each (``"Module.x.NewGELU.forward.0
-            (A only)"``): a layer implemented differently on the two sides.
+            (target only)"``): a layer implemented differently on the two sides.
     """
 
     ref: RowRef

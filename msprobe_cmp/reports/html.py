@@ -49,6 +49,7 @@ from msprobe_cmp.comparator.compare import (
     unit_comparison,
 )
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
+from msprobe_cmp.comparator.rollup import paired_cells
 from msprobe_cmp.comparator.rowtable import (
     ABSENT,
     COMPARED_BY,
@@ -566,6 +567,7 @@ class PageData:
         cells = []
         for u in comparison.units:
             position = {c.cell: k for k, c in enumerate(u.cells)}
+            partner = {a: b for b, a in paired_cells(u.rows).items()} if u.cells else {}
             cells.append([
                 [
                     s.ref(c.cell),
@@ -578,6 +580,7 @@ class PageData:
                     _page_number(c.max_abs_err),
                     VERDICTS.index(c.worst_verdict),
                     -1 if c.first_divergent is None else c.first_divergent,
+                    s.ref(partner[c.cell]) if c.cell in partner else -1,  # B's call merged into it (another framework)
                 ]
                 for c in u.cells
             ])

@@ -429,9 +429,9 @@ def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> 
         taken.append(base)
         parts.append(_text(WIDTH - _RIGHT - 2, base, label, "end", f' fill="{_COLOR_FAIL}"'))
     layers = (panel.columns.marks(True, axis.place_all), panel.failing.marks(True, axis.place_all))
-    for layer, color in zip(layers, (_COLOR_ALL, _COLOR_FAIL), strict=True):
-        if layer:
-            parts.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="1" '
+    for layer, color, width in zip(layers, (_COLOR_ALL, _COLOR_FAIL), (1, 3), strict=True):
+        if layer:  # failing rows drawn again, 3 px wide: visible over the guides and the markers' lines
+            parts.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="{width}" '
                          'fill="none"/>')
     parts.append(_text(_LEFT, top - 8, panel.title, extra=' font-weight="600"'))
 

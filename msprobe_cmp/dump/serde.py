@@ -5,23 +5,28 @@ The one place that knows how a record is spelled in JSON (docs/design.md §4).  
 :func:`~msprobe_cmp.dump.reader.read_json` for the others) and hands the values to the ``*_from_json`` functions with
 the file and the JSON path of the value, so that every error names both; the writer calls the ``*_to_json`` functions.
 The tensor leaves of one call (a file's entries, or one node or leaf) are added to one
-:class:`~msprobe_cmp.dump.schema.LeafColumns` as they are read; the nodes hold
-:data:`~msprobe_cmp.dump.schema.COLUMN_LEAF` in their place, and the entries their layout and first row.
-``x_from_json(x_to_json(r)) == r`` for every record but a tensor leaf whose ``md5`` is empty or blank: that is no
-checksum and reads as None.
+:class:`~msprobe_cmp.dump.schema.LeafColumns`; the nodes hold :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF` in their
+place, and the entries their layout and first row.  ``x_from_json(x_to_json(r)) == r`` for every record but a tensor
+leaf whose ``md5`` is empty or blank: that is no checksum and reads as None.
 
-One builder reads every value, well formed or not.  It checks each field while it builds the record and keeps
-no path as it goes: a malformed field raises :class:`_Invalid` holding the path below the value that failed
-(``.Max``), each enclosing list, object and entry puts its own step in front on the way out (``[0]``,
-``.input_args``), and the public function turns it into a :class:`~msprobe_cmp.errors.DumpFormatError` naming
-the file and the whole path (``data['X'].input_args[0].Max``).  Well-formed values pay nothing for the paths.
+One builder reads every value, well formed or not, and keeps no path as it goes.  The walk (:func:`_node`) builds
+the nodes and sets each tensor object aside; a batch of them (:data:`_BATCH` leaves: a few hundred entries of a
+dump.json, held parsed) is then added to the columns field by field (:func:`_add_leaves`), each string, shape and
+extra met before coded by a look-up and each new one checked once by its field's validator.  A malformed value
+raises :class:`_Invalid` holding the path below the value that failed (``.Max``), each enclosing list, object and
+entry puts its own step in front on the way out (``[0]``, ``.input_args``), and the public function turns it into a
+:class:`~msprobe_cmp.errors.DumpFormatError` naming the file and the whole path (``data['X'].input_args[0].Max``).
+A batch that holds a malformed leaf is checked leaf by leaf, in file order, by the same validators
+(:func:`_leaf_error`), and the walk of that leaf's entry is run again to stop there (:func:`_walk_to_leaf`): the
+error is the first malformed field in file order, as if each leaf had been checked as it was met (an error the walk
+finds is raised only once the leaves before it are checked).  Well-formed values pay nothing for the paths.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
@@ -258,7 +263,7 @@ _BOOL_OR_NONE = frozenset({bool, _NONE_TYPE})
 #: ``requires_grad`` (None, false, true) → its int8 byte (-1, 0, 1).
 _RG_BYTE = {None: 255, False: 0, True: 1}
 #: How many tensor leaves :func:`entries_from_json` holds, parsed, before it adds them to the columns: a batch's
-#: objects stay in the processor's cache (4096 leaves read ~40 % slower than 256 here).
+#: objects stay in the processor's cache (batches of 4096 leaves read the 100k-entry bench dump ~25 % slower).
 _BATCH = 512
 
 
@@ -291,9 +296,14 @@ class _Table:
         return self._array[:n]
 
 
-#: What :class:`_Memo` keeps of a tensor object's key tuple: the keys of :data:`_LEAF_KEYS` it holds and its other
-#: keys (its extra keys), in its order, and an ``itemgetter`` of the two, in that order.
-_KeyTuple = tuple[tuple[str, ...], tuple[str, ...], Callable[[dict[str, Any]], Any]]
+#: What :class:`_Memo` keeps of a tensor object's key tuple: its keys that are not :data:`_LEAF_KEYS` (its extra
+#: keys), in order, and a function picking their values from such an object, as a tuple.
+_KeyTuple = tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, ...]]]
+
+
+def _no_extra(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """The values of no extra keys: ``()``."""
+    return ()
 
 
 class _Memo:
@@ -340,13 +350,10 @@ class _Memo:
         """What :data:`_KeyTuple` says of ``keys`` (a tensor object's key tuple), noted the first time."""
         got = self.key_tuples.get(keys)
         if got is None:
-            present = tuple([k for k in keys if k in _LEAF_KEY_SET])
             extra = tuple([k for k in keys if k not in _LEAF_KEY_SET])
-            picked = present + extra
-            pick: Callable[[dict[str, Any]], Any] = (
-                itemgetter(*picked) if len(picked) > 1 else (lambda obj: (obj[picked[0]],)) if picked else
-                (lambda obj: ()))
-            got = self.key_tuples[keys] = (present, extra, pick)
+            pick: Callable[[dict[str, Any]], tuple[Any, ...]] = (
+                itemgetter(*extra) if len(extra) > 1 else (lambda obj: (obj[extra[0]],)) if extra else _no_extra)
+            got = self.key_tuples[keys] = (extra, pick)
         return got
 
     def add_extra(self, extra: tuple[tuple[str, object], ...], shared: bool, numel: float) -> int:
@@ -403,36 +410,24 @@ def _fill_columns(memo: _Memo, objs: list[dict[str, Any]], types: list[Any] | No
     if not n:
         return
     cols = memo.cols
-    keys = list(map(tuple, objs))
-    extra_keys: tuple[str, ...] | None  # the extra keys of every object (one key tuple), or None
-    field: dict[str, Sequence[Any] | None]  # each leaf key's values; None: no object holds the key
-    if keys.count(keys[0]) == n:  # one key tuple (the common case): every field picked at once
-        present, extra_keys, pick = memo.key_tuple(keys[0])
-        picked = list(zip(*map(pick, objs), strict=True))
-        field = dict.fromkeys(_LEAF_KEYS)
-        field.update(zip(present, picked, strict=False))
-        extra_values: Sequence[Sequence[Any]] = picked[len(present):]  # a column per extra key
-    else:
-        extra_keys = None
-        get = dict.get
-        field = {key: list(map(get, objs, repeat(key))) for key in _LEAF_KEYS}
-        extra_values = []
+    get = dict.get
+    field: dict[str, list[Any]] = {key: list(map(get, objs, repeat(key))) for key in _LEAF_KEYS}  # None: absent
     if types is not None:
         field["type"] = types
     tc, dc, mc, nc = _string_codes(memo, field)
 
     shapes = field["shape"]
-    if shapes is None or not _LIST.issuperset(map(type, shapes)):
+    if not _LIST.issuperset(map(type, shapes)):
         raise _Refused
     shape_tuples: list[tuple[int, ...]] = list(map(tuple, shapes))
     if not _INT.issuperset(map(type, chain.from_iterable(shape_tuples))):  # (2, True) == (2, 1): no look-up sees it
         raise _Refused
-    numels = memo.shape_numel.items
     try:
         sc: list[int] = list(map(cols.shape_codes.__getitem__, shape_tuples))
-    except KeyError:  # a shape not met before: checked (negative sizes, 2**63 elements) and coded in order
+    except KeyError:  # a shape not met before: checked (negative sizes, 2**63 elements) and coded, in order
         sc = []
         lookup = cols.shape_codes.get
+        numels = memo.shape_numel.items
         for shape, listed in zip(shape_tuples, shapes, strict=True):
             code = lookup(shape)
             if code is None:
@@ -442,101 +437,68 @@ def _fill_columns(memo: _Memo, objs: list[dict[str, Any]], types: list[Any] | No
             sc.append(code)
 
     rgs = field["requires_grad"]
-    if rgs is None:
-        requires_grad = b"\xff" * n
-    elif _BOOL_OR_NONE.issuperset(map(type, rgs)):
-        requires_grad = bytes(map(_RG_BYTE.__getitem__, rgs))
-    else:
+    if not _BOOL_OR_NONE.issuperset(map(type, rgs)):
         raise _Refused
+    requires_grad = bytes(map(_RG_BYTE.__getitem__, rgs))
 
-    if extra_keys is None:
-        ec = _extra_codes(memo, objs, keys, sc)
-    elif not extra_keys:
-        ec = [0] * n
-    elif _INT.issuperset(map(type, chain.from_iterable(extra_values))):  # only ints: shared with the leaves before
-        if all([column.count(column[0]) == n for column in extra_values]):  # one extra (our recorder's 0 counts)
-            ec = [_int_extra_code(memo, extra_keys, tuple([column[0] for column in extra_values]))] * n
-        else:
-            ec = _int_extra_codes(memo, extra_keys, list(zip(*extra_values, strict=True)))
-    else:
-        ec = _extra_codes(memo, objs, keys, sc)
+    ec = _extra_codes(memo, objs, sc)
 
     stats = np.empty((n, 4), np.float64)
     defined = np.zeros(n, np.uint8)
     for k, key in enumerate(STAT_KEYS):
-        col = field[key]
-        if col is None:
-            stats[:, k] = math.nan
-            continue
-        kinds = set(map(type, col))
-        if not _FLOAT.issuperset(kinds):
-            if not _FLOAT_OR_NONE.issuperset(kinds):  # ints, bools, strings...: converted one by one
-                where = f".{key}"
-                col = [v if type(v) is float else _stat(v, where) for v in col]
-            if None in col:
-                stats[:, k] = col  # None: NaN
-                defined |= (np.array(col, object) != None).view(np.uint8) << k  # noqa: E711 - elementwise
-                continue
-        stats[:, k] = col
-        defined |= 1 << k
+        col: list[Any] = field[key]
+        if not _FLOAT.issuperset(map(type, col)):  # None, ints, bools, strings...: converted one by one
+            where = f".{key}"
+            col = [v if type(v) is float else _stat(v, where) for v in col]
+        stats[:, k] = col  # None: NaN
+        defined |= ((np.array(col, object) != None).view(np.uint8) << k  # noqa: E711 - elementwise
+                    if None in col else 1 << k)
 
     tc_rows, dc_rows, sc_rows, mc_rows, nc_rows, ec_rows = map(_int32_rows, (tc, dc, sc, mc, nc, ec))
     ec_at = np.frombuffer(ec_rows, np.int32)
     counted = memo.extra_bound.array()[ec_at] <= memo.shape_numel.array()[np.frombuffer(sc_rows, np.int32)]
     counts = memo.extra_counts.array()[ec_at]
-    if not counted.all():
-        counts[~counted] = 0
+    counts[~counted] = 0
     cols.add_rows(tc_rows, dc_rows, sc_rows, mc_rows, nc_rows, ec_rows, requires_grad, stats.data, defined.data,
                   counts.data, counted.view(np.uint8).data)
 
 
 def _int32_rows(codes: list[int]) -> array[int]:
-    """``codes`` as an int32 ``array``: one code repeated (a batch's dtype, shape, no md5...) at memcpy speed."""
-    if codes.count(codes[0]) == len(codes):  # compares by identity first: fast for a repeated small int
-        return array("i", codes[:1]) * len(codes)
+    """``codes`` as an int32 ``array``."""
     return array("i", codes)
 
 
-def _string_codes(
-    memo: _Memo, field: dict[str, Sequence[Any] | None]
-) -> tuple[list[int], list[int], list[int], list[int]]:
-    """The string codes of the ``type``, ``dtype``, ``md5`` and ``data_name`` values ``field`` (a column each, None
-    for no value) of a batch, -1 for None (and for an empty or blank md5).  The strings not met before are checked
-    by their field's validator and coded in the order they come in the leaves (a leaf's type, dtype, md5 and
-    data_name, then the next leaf's).  Raises :class:`_Refused` or :class:`_Invalid`."""
-    types, dtypes, md5s, names = field["type"], field["dtype"], field["md5"], field["data_name"]
-    if types is None or dtypes is None:
-        raise _Refused
-    n = len(types)
+def _string_codes(memo: _Memo, field: dict[str, list[Any]]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The string codes of the ``type``, ``dtype``, ``md5`` and ``data_name`` values ``field`` (a column each) of a
+    batch, -1 for None (and for an empty or blank md5).  The strings not met before are checked by their field's
+    validator and coded in the order they come in the leaves (a leaf's type, dtype, md5 and data_name, then the next
+    leaf's).  Raises :class:`_Refused` or :class:`_Invalid`."""
     string_codes = memo.cols.string_codes
     tables = (string_codes, string_codes, memo.md5_codes, memo.name_codes)
-    columns = (types, dtypes, md5s, names)
+    columns = (field["type"], field["dtype"], field["md5"], field["data_name"])
     codes: list[list[int] | None] = []
     try:  # a string field holding a list or an object is unhashable: malformed
         for column, table in zip(columns, tables, strict=True):
-            if column is None:
-                codes.append([-1] * n)
-                continue
             try:
                 codes.append(list(map(table.__getitem__, column)))
             except KeyError:
-                codes.append(None)
-        if None in codes:  # strings not met before
+                codes.append(None)  # a string not met before (or a malformed value)
+        if None in codes:
             _code_new_strings(memo, columns, codes)
     except TypeError:
         raise _Refused from None
     return codes[0], codes[1], codes[2], codes[3]  # type: ignore[return-value]
 
 
-def _code_new_strings(memo: _Memo, columns: tuple[Sequence[Any] | None, ...], codes: list[list[int] | None]) -> None:
-    """Fill the columns of ``codes`` that are None (a column holds a string not met before: :func:`_string_codes`)
-    with the codes of the values ``columns``, coding the new strings in the leaves' order."""
+def _code_new_strings(memo: _Memo, columns: tuple[list[Any], ...], codes: list[list[int] | None]) -> None:
+    """Fill the columns of ``codes`` that are None (a column holding a string not met before: :func:`_string_codes`)
+    with the codes of the values ``columns``, the new strings checked and coded leaf by leaf."""
     string_code = memo.cols.string_code
     string_codes = memo.cols.string_codes
     md5_codes, name_codes = memo.md5_codes, memo.name_codes
 
     def coded(j: int, value: Any) -> int:
-        if j < 2:
+        if j < 2:  # type (a string), dtype
             got = string_codes.get(value)
             return string_code(value if j == 0 else _dtype(value)) if got is None else got
         table = md5_codes if j == 2 else name_codes
@@ -547,49 +509,42 @@ def _code_new_strings(memo: _Memo, columns: tuple[Sequence[Any] | None, ...], co
         return got
 
     new = [j for j, c in enumerate(codes) if c is None]
-    if len(new) == 1:  # one column with new strings (a tensor dump's data_name): no other column codes a string
-        j = new[0]
-        codes[j] = [coded(j, v) for v in columns[j]]  # type: ignore[union-attr]
-        return
-    rows: list[list[int]] = []
-    for i in range(len(columns[0])):  # type: ignore[arg-type]
-        rows.append([coded(j, columns[j][i]) for j in range(4) if codes[j] is None])  # type: ignore[index]
+    rows = [[coded(j, columns[j][i]) for j in new] for i in range(len(columns[0]))]
     for j, column in zip(new, zip(*rows, strict=True), strict=True):
         codes[j] = list(column)
+
+
+def _extra_codes(memo: _Memo, objs: list[dict[str, Any]], sc: list[int]) -> list[int]:
+    """The codes in ``memo.cols`` of the extras (the keys that are not :data:`_LEAF_KEYS`, kept as written) of the
+    tensor objects ``objs`` (``sc``: their shape codes), in order: an int-only extra met before by a look-up
+    (:attr:`_Memo.int_extras`), the others one by one: an int-only one shared with the equal ones after it, any other
+    its own.  Raises :class:`_Invalid` (a value nested too deeply)."""
+    keys = list(map(tuple, objs))
+    try:
+        found = list(map(memo.key_tuples.__getitem__, keys))
+    except KeyError:
+        found = list(map(memo.key_tuple, keys))
+    values = [pick(obj) for (_, pick), obj in zip(found, objs, strict=True)]
+    exact = list(map(_INT.issuperset, map(map, repeat(type), values)))  # ints only: shared (equal means the same)
+    lookup = memo.int_extras.get
+    ec: list[Any] = [lookup((extra_keys, v)) if ok else None
+                     for (extra_keys, _), v, ok in zip(found, values, exact, strict=True)]
+    if None in ec:
+        numels = memo.shape_numel.items
+        for i, code in enumerate(ec):
+            if code is None:
+                extra_keys, v = found[i][0], values[i]
+                if exact[i]:
+                    ec[i] = _int_extra_code(memo, extra_keys, v)
+                else:
+                    ec[i] = memo.add_extra(_kept_extra(tuple(zip(extra_keys, v, strict=True))), False, numels[sc[i]])
+    return ec
 
 
 def _int_extra_code(memo: _Memo, extra_keys: tuple[str, ...], values: tuple[int, ...]) -> int:
     """The code of an int-only extra (``extra_keys`` with ``values``), added when new."""
     got = memo.int_extras.get((extra_keys, values))
     return memo.add_extra(tuple(zip(extra_keys, values, strict=True)), True, math.inf) if got is None else got
-
-
-def _int_extra_codes(memo: _Memo, extra_keys: tuple[str, ...], values: list[tuple[int, ...]]) -> list[int]:
-    """The codes of the int-only extras of a batch whose tensor objects' extra keys are all ``extra_keys``
-    (``values``: each object's values), in order."""
-    try:
-        return list(map(memo.int_extras.__getitem__, zip(repeat(extra_keys), values)))
-    except KeyError:
-        return [_int_extra_code(memo, extra_keys, v) for v in values]
-
-
-def _extra_codes(memo: _Memo, objs: list[dict[str, Any]], keys: list[tuple[str, ...]], sc: list[int]) -> list[int]:
-    """The codes in ``memo.cols`` of the extras (the keys that are not :data:`_LEAF_KEYS`, kept as written) of the
-    tensor objects ``objs`` (``keys``: their key tuples, ``sc``: their shape codes), in order, one by one: one code
-    for equal int-only extras (:attr:`_Memo.int_extras`), its own for any other.  Raises :class:`_Invalid` (a value
-    nested too deeply)."""
-    ec: list[int] = []
-    numels = memo.shape_numel.items
-    key_tuple = memo.key_tuple
-    for obj, obj_keys, shape_code in zip(objs, keys, sc, strict=True):
-        extra_keys = key_tuple(obj_keys)[1]
-        values = tuple(map(obj.__getitem__, extra_keys))
-        if _INT.issuperset(map(type, values)):
-            ec.append(_int_extra_code(memo, extra_keys, values))
-        else:
-            extra = _kept_extra(tuple(zip(extra_keys, values, strict=True)))
-            ec.append(memo.add_extra(extra, False, numels[shape_code]))
-    return ec
 
 
 def _walk_to_leaf(walk: Callable[[_Memo], object], k: int, exc: _Invalid) -> _Invalid:

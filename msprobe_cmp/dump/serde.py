@@ -263,7 +263,8 @@ _BOOL_OR_NONE = frozenset({bool, _NONE_TYPE})
 #: ``requires_grad`` (None, false, true) → its int8 byte (-1, 0, 1).
 _RG_BYTE = {None: 255, False: 0, True: 1}
 #: How many tensor leaves :func:`entries_from_json` holds, parsed, before it adds them to the columns: a batch's
-#: objects stay in the processor's cache (batches of 4096 leaves read the 100k-entry bench dump ~25 % slower).
+#: objects stay in the processor's cache (batches of 4096 leaves read the 100k-entry bench dump slower: ~25 % in a
+#: noisy measurement on a shared 2-core machine).
 _BATCH = 512
 
 

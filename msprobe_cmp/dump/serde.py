@@ -5,28 +5,39 @@ The one place that knows how a record is spelled in JSON (docs/design.md §4).  
 :func:`~msprobe_cmp.dump.reader.read_json` for the others) and hands the values to the ``*_from_json`` functions with
 the file and the JSON path of the value, so that every error names both; the writer calls the ``*_to_json`` functions.
 The tensor leaves of one call (a file's entries, or one node or leaf) are added to one
-:class:`~msprobe_cmp.dump.schema.LeafColumns` as they are read; the nodes hold
-:data:`~msprobe_cmp.dump.schema.COLUMN_LEAF` in their place, and the entries their layout and first row.
-``x_from_json(x_to_json(r)) == r`` for every record but a tensor leaf whose ``md5`` is empty or blank: that is no
-checksum and reads as None.
+:class:`~msprobe_cmp.dump.schema.LeafColumns`; the nodes hold :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF` in their
+place, and the entries their layout and first row.  ``x_from_json(x_to_json(r)) == r`` for every record but a tensor
+leaf whose ``md5`` is empty or blank: that is no checksum and reads as None.
 
-One builder reads every value, well formed or not.  It checks each field while it builds the record and keeps
-no path as it goes: a malformed field raises :class:`_Invalid` holding the path below the value that failed
-(``.Max``), each enclosing list, object and entry puts its own step in front on the way out (``[0]``,
-``.input_args``), and the public function turns it into a :class:`~msprobe_cmp.errors.DumpFormatError` naming
-the file and the whole path (``data['X'].input_args[0].Max``).  Well-formed values pay nothing for the paths.
+One builder reads every value, well formed or not, and keeps no path as it goes.  The walk (:func:`_node`) builds
+the nodes and sets each tensor object aside; a batch of them (:data:`_BATCH` leaves: a few hundred entries of a
+dump.json, held parsed) is then added to the columns field by field (:func:`_add_leaves`), each string, shape and
+extra met before coded by a look-up and each new one checked once by its field's validator.  A malformed value
+raises :class:`_Invalid` holding the path below the value that failed (``.Max``), each enclosing list, object and
+entry puts its own step in front on the way out (``[0]``, ``.input_args``), and the public function turns it into a
+:class:`~msprobe_cmp.errors.DumpFormatError` naming the file and the whole path (``data['X'].input_args[0].Max``).
+A batch that holds a malformed leaf is checked leaf by leaf, in file order, by the same validators
+(:func:`_leaf_error`), and the walk of that leaf's entry is run again to stop there (:func:`_walk_to_leaf`): the
+error is the first malformed field in file order, as if each leaf had been checked as it was met (an error the walk
+finds is raised only once the leaves before it are checked).  Well-formed values pay nothing for the paths.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from msprobe_cmp.dump.schema import (
     COLUMN_LEAF,
     FORMAT_VERSION,
+    STAT_KEYS,
     TENSOR_TYPES,
     DumpMeta,
     Entry,
@@ -148,6 +159,58 @@ def _stat(value: Any, field: str) -> float | None:
     raise _Invalid(f"expected a number or null, got {type(value).__name__} {value!r:.40}", field)
 
 
+# -- the rules of a tensor object's fields: one validator a field, used by the batch (on each distinct new value)
+# -- and, to name the first malformed leaf of a batch, leaf by leaf (_leaf_error)
+
+
+def _dtype(value: Any) -> str:
+    """A tensor object's ``dtype``: a string, else :class:`_Invalid`."""
+    if type(value) is not str:
+        raise _Invalid(f"expected a string, got {value!r:.40}", ".dtype")
+    return value
+
+
+def _numel(shape: Any) -> int:
+    """The element count of a tensor object's ``shape``: a list of non-negative ints with fewer than 2**63
+    elements, else :class:`_Invalid`."""
+    numel = 1
+    if type(shape) is list:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                numel = -1
+                break
+            numel *= d
+    if numel < 0 or type(shape) is not list:
+        raise _Invalid(f"expected a list of non-negative ints, got {shape!r:.60}", ".shape")
+    if numel >= 2**63:
+        raise _Invalid("more than 2**63 elements: too large", ".shape")
+    return numel
+
+
+def _md5(value: Any) -> str | None:
+    """A tensor object's ``md5`` as kept: None for none, an empty or blank string (no checksum: two of them never
+    "agree"), else the string; :class:`_Invalid` for what is no string."""
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise _Invalid("expected a string", ".md5")
+    return value if value.strip() else None
+
+
+def _data_name(value: Any) -> str | None:
+    """A tensor object's ``data_name``: None or a string, else :class:`_Invalid`."""
+    if value is not None and type(value) is not str:
+        raise _Invalid("expected a string", ".data_name")
+    return value
+
+
+def _requires_grad(value: Any) -> bool | None:
+    """A tensor object's ``requires_grad``: None, true or false, else :class:`_Invalid`."""
+    if value is not None and type(value) is not bool:
+        raise _Invalid("expected true or false", ".requires_grad")
+    return value
+
+
 def _kept_extra(extra: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, object], ...]:
     """The extra fields ``extra`` of a tensor object (its keys that are not :data:`_LEAF_KEYS`), their values kept as
     written (:func:`_freeze`)."""
@@ -160,53 +223,155 @@ def _kept_extra(extra: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, object],
     return tuple(out)
 
 
-#: What :class:`_Memo` keeps of an ``extra`` of ints: its code, its NaN/Inf counts (or None) and the largest count.
-_IntExtra = tuple[int, tuple[int, int, int] | None, int]
+def _leaf_error(obj: dict[str, Any]) -> _Invalid | None:
+    """The error of the first malformed field of the tensor object ``obj``, or None: the fields in the order a leaf
+    is checked (``dtype``, ``shape``, ``md5``, ``data_name``, ``requires_grad``, the extra keys, ``Max``, ``Min``,
+    ``Mean``, ``Norm``), each by its validator."""
+    try:
+        _dtype(obj.get("dtype"))
+        _numel(obj.get("shape"))
+        _md5(obj.get("md5"))
+        _data_name(obj.get("data_name"))
+        _requires_grad(obj.get("requires_grad"))
+        if not _LEAF_KEY_SET.issuperset(obj):
+            _kept_extra(tuple([(k, v) for k, v in obj.items() if k not in _LEAF_KEY_SET]))
+        for key in STAT_KEYS:
+            _stat(obj.get(key), f".{key}")
+    except _Invalid as exc:
+        return exc
+    return None
+
+
+def _first_malformed(objs: list[dict[str, Any]]) -> tuple[int, _Invalid] | None:
+    """``(k, error)`` of the first malformed tensor object of ``objs`` (:func:`_leaf_error`), or None."""
+    for k, obj in enumerate(objs):
+        exc = _leaf_error(obj)
+        if exc is not None:
+            return k, exc
+    return None
+
+
+#: The bound (:class:`_Memo`) of an ``extra`` whose counts hold for no tensor (no counts, or one beyond any count of
+#: elements: a shape holds fewer than 2**63).
+_NEVER = 2**63
+_NONE_TYPE = type(None)
+_INT = frozenset({int})
+_LIST = frozenset({list})
+_FLOAT = frozenset({float})
+_FLOAT_OR_NONE = frozenset({float, _NONE_TYPE})
+_BOOL_OR_NONE = frozenset({bool, _NONE_TYPE})
+#: ``requires_grad`` (None, false, true) → its int8 byte (-1, 0, 1).
+_RG_BYTE = {None: 255, False: 0, True: 1}
+#: How many tensor leaves :func:`entries_from_json` holds, parsed, before it adds them to the columns: a batch's
+#: objects stay in the processor's cache (batches of 4096 leaves read the 100k-entry bench dump slower: ~25 % in a
+#: noisy measurement on a shared 2-core machine).
+_BATCH = 512
+
+
+class _Refused(Exception):
+    """A batch's column checks met a malformed value (:func:`_add_leaves`): which leaf, and what is wrong with it, is
+    found leaf by leaf (:func:`_first_malformed`)."""
+
+
+class _Table:
+    """A growing list of rows (``items``) with a numpy copy (:meth:`array`) brought up to date when asked for, its
+    capacity doubled as needed: the per-code tables of :class:`_Memo`, read at a batch's codes by fancy indexing."""
+
+    __slots__ = ("_array", "_filled", "items")
+
+    def __init__(self, dtype: type, row_shape: tuple[int, ...], items: list[Any]) -> None:
+        self.items = items
+        self._array: np.ndarray = np.zeros((16, *row_shape), dtype)
+        self._filled = 0
+
+    def array(self) -> np.ndarray:
+        """The rows as a numpy array (a view of the copy: valid until the next call)."""
+        n, filled = len(self.items), self._filled
+        if filled < n:
+            if n > len(self._array):
+                grown = np.zeros((max(n, 2 * len(self._array)), *self._array.shape[1:]), self._array.dtype)
+                grown[:filled] = self._array[:filled]
+                self._array = grown
+            self._array[filled:n] = self.items[filled:n]
+            self._filled = n
+        return self._array[:n]
+
+
+#: What :class:`_Memo` keeps of a tensor object's key tuple: its keys that are not :data:`_LEAF_KEYS` (its extra
+#: keys), in order, and a function picking their values from such an object, as a tuple.
+_KeyTuple = tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, ...]]]
+
+
+def _no_extra(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """The values of no extra keys: ``()``."""
+    return ()
 
 
 class _Memo:
     """What one file's reading builds and shares (one per file read).
 
     ``cols`` holds the file's tensor leaves (:class:`~msprobe_cmp.dump.schema.LeafColumns`: their ``type`` and
-    ``dtype`` strings and their shapes held once).  ``int_extras`` maps an ``extra`` whose values are all ints (our
-    recorder's NaN/Inf counts, mostly zeros) to its code in ``cols``, its counts and their largest: 300k leaves of a
-    100k-entry dump hold a few distinct ones.  Only ints and strings are shared: for them equal means the same
-    (``1``, ``1.0`` and ``True`` are equal but not the same).  ``extra_keys`` maps a tensor object's key tuple to its
-    keys that are not :data:`_LEAF_KEYS` (a dump holds few distinct key tuples).  ``layouts`` maps an entry's
-    fields (column leaves as :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`) to the one
+    ``dtype`` strings and their shapes held once).  The walk (:func:`_node`) does not build a leaf: it puts the tensor
+    object in ``pending``, and :func:`_add_leaves` adds the pending leaves to ``cols`` column by column, a batch at a
+    time.  What the batches share:
+
+    ``key_tuples`` maps a tensor object's key tuple to what :data:`_KeyTuple` says (a dump holds few distinct key
+    tuples).  ``int_extras`` maps an ``extra`` whose values are all ints (our recorder's NaN/Inf counts, mostly
+    zeros), as ``(extra keys, values)``, to its code in ``cols``: 300k leaves of a 100k-entry dump hold a few distinct
+    ones.  Only ints and strings are shared: for them equal means the same (``1``, ``1.0`` and ``True`` are equal but
+    not the same).  By extra code: ``extra_counts`` the NaN/Inf counts it gives (0s for none) and ``extra_bound`` the
+    least element count of a tensor they hold for (:data:`_NEVER` for none).  ``shape_numel`` holds each shape's
+    element count, by shape code; ``md5_codes`` and ``name_codes`` map each ``md5`` and ``data_name`` value met to its
+    string code (-1: None, and an empty or blank md5).
+
+    ``layouts`` maps an entry's fields (column leaves as :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`) to the one
     :class:`~msprobe_cmp.dump.schema.EntryLayout` of the entries that have them; ``values`` holds the ``repr`` of
     each value leaf's value built for the entry being read, which the look-up adds to the key: equal values are not
     always the same (``1``, ``1.0``, ``True``; ``0.0`` and ``-0.0``), their reprs are (msprobe's PyTorch dumps
     write ``"is_recompute": false`` in every entry, whose layouts are then shared too).
     """
 
-    __slots__ = ("cols", "extra_keys", "int_extras", "layouts", "values")
+    __slots__ = ("cols", "extra_bound", "extra_counts", "int_extras", "key_tuples", "layouts", "md5_codes",
+                 "name_codes", "pending", "shape_numel", "values")
 
     def __init__(self) -> None:
         self.cols = LeafColumns()
-        self.extra_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
-        self.int_extras: dict[tuple[tuple[str, ...], tuple[int, ...]], _IntExtra] = {}
+        self.pending: list[dict[str, Any]] = []
+        self.key_tuples: dict[tuple[str, ...], _KeyTuple] = {}
+        self.int_extras: dict[tuple[tuple[str, ...], tuple[int, ...]], int] = {((), ()): 0}
+        self.extra_counts = _Table(np.int64, (3,), [(0, 0, 0)])  # extra code 0: no extra
+        self.extra_bound = _Table(np.uint64, (), [_NEVER])
+        self.shape_numel = _Table(np.uint64, (), [])
+        self.md5_codes: dict[Any, int] = {None: -1}
+        self.name_codes: dict[Any, int] = {None: -1}
         self.layouts: dict[tuple[object, ...], EntryLayout] = {}
         self.values: list[str] = []
 
-    def add_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
-        """Note and return the keys of ``keys`` (a tensor object's) that are not :data:`_LEAF_KEYS`, in order."""
-        extra_keys = self.extra_keys[keys] = tuple([k for k in keys if k not in _LEAF_KEY_SET])
-        return extra_keys
-
-    def add_extra(
-        self, keys: tuple[str, ...], values: tuple[int, ...]
-    ) -> _IntExtra:
-        """Note and return, for the ``extra`` of a tensor object with the extra keys ``keys`` whose values are the
-        ints ``values``: its code in :attr:`cols`, the counts
-        :func:`~msprobe_cmp.dump.schema.compute_nonfinite_counts` reads from it for a tensor of any size (or None),
-        and the largest of them: they are the tensor's when it holds at least that many elements, else it has
-        none."""
-        extra = tuple(zip(keys, values, strict=True))
-        counts = compute_nonfinite_counts(extra, math.inf)
-        got = self.int_extras[(keys, values)] = (
-            self.cols.extra_code_of(extra, True), counts, max(counts) if counts is not None else 0)
+    def key_tuple(self, keys: tuple[str, ...]) -> _KeyTuple:
+        """What :data:`_KeyTuple` says of ``keys`` (a tensor object's key tuple), noted the first time."""
+        got = self.key_tuples.get(keys)
+        if got is None:
+            extra = tuple([k for k in keys if k not in _LEAF_KEY_SET])
+            pick: Callable[[dict[str, Any]], tuple[Any, ...]] = (
+                itemgetter(*extra) if len(extra) > 1 else (lambda obj: (obj[extra[0]],)) if extra else _no_extra)
+            got = self.key_tuples[keys] = (extra, pick)
         return got
+
+    def add_extra(self, extra: tuple[tuple[str, object], ...], shared: bool, numel: float) -> int:
+        """Note and return the code in :attr:`cols` of ``extra`` (a tensor object's, values kept as written): shared
+        (``shared``: its values are ints, the same code for an equal one, also in :attr:`int_extras`) or its own,
+        with the counts :func:`~msprobe_cmp.dump.schema.compute_nonfinite_counts` reads from it for a tensor of
+        ``numel`` elements (``math.inf`` for a shared one: they then hold for a tensor of at least their largest
+        count of elements)."""
+        code = self.cols.extra_code_of(extra, shared)
+        if code == len(self.extra_counts.items):  # a new one
+            counts = compute_nonfinite_counts(extra, numel)
+            bound = _NEVER if counts is None else min(max(counts), _NEVER) if shared else 0
+            self.extra_counts.items.append((0, 0, 0) if counts is None or bound == _NEVER else counts)
+            self.extra_bound.items.append(bound)
+        if shared:
+            self.int_extras[(tuple([k for k, _ in extra]), tuple([v for _, v in extra]))] = code  # type: ignore[misc]
+        return code
 
     def layout(self, fields: tuple[tuple[str, object], ...], name: str) -> EntryLayout:
         """The layout of an entry named ``name`` whose fields are ``fields``: one for the entries whose fields are the
@@ -222,69 +387,193 @@ class _Memo:
         return got
 
 
-_INT = frozenset({int})
+def _add_leaves(memo: _Memo, types: list[Any] | None = None) -> tuple[int, _Invalid] | None:
+    """Add the tensor objects of ``memo.pending`` to ``memo.cols`` (``types``: their ``type`` strings, by default
+    their ``type`` fields) and empty it; or, when one is malformed, return its place in ``memo.pending`` and its
+    error (the first malformed one, in file order), the columns then being of no use (the read fails)."""
+    try:
+        _fill_columns(memo, memo.pending, types)
+    except (_Invalid, _Refused):
+        found = _first_malformed(memo.pending)
+        if found is None:  # pragma: no cover - the column checks refuse only what a field's validator refuses
+            raise AssertionError("the leaf columns refused a batch of well-formed tensor objects") from None
+        return found
+    memo.pending.clear()
+    return None
 
 
-#: The fields :func:`_tensor_leaf` picks from a tensor object, in its order (an absent one is None).
-_PICKED = ("dtype", "shape", "Max", "Min", "Mean", "Norm", "md5", "data_name", "requires_grad")
-
-
-def _tensor_leaf(obj: dict[str, Any], type_: str, memo: _Memo) -> object:
-    """Add the leaf of a tensor object to ``memo.cols`` and return :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`
-    (:func:`tensor_leaf_from_json` without the file): raises :class:`_Invalid`."""
-    dtype, shape, mx, mn, me, no, md5, data_name, rg = map(obj.get, _PICKED)
-    if type(dtype) is not str:
-        raise _Invalid(f"expected a string, got {dtype!r:.40}", ".dtype")
-    numel = 1
-    if type(shape) is list:
-        for d in shape:
-            if type(d) is not int or d < 0:
-                numel = -1
-                break
-            numel *= d
-    if numel < 0 or type(shape) is not list:
-        raise _Invalid(f"expected a list of non-negative ints, got {shape!r:.60}", ".shape")
-    if numel >= 2**63:
-        raise _Invalid("more than 2**63 elements: too large", ".shape")
-    if md5 is not None:
-        if type(md5) is not str:
-            raise _Invalid("expected a string", ".md5")
-        md5 = md5 if md5.strip() else None  # empty or blank: no checksum (two of them never "agree")
-    if data_name is not None and type(data_name) is not str:
-        raise _Invalid("expected a string", ".data_name")
-    if rg is not None and type(rg) is not bool:
-        raise _Invalid("expected true or false", ".requires_grad")
+def _fill_columns(memo: _Memo, objs: list[dict[str, Any]], types: list[Any] | None) -> None:
+    """:func:`_add_leaves` of the tensor objects ``objs``, column by column: each field gathered from the objects
+    at once; the strings, shapes and int-only extras coded by dictionary look-ups, each value not met before
+    checked by its field's validator; the statistics converted to float64 with the mask of the defined ones.
+    Raises :class:`_Refused` or :class:`_Invalid` when a value is malformed (naming no leaf)."""
+    n = len(objs)
+    if not n:
+        return
     cols = memo.cols
-    extra_code = 0
-    counts: tuple[int, int, int] | None = None
-    if not _LEAF_KEY_SET.issuperset(obj):  # keys other than msprobe's (our recorder's counts): kept as written
-        keys = tuple(obj)
-        extra_keys = memo.extra_keys.get(keys) or memo.add_keys(keys)
-        values = tuple(map(obj.__getitem__, extra_keys))
-        if _INT.issuperset(map(type, values)):  # only ints: shared with the leaves before (see _Memo)
-            extra_code, counts, largest = memo.int_extras.get((extra_keys, values)) or memo.add_extra(
-                extra_keys, values)
-            if largest > numel:
-                counts = None
-        else:
-            extra = _kept_extra(tuple(zip(extra_keys, values, strict=True)))
-            extra_code = cols.extra_code_of(extra, False)
-            counts = compute_nonfinite_counts(extra, numel)
-    cols.append(
-        type_,
-        dtype,
-        tuple(shape),
-        mx if type(mx) is float else _stat(mx, ".Max"),
-        mn if type(mn) is float else _stat(mn, ".Min"),
-        me if type(me) is float else _stat(me, ".Mean"),
-        no if type(no) is float else _stat(no, ".Norm"),
-        md5,
-        data_name,
-        rg,
-        extra_code,
-        counts,
-    )
-    return COLUMN_LEAF
+    get = dict.get
+    field: dict[str, list[Any]] = {key: list(map(get, objs, repeat(key))) for key in _LEAF_KEYS}  # None: absent
+    if types is not None:
+        field["type"] = types
+    tc, dc, mc, nc = _string_codes(memo, field)
+
+    shapes = field["shape"]
+    if not _LIST.issuperset(map(type, shapes)):
+        raise _Refused
+    shape_tuples: list[tuple[int, ...]] = list(map(tuple, shapes))
+    if not _INT.issuperset(map(type, chain.from_iterable(shape_tuples))):  # (2, True) == (2, 1): no look-up sees it
+        raise _Refused
+    try:
+        sc: list[int] = list(map(cols.shape_codes.__getitem__, shape_tuples))
+    except KeyError:  # a shape not met before: checked (negative sizes, 2**63 elements) and coded, in order
+        sc = []
+        lookup = cols.shape_codes.get
+        numels = memo.shape_numel.items
+        for shape, listed in zip(shape_tuples, shapes, strict=True):
+            code = lookup(shape)
+            if code is None:
+                numel = _numel(listed)
+                code = cols.shape_code_of(shape)
+                numels.append(numel)
+            sc.append(code)
+
+    rgs = field["requires_grad"]
+    if not _BOOL_OR_NONE.issuperset(map(type, rgs)):
+        raise _Refused
+    requires_grad = bytes(map(_RG_BYTE.__getitem__, rgs))
+
+    ec = _extra_codes(memo, objs, sc)
+
+    stats = np.empty((n, 4), np.float64)
+    defined = np.zeros(n, np.uint8)
+    for k, key in enumerate(STAT_KEYS):
+        col: list[Any] = field[key]
+        if not _FLOAT.issuperset(map(type, col)):  # None, ints, bools, strings...: converted one by one
+            where = f".{key}"
+            col = [v if type(v) is float else _stat(v, where) for v in col]
+        stats[:, k] = col  # None: NaN
+        defined |= ((np.array(col, object) != None).view(np.uint8) << k  # noqa: E711 - elementwise
+                    if None in col else 1 << k)
+
+    tc_rows, dc_rows, sc_rows, mc_rows, nc_rows, ec_rows = map(_int32_rows, (tc, dc, sc, mc, nc, ec))
+    ec_at = np.frombuffer(ec_rows, np.int32)
+    counted = memo.extra_bound.array()[ec_at] <= memo.shape_numel.array()[np.frombuffer(sc_rows, np.int32)]
+    counts = memo.extra_counts.array()[ec_at]
+    counts[~counted] = 0
+    cols.add_rows(tc_rows, dc_rows, sc_rows, mc_rows, nc_rows, ec_rows, requires_grad, stats.data, defined.data,
+                  counts.data, counted.view(np.uint8).data)
+
+
+def _int32_rows(codes: list[int]) -> array[int]:
+    """``codes`` as an int32 ``array``."""
+    return array("i", codes)
+
+
+def _string_codes(memo: _Memo, field: dict[str, list[Any]]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The string codes of the ``type``, ``dtype``, ``md5`` and ``data_name`` values ``field`` (a column each) of a
+    batch, -1 for None (and for an empty or blank md5).  The strings not met before are checked by their field's
+    validator and coded in the order they come in the leaves (a leaf's type, dtype, md5 and data_name, then the next
+    leaf's).  Raises :class:`_Refused` or :class:`_Invalid`."""
+    string_codes = memo.cols.string_codes
+    tables = (string_codes, string_codes, memo.md5_codes, memo.name_codes)
+    columns = (field["type"], field["dtype"], field["md5"], field["data_name"])
+    codes: list[list[int] | None] = []
+    try:  # a string field holding a list or an object is unhashable: malformed
+        for column, table in zip(columns, tables, strict=True):
+            try:
+                codes.append(list(map(table.__getitem__, column)))
+            except KeyError:
+                codes.append(None)  # a string not met before (or a malformed value)
+        if None in codes:
+            _code_new_strings(memo, columns, codes)
+    except TypeError:
+        raise _Refused from None
+    return codes[0], codes[1], codes[2], codes[3]  # type: ignore[return-value]
+
+
+def _code_new_strings(memo: _Memo, columns: tuple[list[Any], ...], codes: list[list[int] | None]) -> None:
+    """Fill the columns of ``codes`` that are None (a column holding a string not met before: :func:`_string_codes`)
+    with the codes of the values ``columns``, the new strings checked and coded leaf by leaf."""
+    string_code = memo.cols.string_code
+    string_codes = memo.cols.string_codes
+    md5_codes, name_codes = memo.md5_codes, memo.name_codes
+
+    def coded(j: int, value: Any) -> int:
+        if j < 2:  # type (a string), dtype
+            got = string_codes.get(value)
+            return string_code(value if j == 0 else _dtype(value)) if got is None else got
+        table = md5_codes if j == 2 else name_codes
+        got = table.get(value)
+        if got is None:
+            kept = _md5(value) if j == 2 else _data_name(value)
+            got = table[value] = -1 if kept is None else string_code(kept)
+        return got
+
+    new = [j for j, c in enumerate(codes) if c is None]
+    rows = [[coded(j, columns[j][i]) for j in new] for i in range(len(columns[0]))]
+    for j, column in zip(new, zip(*rows, strict=True), strict=True):
+        codes[j] = list(column)
+
+
+def _extra_codes(memo: _Memo, objs: list[dict[str, Any]], sc: list[int]) -> list[int]:
+    """The codes in ``memo.cols`` of the extras (the keys that are not :data:`_LEAF_KEYS`, kept as written) of the
+    tensor objects ``objs`` (``sc``: their shape codes), in order: an int-only extra met before by a look-up
+    (:attr:`_Memo.int_extras`), the others one by one: an int-only one shared with the equal ones after it, any other
+    its own.  Raises :class:`_Invalid` (a value nested too deeply)."""
+    keys = list(map(tuple, objs))
+    try:
+        found = list(map(memo.key_tuples.__getitem__, keys))
+    except KeyError:
+        found = list(map(memo.key_tuple, keys))
+    values = [pick(obj) for (_, pick), obj in zip(found, objs, strict=True)]
+    exact = list(map(_INT.issuperset, map(map, repeat(type), values)))  # ints only: shared (equal means the same)
+    lookup = memo.int_extras.get
+    ec: list[Any] = [lookup((extra_keys, v)) if ok else None
+                     for (extra_keys, _), v, ok in zip(found, values, exact, strict=True)]
+    if None in ec:
+        numels = memo.shape_numel.items
+        for i, code in enumerate(ec):
+            if code is None:
+                extra_keys, v = found[i][0], values[i]
+                if exact[i]:
+                    ec[i] = _int_extra_code(memo, extra_keys, v)
+                else:
+                    ec[i] = memo.add_extra(_kept_extra(tuple(zip(extra_keys, v, strict=True))), False, numels[sc[i]])
+    return ec
+
+
+def _int_extra_code(memo: _Memo, extra_keys: tuple[str, ...], values: tuple[int, ...]) -> int:
+    """The code of an int-only extra (``extra_keys`` with ``values``), added when new."""
+    got = memo.int_extras.get((extra_keys, values))
+    return memo.add_extra(tuple(zip(extra_keys, values, strict=True)), True, math.inf) if got is None else got
+
+
+def _walk_to_leaf(walk: Callable[[_Memo], object], k: int, exc: _Invalid) -> _Invalid:
+    """``exc`` (the error of the ``k``-th tensor object ``walk`` meets), with the path to it: ``walk`` walks a value
+    again (:func:`_node`, :func:`_entry_fields`...) and the walk stops at that leaf, putting each enclosing step in
+    front of the path on its way out."""
+    memo = _Memo()
+    memo.pending = _LeafFinder(k, exc)
+    try:
+        walk(memo)
+    except _Invalid as found:
+        return found
+    raise AssertionError(f"walked past leaf {k} without meeting it")  # pragma: no cover
+
+
+class _LeafFinder(list[dict[str, Any]]):
+    """The ``pending`` list of a walk that stops at its ``k``-th tensor object (:func:`_walk_to_leaf`), raising
+    ``exc``."""
+
+    def __init__(self, k: int, exc: _Invalid) -> None:
+        super().__init__()
+        self.k = k
+        self.exc = exc
+
+    def append(self, obj: Any) -> None:
+        if len(self) == self.k:
+            raise self.exc
+        super().append(obj)
 
 
 def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> TensorLeaf:
@@ -299,10 +588,10 @@ def tensor_leaf_from_json(obj: dict[str, Any], file: str | Path, where: str) -> 
             ints, a statistic is not a number/null, or ``data_name``/``md5`` are not strings.
     """
     memo = _Memo()
-    try:
-        _tensor_leaf(obj, str(obj.get("type")), memo)
-    except _Invalid as exc:
-        raise exc.error(file, where) from None
+    memo.pending.append(obj)
+    bad = _add_leaves(memo, [str(obj.get("type"))])
+    if bad is not None:
+        raise bad[1].error(file, where)
     memo.cols.finish()
     return leaf_view(memo.cols, 0)
 
@@ -329,8 +618,9 @@ def _thaw(value: object) -> Any:
 
 
 def _node(obj: Any, depth: int, memo: _Memo) -> Any:
-    """:func:`node_from_json` of a value at ``depth`` (at most :data:`_MAX_DEPTH`), a tensor leaf added to
-    ``memo.cols`` and held as :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`: raises :class:`_Invalid`."""
+    """:func:`node_from_json` of a value at ``depth`` (at most :data:`_MAX_DEPTH`), a tensor leaf held as
+    :data:`~msprobe_cmp.dump.schema.COLUMN_LEAF`, its tensor object put in ``memo.pending`` (checked and added to
+    ``memo.cols`` later, by :func:`_add_leaves`): raises :class:`_Invalid`."""
     t = type(obj)
     if t is dict:
         return _object(obj, depth, memo)
@@ -338,12 +628,14 @@ def _node(obj: Any, depth: int, memo: _Memo) -> Any:
         if obj and depth >= _MAX_DEPTH:
             raise _Invalid(_TOO_DEEP, "[0]")
         items: list[Any] = []
+        pending = memo.pending
         try:
             for v in obj:
                 if type(v) is dict:
                     type_ = v.get("type")
                     if type(type_) is str and type_ in TENSOR_TYPES:  # the common item: a tensor leaf
-                        items.append(_tensor_leaf(v, type_, memo))
+                        pending.append(v)
+                        items.append(COLUMN_LEAF)
                     else:
                         items.append(_object(v, depth + 1, memo))
                 elif v is None:
@@ -380,7 +672,8 @@ def _object(obj: dict[str, Any], depth: int, memo: _Memo) -> Any:
     if type(type_) is str:
         if type_ in TENSOR_TYPES or ("dtype" in obj and "shape" in obj and "value" not in obj):
             # msprobe's tensor types, and the tensor-like types of other tool versions: a dtype and a shape
-            return _tensor_leaf(obj, type_, memo)
+            memo.pending.append(obj)
+            return COLUMN_LEAF
         if len(obj) == 2 and "value" in obj:
             try:
                 value = _freeze(obj["value"], depth)
@@ -419,13 +712,20 @@ def node_from_json(obj: Any, file: str | Path, where: str, depth: int = 0) -> No
             or a ``dtype``/``shape`` key with a scalar or null statistic, ``data_name`` or ``md5``) but has no
             string ``type``, no string ``dtype`` or no list ``shape`` (the message names the first of these).
     """
+    memo = _Memo()
     try:
         if depth > _MAX_DEPTH:
             raise _Invalid(_TOO_DEEP)
-        memo = _Memo()
         node = _node(obj, depth, memo)
-    except _Invalid as exc:
+    except _Invalid as walk_error:
+        exc = walk_error
+        bad = _first_malformed(memo.pending)  # a malformed leaf met before the error is the first error
+        if bad is not None:
+            exc = _walk_to_leaf(lambda m: _node(obj, depth, m), *bad)
         raise exc.error(file, where) from None
+    bad = _add_leaves(memo)
+    if bad is not None:
+        raise _walk_to_leaf(lambda m: _node(obj, depth, m), *bad).error(file, where)
     cols = memo.cols
     cols.finish()
     return fill_column_leaves(node, (leaf_view(cols, i) for i in range(len(cols))))  # type: ignore[return-value]
@@ -512,18 +812,41 @@ def entries_from_json(
     build = _debug_fields if debug else _entry_fields
     memo = _Memo()
     cols = memo.cols
+    pending = memo.pending
     layout = memo.layout
     in_columns = Entry.in_columns
     entries: list[Entry] = []
+    held: list[tuple[str, Any, int]] = []  # the entries of the pending leaves: name, parsed entry, its first leaf
     name = ""
     try:
         for name, obj in data.items() if isinstance(data, Mapping) else data:
-            start = len(cols)
-            entries.append(in_columns(name, layout(build(obj, memo), name), cols, start))
+            first = len(pending)
+            held.append((name, obj, first))
+            entries.append(in_columns(name, layout(build(obj, memo), name), cols, len(cols) + first))
+            if len(pending) >= _BATCH:
+                _add_held(memo, held, build, file)
     except _Invalid as exc:
+        # a malformed leaf of this entry before the error, or of an entry before it, is the first error
+        _add_held(memo, held, build, file, only_check=True)
         raise exc.error(file, f"data[{name!r}]") from None
+    _add_held(memo, held, build, file)
     cols.finish()
     return tuple(entries)
+
+
+def _add_held(
+    memo: _Memo, held: list[tuple[str, Any, int]], build: Callable[[Any, _Memo], object], file: str | Path,
+    only_check: bool = False,
+) -> None:
+    """Add the pending leaves of ``memo`` (those of the entries ``held``: ``(name, parsed entry, its first leaf in
+    memo.pending)``, in file order, whose fields ``build`` walks) to its columns (with ``only_check``, only check
+    them) and forget ``held``; raises the error of the first malformed one, naming its entry and path."""
+    bad = _first_malformed(memo.pending) if only_check else _add_leaves(memo)
+    if bad is not None:
+        k, exc = bad
+        name, obj, first = next(h for h in reversed(held) if h[2] <= k)
+        raise _walk_to_leaf(lambda m: build(obj, m), k - first, exc).error(file, f"data[{name!r}]")
+    held.clear()
 
 
 def entry_from_json(name: str, obj: Any, file: str | Path) -> Entry:

@@ -515,9 +515,15 @@ def test_the_cell_tree_opens_the_way_to_the_origin_and_lists_a_cells_rows(driver
     assert marked[0].find_element("css selector", ".cname").text == origin.where
     assert "likely origin" in marked[0].text
     marked[0].find_element("css selector", "a.cellrows").click()
-    # block 2's rows: its own (input and output) and its three ops' (input and output each)
+    # block 2's rows: its own (input and output) and its three ops' (input and output each), failing ones first
     _wait(driver, lambda: _shown(driver).startswith("8 of"))
     names = _visible_names(driver)
+    verdicts = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#rows-body tr.row td.verdict')).map(function (td) {"
+        " return td.textContent; });")
+    severity = {"fail": 3, "warning": 2, "pass": 1, "skip": 0}
+    assert "fail" in verdicts and [severity[v] for v in verdicts] == sorted((severity[v] for v in verdicts),
+                                                                             reverse=True)
     assert sorted(names) == sorted(
         [f"Cell.net.block2.Block.forward.0.{p}" for p in ("input.0", "output.0")]
         + [f"Functional.op{k}.2.forward.{p}" for k in range(3) for p in ("input.0", "output.0")])

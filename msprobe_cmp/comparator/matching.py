@@ -201,6 +201,20 @@ _CLASS_CODE = {c: k for k, c in enumerate(MATCH_CLASSES)}
 _PENDING = 255
 
 
+
+def row_index(i: int, n: int) -> int:
+    """The row ``i`` of ``n`` rows as a non-negative index (``-1`` is the last), as a sequence reads it.
+
+    Raises:
+        IndexError: ``i`` is not in ``[-n, n)``.
+    """
+    k = int(i)
+    if k < 0:
+        k += n
+    if not 0 <= k < n:
+        raise IndexError(f"row {i} out of range ({n} rows)")
+    return k
+
 class RowPairs(Sequence[RowPair]):
     """The rows of a pairing (:func:`match_entries`, :func:`match_views`,
     :func:`~msprobe_cmp.comparator.fused.match_with_fused`), column-wise: row ``i`` is read as a :class:`RowPair` by
@@ -278,13 +292,7 @@ class RowPairs(Sequence[RowPair]):
     def __getitem__(self, i: int | slice) -> RowPair | tuple[RowPair, ...]:  # type: ignore[override]
         if isinstance(i, slice):
             return tuple(self.row(k) for k in range(*i.indices(len(self))))
-        n = len(self)
-        k = int(i)
-        if k < 0:
-            k += n
-        if not 0 <= k < n:
-            raise IndexError(f"row {i} out of range ({n} rows)")
-        return self.row(k)
+        return self.row(row_index(i, len(self)))
 
     def __iter__(self) -> Iterator[RowPair]:
         return (self.row(k) for k in range(len(self)))

@@ -38,7 +38,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
 
-from msprobe_cmp.comparator.matching import MATCH_CLASSES, SIDE_KINDS, MatchClass
+from msprobe_cmp.comparator.matching import MATCH_CLASSES, SIDE_KINDS, MatchClass, row_index
 from msprobe_cmp.comparator.rules import Verdict
 from msprobe_cmp.dump.schema import Interned, Leaf, LeafColumns, TensorLeaf, ValueLeaf, leaf_row_groups
 
@@ -218,13 +218,7 @@ class RowTable(Sequence["ComparisonRow"]):
     def __getitem__(self, i: int | slice) -> ComparisonRow | tuple[ComparisonRow, ...]:
         if isinstance(i, slice):
             return tuple(ComparisonRow(self, k) for k in range(*i.indices(len(self))))
-        n = len(self)
-        k = int(i)
-        if k < 0:
-            k += n
-        if not 0 <= k < n:
-            raise IndexError(f"row {i} out of range ({n} rows)")
-        return ComparisonRow(self, k)
+        return ComparisonRow(self, row_index(i, len(self)))
 
     def __iter__(self) -> Iterator[ComparisonRow]:
         return (ComparisonRow(self, k) for k in range(len(self)))

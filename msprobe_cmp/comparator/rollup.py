@@ -110,7 +110,7 @@ def paired_cells(rows: RowTable) -> dict[str, str]:
 
 
 def merged_construct(
-    rows: RowTable, construct_a: Mapping[str, str | None], construct_b: Mapping[str, str | None]
+    paired: Mapping[str, str], construct_a: Mapping[str, str | None], construct_b: Mapping[str, str | None]
 ) -> dict[str, str | None]:
     """The two sides' construct.json as one cell tree: A's, completed from B's, where a cell call of B paired with a
     cell call of A (:func:`paired_cells`) is that call of A: B's entries inside it hang under A's cell, and B's call's
@@ -119,15 +119,14 @@ def merged_construct(
     node, not two siblings.
 
     Args:
-        rows: the unit's rows (their ``entry`` and ``entry_b`` columns name the pairs).
+        paired: :func:`paired_cells` of the unit's rows (B's call → A's).
         construct_a, construct_b: each side's entry name → parent cell entry name.
 
     Returns:
         entry name → parent cell entry name; A's own entries as A's construct.json has them, a paired call of B
         → its partner in A.
     """
-    a_of_b = paired_cells(rows)
-    merged = {entry: a_of_b.get(entry) or (a_of_b.get(parent, parent) if parent is not None else None)
+    merged = {entry: paired.get(entry) or (paired.get(parent, parent) if parent is not None else None)
               for entry, parent in construct_b.items()}
     merged.update(construct_a)
     return merged
@@ -135,7 +134,7 @@ def merged_construct(
 
 def compute_cell_rollups(
     rows: RowTable, construct: Mapping[str, str | None],
-    chains: Mapping[str, tuple[str, ...]] | None = None,
+    chains: Mapping[str, tuple[str, ...]] | None = None, paired: Mapping[str, str] | None = None,
 ) -> tuple[tuple[CellRollup, ...], dict[str, tuple[str, ...]], bool]:
     """Roll the rows up into every enclosing cell call (construct.json: entry → parent cell); a row of a call of B
     paired with a call of A (:func:`paired_cells`) rolls up into A's call.
@@ -144,6 +143,8 @@ def compute_cell_rollups(
         rows: the unit's rows in execution order (columns).
         construct: entry name → parent cell entry name (A's construct.json, completed from B's).
         chains: the rows' :func:`parent_chains`, when already computed.
+        paired: :func:`paired_cells` of the rows, the one given to :func:`merged_construct` (None: no call of B is
+            one of A).
 
     Returns:
         ``(cells, chains, truncated)``: one :class:`CellRollup` per cell call, in the order its first
@@ -166,7 +167,7 @@ def compute_cell_rollups(
             got = known[entry]
         return got
 
-    alias = paired_cells(rows)  # a call of B paired with one of A is that call (merged_construct)
+    alias = paired or {}  # a call of B paired with one of A is that call (merged_construct)
     ranks = _RANK_OF_CODE[rows.verdict].tolist()
     differs = rows.differs_mask().tolist()
     cosine = _defined(rows, "Cosine")

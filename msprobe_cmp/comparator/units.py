@@ -41,7 +41,7 @@ from msprobe_cmp.comparator.result import (
     UnitRef,
     unit_summary,
 )
-from msprobe_cmp.comparator.rollup import compute_cell_rollups, merged_construct, parent_chains
+from msprobe_cmp.comparator.rollup import compute_cell_rollups, merged_construct, paired_cells, parent_chains
 from msprobe_cmp.comparator.rowtable import (
     COMPARED_BY_CODE,
     MATCH_CLASS_CODE,
@@ -376,14 +376,15 @@ def compare_units(
     if len(columnar):
         _compare_columnar(builder, pairs, columnar, rules, why, noise, unit_a, unit_b, mode)
     del pairs, columnar  # every row is in the builder now: its pairs are not held from here on
-    construct = merged_construct(builder.table, unit_a.construct, unit_b.construct)
+    paired = paired_cells(builder.table)  # B's cell calls that are calls of A (across frameworks)
+    construct = merged_construct(paired, unit_a.construct, unit_b.construct)
     entry_names = builder.table.entry_names()
     chains, truncated = parent_chains(entry_names, construct)
     jumps = localise(builder, chains, kernels_differ(unit_a, unit_b), rules.default, rules.localisation,
                      left_out=which >= 0)
     rows = builder.freeze()
     summary = unit_summary(rows)
-    cells, chains, _ = compute_cell_rollups(rows, construct, chains)
+    cells, chains, _ = compute_cell_rollups(rows, construct, chains, paired)
     if truncated:
         notes = (*notes, "construct.json nests cells more than 1,000 deep: the cell roll-up stops there")
     return UnitComparison(

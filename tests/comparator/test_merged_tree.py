@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from msprobe_cmp import compare, load_dump
-from msprobe_cmp.comparator.rollup import merged_construct
+from msprobe_cmp.comparator.rollup import merged_construct, paired_cells
 from msprobe_cmp.comparator.rowtable import RowTable
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
@@ -37,13 +37,14 @@ def test_mindspore_against_pytorch_gives_one_tree_without_module_siblings():
 
 def test_the_merge_by_hand():
     rows = RowTable.from_rows(())  # an empty table: nothing paired, the two files as they are (A's first)
-    assert merged_construct(rows, {"x": "Cell.a.forward.0"}, {"x": "Module.a.forward.0", "y": None}) == {
+    merged = merged_construct(paired_cells(rows), {"x": "Cell.a.forward.0"}, {"x": "Module.a.forward.0", "y": None})
+    assert merged == {
         "x": "Cell.a.forward.0", "y": None}
     c = compare(load_dump(FIXTURES / "statistics_a"), load_dump(FIXTURES / "torch_statistics_a"))
     u = c.units[0]
     construct_b = {"Functional.linear.9.forward": "Module.head.Linear.forward.0",
                    "Module.head.Linear.forward.0": "Module.net.Net.forward.0", "Module.net.Net.forward.0": None}
-    merged = merged_construct(u.rows, {}, construct_b)
+    merged = merged_construct(paired_cells(u.rows), {}, construct_b)
     # the paired module is its cell (its own rows in the cell); its parent (paired with no cell of A) stays
     assert merged == {"Functional.linear.9.forward": "Cell.head.Dense.forward.0",
                       "Module.head.Linear.forward.0": "Cell.head.Dense.forward.0", "Module.net.Net.forward.0": None}
@@ -80,7 +81,8 @@ def test_calls_aligned_by_call_order_in_one_framework_keep_their_own_rows(tmp_pa
     c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
     (u,) = c.units
     assert any(r.entry_name_b not in (None, r.entry_name) for r in u.rows)  # aligned by call order
-    assert merged_construct(u.rows, {}, {"x": "Module.blk.Blk.forward.0"}) == {"x": "Module.blk.Blk.forward.0"}
+    merged = merged_construct(paired_cells(u.rows), {}, {"x": "Module.blk.Blk.forward.0"})
+    assert merged == {"x": "Module.blk.Blk.forward.0"}
     cells = {cell.cell: cell for cell in u.cells}
     # every block call: its own input and output, its relu's input and output
     assert {k: cells[f"Module.blk.Blk.forward.{k}"].rows for k in range(3)} == {0: 4, 1: 4, 2: 4}

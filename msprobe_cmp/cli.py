@@ -383,18 +383,13 @@ def _fill_temp(path: Path, write: Callable[[BinaryIO], object], made: Callable[[
     return tmp
 
 
-def _can_fork() -> bool:
-    """Whether work can go to a forked process (:func:`msprobe_cmp.forked.can_fork`): on Linux."""
-    return can_fork()
-
-
 def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], then: Callable[[], object],
                     alongside: Collection[Path] = ()) -> None:
     """Write each ``(path, write)`` of ``files`` atomically, none replacing its file before all were written: each
     ``write(fh)`` fills a temporary file beside its path (:func:`_fill_temp`).  This process writes them one after the
     other, in order, except the files whose paths are in ``alongside``: once the files before the first of them are
-    written, a process is forked (:class:`~msprobe_cmp.forked.Forked`, where :func:`_can_fork`) that writes those, in
-    order, telling this one each temporary file as soon as it exists, while this one goes on with the others (the two
+    written, a process is forked (:class:`~msprobe_cmp.forked.Forked`, where :func:`~msprobe_cmp.forked.can_fork`)
+    that writes those, in order, telling this one each temporary file as soon as it exists, while this one goes on with the others (the two
     cores of a small machine; one file open at a time in each process).  Where no process can be forked, this process
     writes them too, in their place.  Once all are written, ``then()`` runs and the files replace theirs
     (``os.replace``, in this process), the last one first.  When a ``write`` or ``then`` raises, no file was replaced,
@@ -408,7 +403,7 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
     """
     made = [p.parent for p, _ in files if not p.parent.exists()]
     temps: dict[int, str] = {}  # index in files -> its temporary file
-    apart = [k for k, (path, _) in enumerate(files) if path in alongside] if _can_fork() else []
+    apart = [k for k, (path, _) in enumerate(files) if path in alongside] if can_fork() else []
     helper: Forked | None = None
 
     def write_apart(tell: Tell) -> None:

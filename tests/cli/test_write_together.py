@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from msprobe_cmp import cli
+from msprobe_cmp.forked import can_fork
 
-forks = pytest.mark.skipif(not cli._can_fork(), reason="no forked writers here")
+forks = pytest.mark.skipif(not can_fork(), reason="no forked writers here")
 
 
 def _pid(fh):

@@ -388,13 +388,13 @@ def _write_together(files: Sequence[tuple[Path, Callable[[BinaryIO], object]]], 
     """Write each ``(path, write)`` of ``files`` atomically, none replacing its file before all were written: each
     ``write(fh)`` fills a temporary file beside its path (:func:`_fill_temp`).  This process writes them one after the
     other, in order, except the files whose paths are in ``alongside``: once the files before the first of them are
-    written, a process is forked (:class:`~msprobe_cmp.forked.Forked`, where :func:`~msprobe_cmp.forked.can_fork`)
-    that writes those, in order, telling this one each temporary file as soon as it exists, while this one goes on
-    with the others (the two cores of a small machine; one file open at a time in each process).  Where no process can be forked, this process
-    writes them too, in their place.  Once all are written, ``then()`` runs and the files replace theirs
+    written, a process is forked (:class:`~msprobe_cmp.forked.Forked`, where :func:`~msprobe_cmp.forked.can_fork`) that
+    writes those, in order, telling this one each temporary file as soon as it exists, while this one goes on with the
+    others (the two cores of a small machine; one file open at a time in each process).  Where no process can be forked,
+    this process writes them too, in their place.  Once all are written, ``then()`` runs and the files replace theirs
     (``os.replace``, in this process), the last one first.  When a ``write`` or ``then`` raises, no file was replaced,
-    every temporary file is removed and so is every directory made for them that is left empty; the forked process
-    is stopped first when this one fails, and its error is raised here when it fails (the same exception, with its
+    every temporary file is removed and so is every directory made for them that is left empty; the forked process is
+    stopped first when this one fails, and its error is raised here when it fails (the same exception, with its
     traceback as a note; a process ended by a signal is a :class:`ChildProcessError`).
 
     Raises:

@@ -192,7 +192,10 @@ def localise(
 
     Args:
         rows: one unit's rows, in execution order, every outcome filled in
-            (:func:`msprobe_cmp.comparator.units.compare_units`); verdicts, reasons and notes are adjusted in place.
+            (:func:`msprobe_cmp.comparator.units.compare_units`); verdicts, reasons and notes are adjusted in place,
+            and the ``relative_error`` and ``noise_floor`` columns filled (the ``e`` of each measured row not at
+            rounding-noise magnitude, and its floor; what the report colours the cell tree and draws the noise band
+            by).
         chains: entry name → its enclosing cells, innermost first (construct.json).
         kernels_differ: the two runs use different kernels (two frameworks, or mindtorch against PyTorch): the
             rounding floor is then ``cross_kernel_noise_ulps``, else ``same_kernel_noise_ulps``.
@@ -271,6 +274,8 @@ def localise(
     # columns give (_calls).
     table = rows.table
     calls = _calls(table, s, ulps, left_out)
+    rows.cols["relative_error"][:] = calls.relative_error
+    rows.cols["noise_floor"][:] = calls.noise_floor
     forwards = iter(calls.forwards)
     forward = next(forwards, None)
     for g in calls.judged:
@@ -301,7 +306,9 @@ class _Calls(NamedTuple):
     name), ``largest`` (the largest error of its rows that are not at rounding-noise magnitude, 0.0 when none),
     ``carried`` (the largest of ``largest`` over the calls before it, 0.0 for the first).  ``judged``: the calls to
     judge one at a time; ``forwards``: the forward calls (their ``largest`` is what a backward call reads of its
-    forward), both ascending.
+    forward), both ascending.  Per row of the table (float64 [n]): ``relative_error``, the ``e`` of each measured
+    row not at rounding-noise magnitude, and ``noise_floor``, the floor it is judged against; NaN elsewhere (the
+    table's columns of the same names).
     """
 
     rows: list[int]
@@ -318,6 +325,8 @@ class _Calls(NamedTuple):
     carried: list[float]
     judged: list[int]
     forwards: list[int]
+    relative_error: np.ndarray
+    noise_floor: np.ndarray
 
 
 def _pair_key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -409,6 +418,9 @@ def _calls(table: RowTable, s: OriginRules, ulps: float, left_out: np.ndarray | 
     below_out = np.where(has_in, largest_in, np.where(backward, 0.0, carried))
     floor = np.minimum(ulps * eps, MAX_FLOOR)
     over = ek > floor
+    relative_error, noise_floor = np.full(n, np.nan), np.full(n, np.nan)
+    relative_error[index[known]] = ek[known]
+    noise_floor[index[known]] = floor[known]
     with np.errstate(over="ignore"):  # jump_ratio times a huge carried error is +Inf: nothing jumps above it
         candidate = noise | (inputs & over & (ek > s.jump_ratio * carried[call_of])) | (
             outputs & over & (ek > s.jump_ratio * below_out[call_of]))
@@ -420,6 +432,7 @@ def _calls(table: RowTable, s: OriginRules, ulps: float, left_out: np.ndarray | 
         carried=carried.tolist(),
         judged=np.flatnonzero(np.bincount(call_of[candidate], minlength=calls) > 0).tolist(),
         forwards=[g for g, name in enumerate(names) if name is not None and not backward[g] and ".forward" in name],
+        relative_error=relative_error, noise_floor=noise_floor,
     )
 
 

@@ -83,6 +83,10 @@ class CellRollup:
         max_abs_err: the largest MaxAbsErr (tensor mode) or its statistics lower bound, or None.
         worst_verdict: the worst row verdict (fail > warning > pass > skip).
         first_divergent: index of the first row in the subtree whose two sides differ, or None.
+        max_noise_ratio: the largest error relative to rounding noise in the subtree: a row's relative error over
+            the rounding-noise floor it is judged against (the ``relative_error`` and ``noise_floor`` columns,
+            :mod:`~msprobe_cmp.comparator.localise`; dimensionless: at most 1 is within rounding noise), or None
+            when no row of the subtree is measured.
     """
 
     cell: str
@@ -95,6 +99,7 @@ class CellRollup:
     max_abs_err: float | None
     worst_verdict: Verdict
     first_divergent: int | None
+    max_noise_ratio: float | None
 
 
 @dataclass(frozen=True)

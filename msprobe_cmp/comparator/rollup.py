@@ -23,8 +23,9 @@ class _CellAcc:
         self.max_abs_err: float | None = None
         self.worst = SKIP_RANK
         self.first: int | None = None
+        self.max_noise_ratio: float | None = None
 
-    def add(self, i: int, rank: int, differs: bool, cos: float | None, mae: float | None) -> None:
+    def add(self, i: int, rank: int, differs: bool, cos: float | None, mae: float | None, ratio: float | None) -> None:
         self.rows += 1
         self.failing += rank == FAIL_RANK
         if differs:
@@ -37,12 +38,24 @@ class _CellAcc:
             self.min_cosine = cos
         if mae is not None and (self.max_abs_err is None or mae > self.max_abs_err):
             self.max_abs_err = mae
+        if ratio is not None and (self.max_noise_ratio is None or ratio > self.max_noise_ratio):
+            self.max_noise_ratio = ratio
 
 
 #: Verdict codes (:data:`~msprobe_cmp.comparator.rowtable.VERDICTS` order) → severity: fail > warning > pass > skip.
 _RANK_OF_CODE = np.array([3, 2, 1, 0], dtype=np.int8)
 _VERDICT_OF_RANK: tuple[Verdict, ...] = ("skip", "pass", "warning", "fail")
 FAIL_RANK, SKIP_RANK = 3, 0
+
+
+def noise_ratios(table: RowTable) -> np.ndarray:
+    """float64 [n]: each row's error relative to rounding noise, ``relative_error / noise_floor`` (dimensionless;
+    at most 1: within the rounding a call may add, :mod:`~msprobe_cmp.comparator.localise`); NaN where the row is
+    not measured.  A floor of 0 (``noise_ulps`` set to 0) makes any error infinitely far above it, and no error 0."""
+    e, floor = table.relative_error, table.noise_floor
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a huge error over a tiny floor is +Inf
+        ratio = e / floor
+    return np.where((floor == 0.0) & (e == 0.0), 0.0, ratio)
 
 
 def _defined(table: RowTable, name: str) -> np.ndarray:
@@ -175,6 +188,7 @@ def compute_cell_rollups(
     mae = np.where(np.isnan(mae), _defined(rows, LOWER_BOUND_NAME), mae)
     cos_list = [None if c != c else c for c in cosine.tolist()]
     mae_list = [None if m != m else m for m in mae.tolist()]
+    ratio_list = [None if r != r else r for r in noise_ratios(rows).tolist()]
     order: list[str] = []
     acc: dict[str, _CellAcc] = {}
     is_cell: dict[str, bool] = {}
@@ -197,7 +211,7 @@ def compute_cell_rollups(
                     order.append(cell)
                 targets.append(acc[cell])
         for target in targets:
-            target.add(i, ranks[i], differs[i], cos_list[i], mae_list[i])
+            target.add(i, ranks[i], differs[i], cos_list[i], mae_list[i], ratio_list[i])
     cells = []
     for cell in order:
         x = acc[cell]
@@ -214,6 +228,7 @@ def compute_cell_rollups(
                 max_abs_err=x.max_abs_err,
                 worst_verdict=_VERDICT_OF_RANK[x.worst],
                 first_divergent=x.first,
+                max_noise_ratio=x.max_noise_ratio,
             )
         )
     return tuple(cells), known, truncated

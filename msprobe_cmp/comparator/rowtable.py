@@ -22,6 +22,8 @@ column                    dtype, shape          meaning
 ``side_stats_defined``    bool [n, 2, 4]        the statistic was recorded (so a recorded NaN stays a NaN)
 ``metrics``               float64 [n, K]        :data:`METRIC_NAMES` (K = 15); NaN where not a value
 ``metric_state``          int8 [n, K]           0 absent, 1 present but undefined (None), 2 a value
+``relative_error``        float64 [n]           the localisation's relative error ``e`` (dimensionless; NaN: not measured)
+``noise_floor``           float64 [n]           the rounding-noise floor ``e`` is judged against (NaN: not measured)
 ========================  ====================  ==========================================================
 
 Names, texts and shapes repeat across rows (an entry's rows, the reasons of every passing row), so they are stored
@@ -198,12 +200,15 @@ class RowTable(Sequence["ComparisonRow"]):
     side_stats_defined: np.ndarray
     metrics: np.ndarray
     metric_state: np.ndarray
+    relative_error: np.ndarray
+    noise_floor: np.ndarray
 
     #: The column names, in order (what :meth:`columns` returns and a saved table holds).
     COLUMNS = (
         "entry", "arg_path", "entry_b", "arg_path_b", "mapped_by", "parent_cell", "match_class", "compared_by",
         "verdict", "differs", "reasons", "notes", "stack", "stack_b", "side_kind", "side_dtype", "side_shape",
         "side_md5", "side_data_name", "side_value", "side_stats", "side_stats_defined", "metrics", "metric_state",
+        "relative_error", "noise_floor",
     )
 
     def __len__(self) -> int:
@@ -671,6 +676,7 @@ class RowTableBuilder:
             "side_stats": np.full((n, 2, 4), np.nan), "side_stats_defined": np.zeros((n, 2, 4), bool),
             "metrics": np.full((n, len(METRIC_NAMES)), np.nan),
             "metric_state": np.zeros((n, len(METRIC_NAMES)), np.int8),
+            "relative_error": np.full(n, np.nan), "noise_floor": np.full(n, np.nan),
         }
 
     # -- interning ------------------------------------------------------------------------------------------------

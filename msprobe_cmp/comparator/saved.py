@@ -95,7 +95,7 @@ SAVED_FILE = "comparison-data.npz"
 #: The header's ``format`` value.
 FORMAT = "msprobe-cmp.saved-comparison"
 #: The header's ``version``: what :func:`save_comparison` writes and the only one :func:`load_comparison` reads.
-VERSION = 1
+VERSION = 2
 
 _MODES = ("tensor", "statistics", "md5")
 _OVERALL = ("pass", "fail", "nothing_compared", "too_few_matched")
@@ -270,7 +270,8 @@ def _jump(jump: Jump) -> dict[str, Any]:
 def _cell(c: CellRollup) -> dict[str, Any]:
     return {"cell": c.cell, "parent": c.parent, "depth": int(c.depth), "rows": int(c.rows), "failing": int(c.failing),
             "differing": int(c.differing), "min_cosine": _num(c.min_cosine), "max_abs_err": _num(c.max_abs_err),
-            "worst_verdict": c.worst_verdict, "first_divergent": _int(c.first_divergent)}
+            "worst_verdict": c.worst_verdict, "first_divergent": _int(c.first_divergent),
+            "max_noise_ratio": _num(c.max_noise_ratio)}
 
 
 def _unit(u: UnitComparison) -> dict[str, Any]:
@@ -778,11 +779,11 @@ def _load_origin(h: _Obj, units: Sequence[UnitComparison]) -> LikelyOrigin | Non
 
 def _load_cell(o: _Obj, rows: int) -> CellRollup:
     o.keys_exactly(("cell", "parent", "depth", "rows", "failing", "differing", "min_cosine", "max_abs_err",
-                    "worst_verdict", "first_divergent"))
+                    "worst_verdict", "first_divergent", "max_noise_ratio"))
     return CellRollup(o.text("cell"), o.text("parent", optional=True), o.integer("depth"), o.integer("rows"),
                       o.integer("failing"), o.integer("differing"), o.number("min_cosine", optional=True),
                       o.number("max_abs_err", optional=True), o.choice("worst_verdict", VERDICTS),
-                      _index(o, "first_divergent", rows, optional=True))
+                      _index(o, "first_divergent", rows, optional=True), o.number("max_noise_ratio", optional=True))
 
 
 #: Code columns of a RowTable and the table their codes point into (-1 allowed where the column may be None).

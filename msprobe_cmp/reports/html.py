@@ -581,6 +581,7 @@ class PageData:
                     VERDICTS.index(c.worst_verdict),
                     -1 if c.first_divergent is None else c.first_divergent,
                     s.ref(partner[c.cell]) if c.cell in partner else -1,  # B's call merged into it (another framework)
+                    _page_number(c.max_noise_ratio),  # its worst error relative to rounding noise (the colour)
                 ]
                 for c in u.cells
             ])

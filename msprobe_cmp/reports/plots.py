@@ -4,6 +4,8 @@ Three plots, each a self-contained ``<svg>`` element (no script, no external res
 
 - :func:`render_trace_svg`: 1 - Cosine (or the error) and the relative error along execution order (every unit's
   rows one after another), on log axes, failing rows in red, the likely origin and the first divergent row marked;
+  the relative error is the localisation's (the ``relative_error`` column, what the likely origin is found by) with
+  the rounding-noise floor each row is judged against shaded below it (the ``noise_floor`` column);
 - :func:`render_scatter_svg`: relative error against the baseline's recorded L2 norm (log-log);
 - :func:`render_histogram_svg`: the rows' error on a log axis, one bar per decade, with explicit
   bars for exact zeros and for non-finite values.
@@ -40,6 +42,9 @@ _COLOR_ALL = "#4a6fa5"
 _COLOR_FAIL = "#cf222e"
 _COLOR_MARK = "#0969da"
 _COLOR_ORIGIN = "#bc4c00"
+_COLOR_NOISE = "#e6eaef"
+#: The trace panel of the localisation's relative error (the ``relative_error`` column, not a metric).
+RELATIVE_ERROR = "relative error"
 _LINE = 14  # a line of text: 11 px type and its leading
 _CHAR = 6.6  # the widest a character of the 11 px type is taken to be, for keeping labels apart (a bound, not a fit)
 
@@ -259,10 +264,13 @@ class _Panel:
     columns: _Extremes
     failing: _Extremes
     axis: _Extremes
+    noise: _Extremes | None = None  # the relative-error panel: its rows' rounding-noise floors per pixel column
 
     @property
     def title(self) -> str:
         """The panel's title: its metric, or ``1 - <metric>``, on a log axis."""
+        if self.key == RELATIVE_ERROR:
+            return "Relative error (log axis); shaded: within rounding noise"
         return f"{'1 - ' if self.one_minus else ''}{self.key} (log axis)"
 
 
@@ -297,7 +305,9 @@ class _PlotData:
 def _trace_panels(comparison: Comparison) -> list[tuple[str, bool, list[tuple[float, str]]]]:
     """The trace plot's panels: (metric, whether it is drawn as ``1 - value``, guides), every one on a log axis.
     Cosine is drawn as 1 - Cosine: on a log axis 0.99999994 and 0.9996 are 4 decades apart, where a linear 0.9-1
-    axis draws them on one line; a Cosine of 1 (or above, by rounding) goes to the band marked 0."""
+    axis draws them on one line; a Cosine of 1 (or above, by rounding) goes to the band marked 0.  The last panel is
+    the localisation's relative error (:data:`RELATIVE_ERROR`), not MaxRelativeErr: that one divides by each element
+    of the baseline and reaches 1e5 on passing rows whose baseline holds values near zero."""
     t = comparison.rules.default
     panels: list[tuple[str, bool, list[tuple[float, str]]]] = []
     if comparison.mode == "tensor":
@@ -308,8 +318,16 @@ def _trace_panels(comparison: Comparison) -> list[tuple[str, bool, list[tuple[fl
     else:
         key = select_error_metric(comparison)
         panels.append((key, False, [(t.max_abs_err_fail_above, f"fail > {format_number(t.max_abs_err_fail_above)}")]))
-    panels.append((select_relative_metric(comparison), False, []))
+    panels.append((RELATIVE_ERROR, False, []))
     return panels
+
+
+def _panel_values(table: RowTable, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """What a trace panel draws of one unit: (float64 [n] values, bool [n] defined): the ``relative_error`` column
+    for :data:`RELATIVE_ERROR` (defined where measured), else the metric ``key``."""
+    if key == RELATIVE_ERROR:
+        return table.relative_error, ~np.isnan(table.relative_error)
+    return table.metric_column(key)
 
 
 def _scatter_points(table: RowTable, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -326,7 +344,8 @@ def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _Plo
     if facts is not None and facts.comparison is comparison and isinstance(facts.plot_data, _PlotData):
         return facts.plot_data
     offsets, total = _positions(comparison)
-    panels = [_Panel(key, one_minus, guides, _Extremes(WIDTH), _Extremes(WIDTH), _Extremes(1))
+    panels = [_Panel(key, one_minus, guides, _Extremes(WIDTH), _Extremes(WIDTH), _Extremes(1),
+                     _Extremes(WIDTH) if key == RELATIVE_ERROR else None)
               for key, one_minus, guides in _trace_panels(comparison)]
     data = _PlotData(offsets, total, panels, select_relative_metric(comparison), _Extremes(1), _Extremes(1),
                      select_error_metric(comparison), _Histogram({}, [0, 0], [0, 0], _Extremes(1)))
@@ -341,10 +360,12 @@ def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _Plo
         # int(): truncation (all > 0), as each row's position times the scale
         xs = (_LEFT + np.arange(offset, offset + n, dtype=np.int64).astype(np.float64) * scale).astype(np.int64)
         for panel in panels:
-            values, defined = t.metric_column(panel.key)
+            values, defined = _panel_values(t, panel.key)
             keep = np.flatnonzero(defined)
             v = 1.0 - values[keep] if panel.one_minus else values[keep]
             panel.columns.add(xs[keep], v)
+            if panel.noise is not None:
+                panel.noise.add(xs[keep], t.noise_floor[keep])
             bad = failing[keep]
             panel.failing.add(xs[keep][bad], v[bad])
             panel.axis.add(np.zeros(len(v), dtype=np.int64), v)
@@ -414,11 +435,36 @@ def _column_path(marks: dict[int, tuple[float, float]]) -> str:
     return "".join(d)
 
 
+def _noise_band(parts: list[str], floors: _Extremes, axis: _LogAxis) -> None:
+    """Shade the panel from the bottom of the axis's decades up to the rounding-noise floor (a flipped log axis): a row
+    drawn inside the shade is within rounding noise.  A pixel column holding rows takes the largest floor of its rows;
+    the columns between two such columns take the floor of the one before (a step line from the first measured
+    column to the last).  Runs of columns with one floor pixel are one rectangle."""
+    where = np.flatnonzero(floors.min_pos <= floors.max_pos)
+    if not len(where):
+        return
+    ys = axis.place_all(floors.max_pos[where]).tolist()
+    ends = [*where[1:].tolist(), int(where[-1]) + 1]  # each column's floor holds until the next measured column
+    bottom = axis.place_decade(axis.lo)
+    runs: list[list[float]] = []  # [first column, end column (exclusive), y]
+    for x, end, y in zip(where.tolist(), ends, ys, strict=True):
+        if runs and runs[-1][2] == y:
+            runs[-1][1] = end
+        else:
+            runs.append([x, end, y])
+    d = "".join(f"M{x0:.0f} {_fmt(y)}H{x1:.0f}V{_fmt(bottom)}H{x0:.0f}Z" for x0, x1, y in runs)
+    parts.append(f'<path class="noise-band" d="{d}" fill="{_COLOR_NOISE}" stroke="none"/>')
+
+
 def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> None:
     """Draw ``panel`` (at least one row has its metric) at ``top``, ``height`` pixels tall: its log axis, guides and
     one vertical stroke per pixel column from its lowest to its highest value (failing rows again, in red).  A guide's
     label sits at the right end of its line, above it, unless it would meet another guide's: then below it."""
-    axis = _LogAxis([*panel.axis.positive_range(), *(g for g, _ in panel.guides if g > 0)], top, height, flip=True)
+    floors = panel.noise.positive_range() if panel.noise is not None else []
+    axis = _LogAxis([*panel.axis.positive_range(), *floors, *(g for g, _ in panel.guides if g > 0)], top, height,
+                    flip=True)
+    if panel.noise is not None:
+        _noise_band(parts, panel.noise, axis)
     _y_axis(parts, axis.ticks(), _LEFT, WIDTH - _RIGHT)
     taken: list[float] = []
     for g, label in sorted(panel.guides, reverse=True):

@@ -456,6 +456,7 @@ def _json_cell(cell: CellRollup) -> dict[str, Any]:
         "max_abs_err": _json_number(cell.max_abs_err),
         "worst_verdict": cell.worst_verdict,
         "first_divergent": cell.first_divergent,
+        "max_noise_ratio": _json_number(cell.max_noise_ratio),
     }
 
 

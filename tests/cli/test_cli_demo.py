@@ -184,12 +184,21 @@ def test_the_demo_reports_in_chromium_origin_first_one_tree_and_screenshots(demo
             assert origin.rect["y"] + origin.rect["height"] <= height
             tree = driver.find_elements("css selector", "#cell-tree .cname")
             assert tree and not [t.text for t in tree if t.text.startswith("Module.")]
+            # each cell is coloured by its worst error relative to rounding noise
+            colours = driver.execute_script(
+                "return Array.from(document.querySelectorAll('#cell-tree .noise')).map(function (e) {"
+                " return [e.nextSibling.textContent, e.className, getComputedStyle(e).backgroundColor]; })")
+            assert len(colours) >= 14  # the first unit's 14 cell calls, opened at load
             if part == "bug":
                 assert origin.find_element("css selector", "a.rowlink").text == BN2
                 marked = driver.find_elements("css selector", "#cell-tree .origin-cell .cname")
                 assert [m.text for m in marked] == [BN2]
+                bn2 = [c for c in colours if c[0] == BN2]
+                assert bn2 and all(c[1] == "noise n4" and c[2] == "rgb(207, 34, 46)" for c in bn2)  # over 1000x
             else:
                 assert "none" in origin.text
+                # a correct port: every cell within rounding noise (green), none far above it
+                assert {c[1] for c in colours} <= {"noise n1", "noise n0"} and "noise n1" in {c[1] for c in colours}
             shot = demo["out"] / f"demo-{part}-report.png"
             driver.save_screenshot(str(shot))
             assert shot.stat().st_size > 10_000

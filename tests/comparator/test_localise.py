@@ -353,3 +353,43 @@ def test_extreme_statistics_localise_without_numpy_warnings(tmp_path):
         warnings.simplefilter("error", RuntimeWarning)
         c = compare(load_dump(tmp_path / "A"), load_dump(tmp_path / "B"))
     assert len(c.units[0].rows) == 900 and c.verdict == "fail"
+
+
+def test_each_rows_relative_error_and_noise_floor_are_columns_and_cells_take_the_worst_ratio(tmp_path: Path):
+    entries, parents = _layer(1.01)
+    write(tmp_path / "a", entries, parents)
+    write(tmp_path / "b", *_layer(1.0))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    t = c.units[0].rows
+    floor = 16 * float(np.finfo(np.float32).eps)  # same framework: 16 ulps of float32
+    base, _ = _layer(1.0)
+    ratios = {}
+    for k, row in enumerate(t):
+        # the arrays of both sides, found by the row's argument path
+        head, _, index = row.arg_path.partition(".")
+        key = {"input": "input_args", "output": "output", "parameters": "parameters"}[head]
+        got_a = entries[row.entry_name][key]
+        got_b = base[row.entry_name][key]
+        va, vb = (got_a[index], got_b[index]) if key == "parameters" else (got_a[int(index)], got_b[int(index)])
+        want = rel(va, vb)
+        assert t.relative_error[k] == pytest.approx(want, rel=1e-9, abs=0.0), row.name
+        assert t.noise_floor[k] == pytest.approx(floor, rel=1e-12)
+        ratios[row.entry_name] = max(ratios.get(row.entry_name, 0.0), want / floor)
+    cells = {cell.cell: cell for cell in c.units[0].cells}
+    assert ratios["Functional.linear.0.forward"] > 1000  # the scaled output: 1% is ~5e4 ulps
+    assert ratios["Module.act.ReLU.forward.0"] > 1000  # carried in
+    # a cell's ratio: the worst of its own rows and of every call inside it
+    assert cells["Module.fc.Linear.forward.0"].max_noise_ratio == pytest.approx(
+        max(ratios["Functional.linear.0.forward"], ratios["Module.fc.Linear.forward.0"]), rel=1e-9)
+    assert cells["Module.net.Net.forward.0"].max_noise_ratio == pytest.approx(max(ratios.values()), rel=1e-9)
+
+
+def test_identical_runs_are_within_noise_everywhere(tmp_path: Path):
+    write(tmp_path / "a", *_layer(1.0))
+    write(tmp_path / "b", *_layer(1.0))
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    t = c.units[0].rows
+    measured = ~np.isnan(t.relative_error)
+    assert measured.sum() == len(t)  # every row is a float32 tensor of both sides
+    assert (t.relative_error == 0.0).all()
+    assert [cell.max_noise_ratio for cell in c.units[0].cells] == [0.0] * len(c.units[0].cells)

@@ -173,8 +173,8 @@ def test_edge_values_round_trip(mixed, tmp_path):
 def test_non_finite_and_signed_zero_outside_the_rows_round_trip(mixed, tmp_path):
     unit = mixed.units[0]
     ref = RowRef(0, 1, unit.rows[1].name, unit.unit_a.label, "Cell.x", ("Cell.x", "Cell"))
-    cells = (CellRollup("Cell.x", None, 0, 3, 1, 2, math.nan, math.inf, "fail", 1),
-             CellRollup("Cell.y", "Cell.x", 1, 0, 0, 0, None, -0.0, "skip", None))
+    cells = (CellRollup("Cell.x", None, 0, 3, 1, 2, math.nan, math.inf, "fail", 1, math.inf),
+             CellRollup("Cell.y", "Cell.x", 1, 0, 0, 0, None, -0.0, "skip", None, None))
     jumps = (Jump(1, "computed", 0.0, math.inf, 1e-300), Jump(2, "entered", math.nan, 5e-324, 2.5))
     c = dataclasses.replace(
         mixed, units=(dataclasses.replace(unit, cells=cells, jumps=jumps, parent_chains={"b": ("x",), "a": ()}),
@@ -436,7 +436,7 @@ def test_one_huge_name_every_row_points_at_is_refused(saved):
 # ------------------------------------------------------------------------------- header against the row columns
 def _cell(name: str, **changes: Any) -> dict:
     return {"cell": name, "parent": None, "depth": 0, "rows": 0, "failing": 0, "differing": 0, "min_cosine": None,
-            "max_abs_err": None, "worst_verdict": "skip", "first_divergent": None, **changes}
+            "max_abs_err": None, "worst_verdict": "skip", "first_divergent": None, "max_noise_ratio": None, **changes}
 
 
 def _set_pair(pairs: list, name: str, n: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from msprobe_cmp.reports import plots
@@ -55,14 +56,43 @@ def test_fit_keeps_the_bands_then_the_labels_that_clear_the_ones_kept():
 
 def test_cosine_is_drawn_as_one_minus_cosine_on_a_log_axis():
     from msprobe_cmp.comparator.rules import Rules
-    from msprobe_cmp.reports.plots import _trace_panels
+    from msprobe_cmp.reports.plots import RELATIVE_ERROR, _trace_panels
 
     class _C:  # what _trace_panels reads of a comparison
         mode = "tensor"
         rules = Rules()
 
     (key, one_minus, guides), (relative, rel_one_minus, _) = _trace_panels(_C())  # type: ignore[arg-type]
-    assert (key, one_minus, relative, rel_one_minus) == ("Cosine", True, "MaxRelativeErr", False)
+    assert (key, one_minus, relative, rel_one_minus) == ("Cosine", True, RELATIVE_ERROR, False)
     assert [g for g, _ in guides] == [1.0 - 0.9, 1.0 - 0.99]
     # 0.99999994 and 0.9996 as drawn: 4 decades apart (a linear 0.9-1 axis put them on one line)
     assert math.floor(math.log10(1.0 - 0.99999994)) == -8 and math.floor(math.log10(1.0 - 0.9996)) == -4
+
+
+def test_the_relative_error_panel_shades_the_rounding_noise_floor_of_its_rows():
+    """The band's top is where the rows' floor (16 ulps of float32: same framework) sits on the panel's log axis,
+    read off the panel's own decade labels; it spans the measured rows' columns."""
+    import re
+    from pathlib import Path
+
+    from msprobe_cmp.comparator import compare
+    from msprobe_cmp.dump import load_dump
+    from msprobe_cmp.reports.plots import render_trace_svg
+
+    fixtures = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
+    c = compare(load_dump(fixtures / "tensor_b"), load_dump(fixtures / "tensor_a"))
+    floors = np.concatenate([u.rows.noise_floor[~np.isnan(u.rows.noise_floor)] for u in c.units])
+    assert set(floors.tolist()) == {16 * 2.0**-23}
+    svg = str(render_trace_svg(c))
+    assert "Relative error (log axis); shaded: within rounding noise" in svg
+    title_y = float(re.search(r'y="([\d.]+)"[^>]*>Relative error \(log axis\)', svg).group(1))
+    (band,) = re.findall(r'class="noise-band" d="([^"]*)"', svg)
+    (x0, top, x1, bottom, _), = re.findall(r"M([\d.]+) ([\d.]+)H([\d.]+)V([\d.]+)H([\d.]+)Z", band)
+    # the decade labels of this panel (below its title): y + 4 is the tick's pixel
+    ticks = {int(e): float(y) - 4 for y, e in re.findall(r'<text x="72.0" y="([\d.]+)"[^>]*>1e(-?\d+)</text>', svg)
+             if float(y) > title_y}
+    (lo, y_lo), (hi, y_hi) = min(ticks.items()), max(ticks.items())
+    want = y_lo + (math.log10(16 * 2.0**-23) - lo) / (hi - lo) * (y_hi - y_lo)
+    assert abs(float(top) - want) < 0.15
+    assert float(bottom) == pytest.approx(y_lo, abs=0.15)  # down to the lowest decade
+    assert float(x0) == 78 and float(x1) > 900  # the first measured row's column to past the last one's

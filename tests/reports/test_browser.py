@@ -426,6 +426,15 @@ def test_a_real_regression_shows_its_origin_above_the_fold(driver, tmp_path):
         ref = c.likely_origin.ref
         _wait(driver, lambda: driver.execute_script(
             f"var tr = document.getElementById('row-{ref.unit}-{ref.row}'); return !!tr && tr.classList.contains('target');"))
+        # the address names the row, and Back returns to the page as it was opened, not to the page before it
+        assert driver.execute_script("return location.hash") == f"#row-{ref.unit}-{ref.row}"
+        driver.back()
+        assert driver.execute_script("return [location.pathname.split('/').pop(), location.hash]") == [page.name, ""]
+        # at 800 px, the step / rank table scrolls in its own box: the page does not scroll sideways
+        driver.set_window_size(800, 900)
+        width, scroll_width = driver.execute_script(
+            "return [window.innerWidth, document.documentElement.scrollWidth]")
+        assert scroll_width <= width, (scroll_width, width)
     finally:
         driver.set_window_size(1400, 1800)
 

@@ -369,10 +369,22 @@ def _structural_mask(rows: RowTable) -> np.ndarray:
     return np.isin(rows.notes, plumbing) if plumbing else np.zeros(len(rows), dtype=bool)
 
 
+def _batch_counter(entry: str, chain: tuple[str, ...], dtype: str | None) -> bool:
+    """True for PyTorch BatchNorm's batch counter, ``num_batches_tracked.add_(1)``: a ``Tensor.add_`` of an integer
+    tensor called directly inside a ``BatchNorm*`` module.  MindSpore's BatchNorm keeps no such counter, so across
+    frameworks that call has no partner by construction (docs/mapping.md, "BatchNorm's running statistics")."""
+    parsed = parse_name(entry)
+    if parsed.prefix != "Tensor" or parsed.op != "add_" or not chain or dtype is None:
+        return False
+    module = parse_name(chain[0])
+    return module.kind == "cell" and module.op.rsplit(".", 1)[-1].startswith("BatchNorm") and "int" in dtype.lower()
+
+
 def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
     """``"<entry> (target only)"`` / ``"<entry> (baseline only)"`` for each entry inside ``cell`` (construct.json)
     none of whose rows found a partner (an entry paired through a mapping keeps one-sided intermediates: it is
-    paired): cells first, then APIs, each in row order."""
+    paired): cells first, then APIs, each in row order.  PyTorch BatchNorm's batch counter is left out
+    (:func:`_batch_counter`): it has no partner in MindSpore by construction."""
     if cell is None:
         return ()
     rows = unit.rows
@@ -386,14 +398,19 @@ def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
     # framework plumbing (MindSpore's Shape, a composite's intermediates) has no partner by construction
     structural = {entries[i] for i in np.flatnonzero(_structural_mask(rows)).tolist()}
     only_a = rows.class_mask("only_in_a")
-    cells: dict[str, None] = {}
-    apis: dict[str, None] = {}
+    dtypes = rows.side_dtype
+    cells: dict[str, str] = {}  # text -> its entry
+    apis: dict[str, str] = {}
+    counters: set[str] = set()  # entries that are a BatchNorm batch counter (by any of their rows)
     for i in np.flatnonzero(only_a | rows.class_mask("only_in_b")).tolist():
         entry = entries[i]
-        if entry not in paired and entry not in structural and cell in unit.parent_chains.get(entry, ()):
+        chain = unit.parent_chains.get(entry, ())
+        if _batch_counter(entry, chain, rows.text(int(dtypes[i, 0 if only_a[i] else 1]))):
+            counters.add(entry)
+        elif entry not in paired and entry not in structural and cell in chain:
             kind = cells if parse_name(entry).kind == "cell" else apis
-            kind[f"{entry} ({'target' if only_a[i] else 'baseline'} only)"] = None
-    return (*cells, *apis)
+            kind[f"{entry} ({'target' if only_a[i] else 'baseline'} only)"] = entry
+    return tuple(text for listed in (cells, apis) for text, entry in listed.items() if entry not in counters)
 
 
 def likely_origin(units: tuple[UnitComparison, ...]) -> LikelyOrigin | None:

@@ -96,8 +96,9 @@ def measure(rows: RowTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         ``(measured, magnitude, e, absolute)``: bool [n], the rows with a tensor error (matched rows compared by
         tensor files or statistics, Max and Min recorded on both sides, not a mask sentinel); and float64 [n] each,
         NaN where unknown (value units for the magnitude and the absolute error, dimensionless ``e``).  A row whose
-        Max or Min is a NaN or ±Inf on one side only (its elements are) is measured with both errors infinite and no
-        magnitude: that is where the non-finite value appears.
+        Max or Min is a NaN or ±Inf on one side only (its elements are), or whose non-finite Max or Min differ (+Inf
+        against -Inf, NaN against Inf), is measured with both errors infinite and no magnitude: that is where the
+        non-finite value appears.
     """
     n = len(rows)
     stats, defined = rows.side_stats, rows.side_stats_defined
@@ -109,7 +110,10 @@ def measure(rows: RowTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     extremes = stats[:, :, :2].reshape(n, 4)
     finite_a = np.isfinite(extremes[:, :2]).all(axis=1)
     finite_b = np.isfinite(extremes[:, 2:]).all(axis=1)
-    one_sided = compared & (finite_a != finite_b)
+    a, b = extremes[:, :2], extremes[:, 2:]
+    nonfinite = ~np.isfinite(a) | ~np.isfinite(b)  # of Max, Min: where either side's is non-finite
+    differing = compared & ~finite_a & ~finite_b & (nonfinite & ~((a == b) | (np.isnan(a) & np.isnan(b)))).any(axis=1)
+    one_sided = compared & ((finite_a != finite_b) | differing)
     both = compared & finite_a & finite_b
     scale = np.abs(np.where(both[:, None], extremes, 0.0)).max(axis=1) if n else np.zeros(0)
     limit = np.full(n, np.inf)

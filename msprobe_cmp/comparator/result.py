@@ -85,8 +85,9 @@ class CellRollup:
         first_divergent: index of the first row in the subtree whose two sides differ, or None.
         max_noise_ratio: the largest error relative to rounding noise in the subtree: a row's relative error over
             the rounding-noise floor it is judged against (the ``relative_error`` and ``noise_floor`` columns,
-            :mod:`~msprobe_cmp.comparator.localise`; dimensionless: at most 1 is within rounding noise), or None
-            when no row of the subtree is measured.
+            :mod:`~msprobe_cmp.comparator.localise`; dimensionless: at most 1 is within rounding noise; +Inf for
+            a failing row whose error cannot be measured: :func:`~msprobe_cmp.comparator.rollup.noise_ratios`), or
+            None when no row of the subtree is measured.
     """
 
     cell: str

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, CellRollup
-from msprobe_cmp.comparator.rowtable import ABSENT, RowTable
+from msprobe_cmp.comparator.rowtable import ABSENT, FAIL, RowTable
 from msprobe_cmp.comparator.rules import Verdict
 from msprobe_cmp.dump.naming import CELL_PREFIXES, parse_name
 
@@ -51,11 +51,14 @@ FAIL_RANK, SKIP_RANK = 3, 0
 def noise_ratios(table: RowTable) -> np.ndarray:
     """float64 [n]: each row's error relative to rounding noise, ``relative_error / noise_floor`` (dimensionless;
     at most 1: within the rounding a call may add, :mod:`~msprobe_cmp.comparator.localise`); NaN where the row is
-    not measured.  A floor of 0 (``noise_ulps`` set to 0) makes any error infinitely far above it, and no error 0."""
+    not measured, but +Inf for a failing row that is not (shapes or dtypes that differ, non-finite values that
+    disagree where the statistics agree): its error has no bound, and a cell holding it is not within noise.  A floor
+    that underflowed to 0 makes any error infinitely far above it, and no error 0."""
     e, floor = table.relative_error, table.noise_floor
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a huge error over a tiny floor is +Inf
         ratio = e / floor
-    return np.where((floor == 0.0) & (e == 0.0), 0.0, ratio)
+    ratio = np.where((floor == 0.0) & (e == 0.0), 0.0, ratio)
+    return np.where(np.isnan(ratio) & (table.verdict == FAIL), np.inf, ratio)
 
 
 def _defined(table: RowTable, name: str) -> np.ndarray:

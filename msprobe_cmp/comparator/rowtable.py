@@ -22,7 +22,7 @@ column                    dtype, shape          meaning
 ``side_stats_defined``    bool [n, 2, 4]        the statistic was recorded (so a recorded NaN stays a NaN)
 ``metrics``               float64 [n, K]        :data:`METRIC_NAMES` (K = 15); NaN where not a value
 ``metric_state``          int8 [n, K]           0 absent, 1 present but undefined (None), 2 a value
-``relative_error``        float64 [n]           the localisation's relative error ``e`` (dimensionless; NaN: not measured)
+``relative_error``        float64 [n]           the localisation's relative error ``e`` (NaN: not measured)
 ``noise_floor``           float64 [n]           the rounding-noise floor ``e`` is judged against (NaN: not measured)
 ========================  ====================  ==========================================================
 

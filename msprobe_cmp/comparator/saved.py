@@ -42,7 +42,8 @@ one-line :class:`~msprobe_cmp.errors.DumpFormatError` naming the file and the fi
 * the header: an int ``version`` (not ``true``), no key the writer does not write (top level and every record), no
   duplicate JSON key, no NaN / Infinity literal, numbers within the float range (ints within int64 but for steps
   and ranks), nesting the decoder can follow;
-* the rows: column types and shapes, codes within their tables, indices within the units;
+* the rows: column types and shapes, codes within their tables, indices within the units; ``relative_error`` and
+  ``noise_floor`` NaN together or both >= 0 (the floor finite); a cell's ``max_noise_ratio`` null or >= 0;
 * the header against the rows: each unit's verdict counts, class counts, first failing / divergent row and verdict
   as :func:`compare` derives them from its columns, the overall ones from the units, no ``[name, count]`` twice,
   no cell twice (a parent cycle is kept: a cyclic construct.json gives one, and the compare rendered it);
@@ -653,9 +654,18 @@ class _Obj:
         return self._typed(key, lambda v: isinstance(v, bool), "true or false", False)
 
     def number(self, key: str, optional: bool = False) -> Any:
-        value = self._typed(key, lambda v: type(v) is float or (type(v) is int and abs(v) <= _FLOAT_MAX)
-                            or v in ("nan", "inf", "-inf"), "a number (within the float range)", optional)
+        # an int within int64 (the writer writes floats; an int beyond 64 bits no report encoder writes)
+        value = self._typed(key, lambda v: type(v) is float or (type(v) is int and _INT64_MIN <= v <= _INT64_MAX)
+                            or v in ("nan", "inf", "-inf"), "a number within the float range (an int within 64 bits)",
+                            optional)
         return float(value) if isinstance(value, str) else value
+
+    def ratio(self, key: str) -> float | None:
+        """A non-negative number or null (``max_noise_ratio``: NaN and negative values are no ratio)."""
+        value = self.number(key, optional=True)
+        if value is not None and not value >= 0:
+            raise _Bad(self.at(key), f"not a ratio (a number >= 0, or null): {_shown(value)}")
+        return value
 
     def choice(self, key: str, allowed: Sequence[str]) -> Any:
         value = self.get(key)
@@ -783,7 +793,7 @@ def _load_cell(o: _Obj, rows: int) -> CellRollup:
     return CellRollup(o.text("cell"), o.text("parent", optional=True), o.integer("depth"), o.integer("rows"),
                       o.integer("failing"), o.integer("differing"), o.number("min_cosine", optional=True),
                       o.number("max_abs_err", optional=True), o.choice("worst_verdict", VERDICTS),
-                      _index(o, "first_divergent", rows, optional=True), o.number("max_noise_ratio", optional=True))
+                      _index(o, "first_divergent", rows, optional=True), o.ratio("max_noise_ratio"))
 
 
 #: Code columns of a RowTable and the table their codes point into (-1 allowed where the column may be None).
@@ -853,6 +863,15 @@ def _load_table(archive: _Archive, p: str, rows: int) -> RowTable:
         col = getattr(table, name)
         if col.size and (int(col.min()) < low or int(col.max()) > high):
             raise _Bad(p + name, f"a code outside {low}..{high}")
+    error, floor = table.relative_error, table.noise_floor
+    measured = ~np.isnan(error)
+    if (measured != ~np.isnan(floor)).any():
+        raise _Bad(p + "noise_floor", "NaN where relative_error is not, or a number where it is NaN")
+    for name, column in (("relative_error", error), ("noise_floor", floor)):
+        if (column[measured] < 0).any():
+            raise _Bad(p + name, "a negative value (an error and a floor are >= 0)")
+    if np.isinf(floor[measured]).any():
+        raise _Bad(p + "noise_floor", "an infinite floor")
     return table
 
 

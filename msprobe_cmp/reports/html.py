@@ -48,6 +48,7 @@ from msprobe_cmp.comparator.compare import (
     SideSummary,
     unit_comparison,
 )
+from msprobe_cmp.comparator.localise import MAX_FLOOR
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.comparator.rollup import paired_cells
 from msprobe_cmp.comparator.rowtable import (
@@ -856,6 +857,7 @@ def _page_chunks(comparison: Comparison, facts: ReportFacts, max_rows: int, max_
         also_shown=ALSO_NAMES_SHOWN,
         also_listed=ALSO_NAMES_LISTED,
         short_notes=SHORT_NOTES_CHARS,
+        max_floor=MAX_FLOOR,
         ranking=RANKING.get(comparison.mode, RANKING["md5"]),
         top_rows=TOP_ROWS,
         highlights=(

@@ -436,16 +436,17 @@ def _column_path(marks: dict[int, tuple[float, float]]) -> str:
 
 
 def _noise_band(parts: list[str], floors: _Extremes, axis: _LogAxis) -> None:
-    """Shade the panel from the bottom of the axis's decades up to the rounding-noise floor (a flipped log axis): a row
-    drawn inside the shade is within rounding noise.  A pixel column holding rows takes the largest floor of its rows;
-    the columns between two such columns take the floor of the one before (a step line from the first measured
+    """Shade the panel from its bottom (the band of exact zeros included) up to the rounding-noise floor (a flipped log
+    axis): a row drawn inside the shade is within rounding noise.  A pixel column holding rows takes the smallest floor
+    of its rows (rows of several dtypes share a column: a float64 row above its own floor is never drawn inside the
+    shade); the columns between two such columns take the floor of the one before (a step line from the first measured
     column to the last).  Runs of columns with one floor pixel are one rectangle."""
     where = np.flatnonzero(floors.min_pos <= floors.max_pos)
     if not len(where):
         return
-    ys = axis.place_all(floors.max_pos[where]).tolist()
+    ys = axis.place_all(floors.min_pos[where]).tolist()
     ends = [*where[1:].tolist(), int(where[-1]) + 1]  # each column's floor holds until the next measured column
-    bottom = axis.place_decade(axis.lo)
+    bottom = axis.start + axis.length  # through the band of exact zeros: no error is within noise too
     runs: list[list[float]] = []  # [first column, end column (exclusive), y]
     for x, end, y in zip(where.tolist(), ends, ys, strict=True):
         if runs and runs[-1][2] == y:
@@ -456,10 +457,13 @@ def _noise_band(parts: list[str], floors: _Extremes, axis: _LogAxis) -> None:
     parts.append(f'<path class="noise-band" d="{d}" fill="{_COLOR_NOISE}" stroke="none"/>')
 
 
-def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> None:
+def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> list[str]:
     """Draw ``panel`` (at least one row has its metric) at ``top``, ``height`` pixels tall: its log axis, guides and
     one vertical stroke per pixel column from its lowest to its highest value (failing rows again, in red).  A guide's
-    label sits at the right end of its line, above it, unless it would meet another guide's: then below it."""
+    label sits at the right end of its line, above it, unless it would meet another guide's: then below it.
+
+    Returns what goes in front of the markers' lines (drawn after them): the failing rows' strokes and the panel's
+    title, on a white halo (a marker's line passes behind it, not through it)."""
     floors = panel.noise.positive_range() if panel.noise is not None else []
     axis = _LogAxis([*panel.axis.positive_range(), *floors, *(g for g, _ in panel.guides if g > 0)], top, height,
                     flip=True)
@@ -474,12 +478,16 @@ def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> 
         base = y - 3 if all(abs(y - 3 - t) > _LINE for t in taken) else y + _LINE
         taken.append(base)
         parts.append(_text(WIDTH - _RIGHT - 2, base, label, "end", f' fill="{_COLOR_FAIL}"'))
+    front: list[str] = []
     layers = (panel.columns.marks(True, axis.place_all), panel.failing.marks(True, axis.place_all))
-    for layer, color, width in zip(layers, (_COLOR_ALL, _COLOR_FAIL), (1, 3), strict=True):
-        if layer:  # failing rows drawn again, 3 px wide: visible over the guides and the markers' lines
-            parts.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="{width}" '
-                         'fill="none"/>')
-    parts.append(_text(_LEFT, top - 8, panel.title, extra=' font-weight="600"'))
+    for layer, color, width, into in zip(layers, (_COLOR_ALL, _COLOR_FAIL), (1, 3), (parts, front), strict=True):
+        if layer:  # failing rows drawn again, 3 px wide, in front: visible over the guides and the markers' lines
+            into.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="{width}" '
+                        'fill="none"/>')
+    front.append(_text(_LEFT, top - 8, panel.title,
+                       extra=' font-weight="600" paint-order="stroke" stroke="#fff" stroke-width="4" '
+                             'stroke-linejoin="round"'))
+    return front
 
 
 def _marker(parts: list[str], x: float, lane: float, top: float, bottom: float, mark_id: str, color: str,
@@ -518,6 +526,7 @@ def render_trace_svg(comparison: Comparison, facts: ReportFacts | None = None) -
     height = top0 + len(panels) * panel_h + (len(panels) - 1) * gap + _BOTTOM + _LINE
     parts = _svg_open("plot-trace", height, title)
     drawn = 0
+    front: list[str] = []  # drawn last: over the markers' and the units' lines
     for k, panel in enumerate(panels):
         drawn += panel.axis.count
         top = top0 + k * (panel_h + gap)
@@ -525,7 +534,7 @@ def render_trace_svg(comparison: Comparison, facts: ReportFacts | None = None) -
             parts.append(_text(_LEFT, top + panel_h / 2, f"{panel.title}: no row has this metric",
                                extra=' fill="#57606a"'))
             continue
-        _trace_panel(parts, panel, top, panel_h)
+        front += _trace_panel(parts, panel, top, panel_h)
     bottom = top0 + len(panels) * panel_h + (len(panels) - 1) * gap
     scale = (WIDTH - _LEFT - _RIGHT) / max(total, 1)
     ticks = []
@@ -553,6 +562,7 @@ def render_trace_svg(comparison: Comparison, facts: ReportFacts | None = None) -
     if ref is not None:
         x = _LEFT + (offsets[ref.unit] + ref.row) * scale + 0.5
         _marker(parts, x, lanes[1], top0, bottom, "first-divergent-mark", _COLOR_MARK, f"first divergent: {ref.name}")
+    parts += front
     parts.append("</svg>")
     if not drawn:
         return _empty("plot-trace", title, "no row has a metric to plot")

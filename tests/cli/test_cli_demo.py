@@ -85,6 +85,13 @@ def test_the_correct_port_passes_and_the_bug_fails_at_the_changed_cell(demo: dic
     assert correct["verdict_counts"]["fail"] == 0 and correct["verdict_counts"]["warning"] == 0
     assert bug["verdict"] == "fail"
     assert bug["likely_origin"]["cell"] == BN2
+    # PyTorch BatchNorm's batch counter (num_batches_tracked.add_(1), int64) has no MindSpore partner by construction:
+    # its rows stay in the table, but it is no evidence of a missing call at the origin
+    counter = [r for r in bug["units"][0]["rows"] if r["entry"].startswith("Tensor.add_.")
+               and r["parent_cell"] == BN2.replace("Cell.", "Module.")]
+    assert counter and {r["match_class"] for r in counter} == {"only_in_b"}
+    assert counter[0]["b"]["dtype"] == "torch.int64"
+    assert bug["likely_origin"]["unpaired"] == []
     assert bug["first_failing"]["name"] == f"{BN2}.parameters.moving_variance"
     # Every failing row is bn2's moving variance (its own row, or the next step's BatchNorm reading it): the bug
     # changes nothing else.

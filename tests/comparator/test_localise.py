@@ -393,3 +393,39 @@ def test_identical_runs_are_within_noise_everywhere(tmp_path: Path):
     assert measured.sum() == len(t)  # every row is a float32 tensor of both sides
     assert (t.relative_error == 0.0).all()
     assert [cell.max_noise_ratio for cell in c.units[0].cells] == [0.0] * len(c.units[0].cells)
+
+
+@pytest.mark.parametrize("mode", ["tensor", "statistics"])
+def test_non_finite_values_that_disagree_are_infinitely_far_above_noise(tmp_path: Path, mode: str):
+    # A's output holds +Inf where B's holds -Inf: each side's Max or Min is non-finite, and they differ (before, such
+    # a row was not measured: its cell looked within noise, and the origin moved downstream)
+    x = X.astype(np.float32)
+    y_a, y_b = np.tanh(x), np.tanh(x)
+    y_a[0, 0], y_b[0, 0] = np.inf, -np.inf
+    write(tmp_path / "a", {"Torch.tanh.0.forward": {"input_args": [x], "output": [y_a]},
+                           "Torch.exp.0.forward": {"input_args": [y_a], "output": [np.exp(y_a)]}})
+    write(tmp_path / "b", {"Torch.tanh.0.forward": {"input_args": [x], "output": [y_b]},
+                           "Torch.exp.0.forward": {"input_args": [y_b], "output": [np.exp(y_b)]}})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(mode=mode))
+    t = c.units[0].rows
+    by_name = {row.name: k for k, row in enumerate(t)}
+    assert t.relative_error[by_name["Torch.tanh.0.forward.input.0"]] == 0.0
+    assert t.relative_error[by_name["Torch.tanh.0.forward.output.0"]] == math.inf
+    o = c.likely_origin
+    assert o is not None and o.ref.name == "Torch.tanh.0.forward.output.0" and o.error_out == math.inf
+
+
+def test_a_failing_row_that_cannot_be_measured_makes_its_cell_infinitely_far_above_noise(tmp_path: Path):
+    entries, parents = _layer(1.0)
+    write(tmp_path / "a", entries, parents)
+    wrong = {**entries, "Functional.relu.0.forward": {"input_args": [entries["Functional.relu.0.forward"]
+                                                                     ["input_args"][0]],
+                                                      "output": [np.zeros((4, 9), np.float32)]}}  # another shape
+    write(tmp_path / "b", wrong, parents)
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"))
+    t = c.units[0].rows
+    k = next(k for k, row in enumerate(t) if row.name == "Functional.relu.0.forward.output.0")
+    assert t[k].verdict == "fail" and math.isnan(t.relative_error[k])  # not measured: the shapes differ
+    cells = {cell.cell: cell for cell in c.units[0].cells}
+    assert cells["Module.act.ReLU.forward.0"].max_noise_ratio == math.inf
+    assert cells["Module.fc.Linear.forward.0"].max_noise_ratio == 0.0  # identical: no error at all

@@ -285,6 +285,13 @@ def test_a_corrupted_member_fails_its_checksum(saved):
     (lambda a, h: a.pop("u0.metrics"), "u0.metrics", "missing from the archive"),
     (lambda a, h: a.update({"u0.verdict": a["u0.verdict"].astype(np.int64)}), "u0", "column verdict"),
     (lambda a, h: a.update({"u0.entry": a["u0.entry"] + 10**6}), "u0.entry", "outside the strings table"),
+    # the localisation's columns: both NaN (not measured) or both numbers, >= 0, the floor finite
+    (lambda a, h: a.update({"u0.relative_error": np.full(len(a["u0.verdict"]), -1.0),
+                            "u0.noise_floor": np.full(len(a["u0.verdict"]), 1e-6)}), "u0.relative_error", "negative"),
+    (lambda a, h: a.update({"u0.relative_error": np.full(len(a["u0.verdict"]), 0.5),
+                            "u0.noise_floor": np.full(len(a["u0.verdict"]), np.nan)}), "u0.noise_floor", "NaN where"),
+    (lambda a, h: a.update({"u0.relative_error": np.full(len(a["u0.verdict"]), 0.5),
+                            "u0.noise_floor": np.full(len(a["u0.verdict"]), np.inf)}), "u0.noise_floor", "infinite"),
     (lambda a, h: a.update({"u0.strings.ends": a["u0.strings.ends"][:-1]}), "u0.strings.ends", "offsets"),
     (lambda a, h: a.update({"header": np.frombuffer(b"{not json", np.uint8)}), "header", "not JSON"),
 ])
@@ -469,6 +476,9 @@ def _set_pair(pairs: list, name: str, n: int) -> None:
                                                  "error_out": 0.0, "floor": 0.0}), "units[0].jumps[", "float range"),
     (lambda a, h: h["units"][0]["cells"].append(_cell("Z", depth=10**400)), "units[0].cells[", "64-bit"),
     (lambda a, h: h["units"][0]["cells"].append(_cell("Z", min_cosine=-(10**400))), "units[0].cells[", "float range"),
+    (lambda a, h: h["units"][0]["cells"].append(_cell("Z", max_abs_err=10**30)), "units[0].cells[", "64 bits"),
+    (lambda a, h: h["units"][0]["cells"].append(_cell("Z", max_noise_ratio=-1.0)), "units[0].cells[", "not a ratio"),
+    (lambda a, h: h["units"][0]["cells"].append(_cell("Z", max_noise_ratio="nan")), "units[0].cells[", "not a ratio"),
     (lambda a, h: h.update(version=True), "version", "not supported"),
     (lambda a, h: h.update(version=1.0), "version", "not supported"),
     (lambda a, h: h.update(surplus=1), "surplus", "not a field"),

@@ -426,9 +426,20 @@ def test_a_real_regression_shows_its_origin_above_the_fold(driver, tmp_path):
         ref = c.likely_origin.ref
         _wait(driver, lambda: driver.execute_script(
             f"var tr = document.getElementById('row-{ref.unit}-{ref.row}'); return !!tr && tr.classList.contains('target');"))
-        # the address names the row, and Back returns to the page as it was opened, not to the page before it
+        # the address names the row, and Back returns to where the link was (the top of this page), not to the page
+        # before it; so does the link to the origin in the cell tree
         assert driver.execute_script("return location.hash") == f"#row-{ref.unit}-{ref.row}"
+        assert driver.execute_script("return window.scrollY") > 500
         driver.back()
+        _wait(driver, lambda: driver.execute_script("return window.scrollY") == 0)
+        assert driver.execute_script("return [location.pathname.split('/').pop(), location.hash]") == [page.name, ""]
+        driver.find_element("id", "origin-in-tree").click()
+        assert driver.execute_script("return location.hash") == "#cell-tree"
+        assert driver.execute_script(
+            "var r = document.querySelector('#cell-tree .origin-cell').getBoundingClientRect();"
+            "return r.top >= 0 && r.bottom <= window.innerHeight")
+        driver.back()
+        _wait(driver, lambda: driver.execute_script("return window.scrollY") == 0)
         assert driver.execute_script("return [location.pathname.split('/').pop(), location.hash]") == [page.name, ""]
         # at 800 px, the step / rank table scrolls in its own box: the page does not scroll sideways
         driver.set_window_size(800, 900)
@@ -581,7 +592,11 @@ def test_odd_cell_trees_load_and_filter_right(driver, tmp_path, shape):
     page.write_text(render_html(c), encoding="utf-8")
     took = _open(driver, page)
     assert took < 20 and _errors(driver) == []
-    if cell is None:
+    if cell is None:  # the cycle: each of its cells can be reached (the first one is listed at the top level)
+        top = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#cell-tree > details > ul > li')).map(function (li) {"
+            " return li.querySelector('.cname').textContent; })")
+        assert top == [c.units[0].cells[0].cell] and top[0] in ("Cell.x.X.forward.0", "Cell.y.Y.forward.0")
         return
     if shape == "deep":  # beyond the depth opened at load: open the way by hand, to the last cell
         driver.execute_script("""

@@ -108,7 +108,8 @@ def test_markdown_and_html_name_the_other_records(recorded_thrice):
     assert "are listed once" in md
 
     html = render_html(c)
-    section = html[html.index("<h2>Largest disagreements</h2>"):html.index("<h2>Entries in execution order</h2>")]
+    start = html.index("<h2>Largest disagreements</h2>")
+    section = html[start:html.index("<h2", start + 1)]  # up to the next heading
     listed = re.findall(r'<tr class="r-\w+"><td class="lname"><a class="rowlink mono" href="#row-0-(\d+)">([^<]+)</a>',
                         section)
     index = {r.name: r.index for r in c.units[0].rows}
@@ -204,7 +205,8 @@ def test_markdown_caps_the_other_names():
                            "Functional.f.2.forward.output.0, Functional.f.3.forward.output.0 and 2 more) |")
     assert "### Largest disagreements (top 1)" in md
     html = render_html(c)
-    section = html[html.index("<h2>Largest disagreements</h2>"):html.index("<h2>Entries in execution order</h2>")]
+    start = html.index("<h2>Largest disagreements</h2>")
+    section = html[start:html.index("<h2", start + 1)]  # up to the next heading
     assert section.count('<tr class="r-fail">') == 1
     links = re.findall(r'href="#row-0-(\d+)">Functional\.f\.(\d+)\.forward\.output\.0</a>', section)
     assert links == [(str(k), str(k)) for k in range(6)]  # three shown, the other two behind "and 2 more"

@@ -168,6 +168,13 @@ def run_port_training(
         debugger = PrecisionDebugger(dump_path=str(dump_path), task=task, level=level, framework=framework)
     net, step_fn, finish = train(seed, port == "bug", bias_before_norm)
     losses: list[float] = []
+    # One PyTorch thread while training: PyTorch's CPU kernels split a reduction between threads, so the thread count
+    # (the machine's cores, or OMP_NUM_THREADS) changes the sum order and the losses' last digits (2.2080584 with
+    # one thread, 2.2080586 with two); with one, the demo prints the same losses everywhere.  Restored after.
+    torch = import_torch("pytorch") if port == "pytorch" else None
+    threads = torch.get_num_threads() if torch is not None else 0
+    if torch is not None:
+        torch.set_num_threads(1)
     try:
         for x, y in batches:
             if debugger is not None:
@@ -182,6 +189,8 @@ def run_port_training(
     finally:
         if debugger is not None:
             debugger.close()
+        if torch is not None:
+            torch.set_num_threads(threads)
     mean, variance = finish()
     return {"port": port, "losses": losses, "moving_mean": mean, "moving_variance": variance,
             "dump_path": None if dump_path is None else str(dump_path)}

@@ -3,7 +3,8 @@
 Three plots, each a self-contained ``<svg>`` element (no script, no external resource):
 
 - :func:`render_trace_svg`: 1 - Cosine (or the error) and the relative error along execution order (every unit's
-  rows one after another), on log axes, failing rows in red, the likely origin and the first divergent row marked;
+  rows one after another), on log axes, failing rows in red and warnings in amber (in every plot), the likely origin
+  and the first divergent row marked;
   the relative error is the localisation's (the ``relative_error`` column, what the likely origin is found by) with
   the rounding-noise floor each row is judged against shaded below it (the ``noise_floor`` column);
 - :func:`render_scatter_svg`: relative error against the baseline's recorded L2 norm (log-log);
@@ -25,13 +26,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from markupsafe import Markup, escape
 
 from msprobe_cmp.comparator.compare import Comparison
-from msprobe_cmp.comparator.rowtable import FAIL, RowTable
+from msprobe_cmp.comparator.rowtable import FAIL, WARNING, RowTable
 from msprobe_cmp.reports.common import ReportFacts, format_number, select_error_metric, select_relative_metric
 
 WIDTH = 960
@@ -40,6 +41,7 @@ _BAND = 28  # height of the "0" / "NaN/inf" bands of a log axis: their labels a 
 _FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 _COLOR_ALL = "#4a6fa5"
 _COLOR_FAIL = "#cf222e"
+_COLOR_WARN = "#bf8700"
 _COLOR_MARK = "#0969da"
 _COLOR_ORIGIN = "#bc4c00"
 _COLOR_NOISE = "#e6eaef"
@@ -256,7 +258,7 @@ class _Extremes:
 @dataclass
 class _Panel:
     """One panel of the trace plot (a log axis): its metric, whether it is drawn as ``1 - value`` and its guides, and
-    its rows' drawn values per pixel column (all rows and the failing ones) and over the whole axis."""
+    its rows' drawn values per pixel column (all rows, the warnings and the failing ones) and over the whole axis."""
 
     key: str
     one_minus: bool
@@ -265,6 +267,7 @@ class _Panel:
     failing: _Extremes
     axis: _Extremes
     noise: _Extremes | None = None  # the relative-error panel: its rows' rounding-noise floors per pixel column
+    warning: _Extremes = field(default_factory=lambda: _Extremes(WIDTH))
 
     @property
     def title(self) -> str:
@@ -277,7 +280,8 @@ class _Panel:
 @dataclass
 class _Histogram:
     """The histogram's counts by decade of the error (``floor(log10(v))`` of each positive finite value), of exact
-    zeros (finite values <= 0) and of NaN / ±Inf, all rows and the failing ones; and the values' range."""
+    zeros (finite values <= 0) and of NaN / ±Inf: ``[all rows, failing rows, warnings]`` each; and the values'
+    range."""
 
     decades: dict[int, list[int]]
     zeros: list[int]
@@ -299,7 +303,7 @@ class _PlotData:
     scatter_y: _Extremes
     histogram_key: str
     histogram: _Histogram
-    scatter_cells: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] | None = None
+    scatter_cells: tuple[dict[tuple[int, int], int], ...] | None = None
 
 
 def _trace_panels(comparison: Comparison) -> list[tuple[str, bool, list[tuple[float, str]]]]:
@@ -331,12 +335,12 @@ def _panel_values(table: RowTable, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _scatter_points(table: RowTable, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The scatter plot's points of one unit: B's recorded norm, the metric ``key`` and the failing flag of each row
+    """The scatter plot's points of one unit: B's recorded norm, the metric ``key`` and the verdict code of each row
     having both."""
     metric, defined = table.metric_column(key)
     b = table.side_columns(1)
     keep = np.flatnonzero(defined & b.stats_defined[:, 3])
-    return b.stats[keep, 3], metric[keep], (table.verdict == FAIL)[keep]
+    return b.stats[keep, 3], metric[keep], table.verdict[keep]
 
 
 def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _PlotData:
@@ -348,7 +352,7 @@ def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _Plo
                      _Extremes(WIDTH) if key == RELATIVE_ERROR else None)
               for key, one_minus, guides in _trace_panels(comparison)]
     data = _PlotData(offsets, total, panels, select_relative_metric(comparison), _Extremes(1), _Extremes(1),
-                     select_error_metric(comparison), _Histogram({}, [0, 0], [0, 0], _Extremes(1)))
+                     select_error_metric(comparison), _Histogram({}, [0, 0, 0], [0, 0, 0], _Extremes(1)))
     scale = (WIDTH - _LEFT - _RIGHT) / max(total, 1)
     hist = data.histogram
     for offset, u in zip(offsets, comparison.units, strict=True):
@@ -357,6 +361,7 @@ def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _Plo
         if not n:
             continue
         failing = t.verdict == FAIL
+        warning = t.verdict == WARNING
         # int(): truncation (all > 0), as each row's position times the scale
         xs = (_LEFT + np.arange(offset, offset + n, dtype=np.int64).astype(np.float64) * scale).astype(np.int64)
         for panel in panels:
@@ -366,26 +371,28 @@ def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _Plo
             panel.columns.add(xs[keep], v)
             if panel.noise is not None:
                 panel.noise.add(xs[keep], t.noise_floor[keep])
-            bad = failing[keep]
+            bad, warn = failing[keep], warning[keep]
             panel.failing.add(xs[keep][bad], v[bad])
+            panel.warning.add(xs[keep][warn], v[warn])
             panel.axis.add(np.zeros(len(v), dtype=np.int64), v)
         norms, values, _ = _scatter_points(t, data.scatter_key)
         data.scatter_x.add(np.zeros(len(norms), dtype=np.int64), norms)
         data.scatter_y.add(np.zeros(len(values), dtype=np.int64), values)
         values, defined = t.metric_column(data.histogram_key)
         keep = np.flatnonzero(defined)
-        v, bad = values[keep], failing[keep]
+        v, bad, warn = values[keep], failing[keep], warning[keep]
         hist.axis.add(np.zeros(len(v), dtype=np.int64), v)
         finite = np.isfinite(v)
         positive = finite & (v > 0)
         for mask, counts in ((finite & ~positive, hist.zeros), (~finite, hist.nonfinite)):
             counts[0] += int(mask.sum())
             counts[1] += int((mask & bad).sum())
+            counts[2] += int((mask & warn).sum())
         decades = np.floor(list(map(math.log10, v[positive].tolist()))).astype(np.int64)  # math.floor(math.log10(v))
-        for which, column in ((decades, 0), (decades[bad[positive]], 1)):
+        for which, column in ((decades, 0), (decades[bad[positive]], 1), (decades[warn[positive]], 2)):
             found, counts = np.unique(which, return_counts=True)
             for d, c in zip(found.tolist(), counts.tolist(), strict=True):
-                hist.decades.setdefault(d, [0, 0])[column] += c
+                hist.decades.setdefault(d, [0, 0, 0])[column] += c
     if facts is not None and facts.comparison is comparison:
         facts.plot_data = data
     return data
@@ -404,21 +411,21 @@ _CELL = 5
 _SCATTER_HEIGHT = 320
 
 
-def _scatter_cells(comparison: Comparison, data: _PlotData
-                   ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
-    """``({cell: rows}, {cell: failing rows})`` of the scatter plot, its units read one at a time (a second walk:
-    the cells need the axes, which need every unit's range)."""
+def _scatter_cells(comparison: Comparison, data: _PlotData) -> tuple[dict[tuple[int, int], int], ...]:
+    """``({cell: other rows}, {cell: warnings}, {cell: failing rows})`` of the scatter plot, its units read one at a
+    time (a second walk: the cells need the axes, which need every unit's range)."""
     if data.scatter_cells is None:
         x_axis, y_axis = _scatter_axes(data, _SCATTER_HEIGHT)
-        layers: tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]] = ({}, {})
+        layers: tuple[dict[tuple[int, int], int], ...] = ({}, {}, {})
         for u in comparison.units:
             if not len(u.rows):
                 continue
-            norms, values, bad = _scatter_points(u.rows, data.scatter_key)
+            norms, values, verdicts = _scatter_points(u.rows, data.scatter_key)
+            bad, warn = verdicts == FAIL, verdicts == WARNING
             # int(place(...) // cell): numpy's float floor division follows Python's (fmod-based) definition
             cells_x = np.floor_divide(x_axis.place_all(norms), _CELL).astype(np.int64)
             cells_y = np.floor_divide(y_axis.place_all(values), _CELL).astype(np.int64)
-            for layer, pick in zip(layers, (~bad, bad), strict=True):
+            for layer, pick in zip(layers, (~bad & ~warn, warn, bad), strict=True):
                 for cell, n in _cell_counts(cells_x[pick], cells_y[pick]).items():
                     layer[cell] = layer.get(cell, 0) + n
         data.scatter_cells = layers
@@ -459,10 +466,12 @@ def _noise_band(parts: list[str], floors: _Extremes, axis: _LogAxis) -> None:
 
 def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> list[str]:
     """Draw ``panel`` (at least one row has its metric) at ``top``, ``height`` pixels tall: its log axis, guides and
-    one vertical stroke per pixel column from its lowest to its highest value (failing rows again, in red).  A guide's
+    one vertical stroke per pixel column from its lowest to its highest value (warnings again in amber, failing rows
+    in red).  A guide's
     label sits at the right end of its line, above it, unless it would meet another guide's: then below it.
 
-    Returns what goes in front of the markers' lines (drawn after them): the failing rows' strokes and the panel's
+    Returns what goes in front of the markers' lines (drawn after them): the warnings' and failing rows' strokes and
+    the panel's
     title, on a white halo (a marker's line passes behind it, not through it)."""
     floors = panel.noise.positive_range() if panel.noise is not None else []
     axis = _LogAxis([*panel.axis.positive_range(), *floors, *(g for g, _ in panel.guides if g > 0)], top, height,
@@ -479,9 +488,11 @@ def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> 
         taken.append(base)
         parts.append(_text(WIDTH - _RIGHT - 2, base, label, "end", f' fill="{_COLOR_FAIL}"'))
     front: list[str] = []
-    layers = (panel.columns.marks(True, axis.place_all), panel.failing.marks(True, axis.place_all))
-    for layer, color, width, into in zip(layers, (_COLOR_ALL, _COLOR_FAIL), (1, 3), (parts, front), strict=True):
-        if layer:  # failing rows drawn again, 3 px wide, in front: visible over the guides and the markers' lines
+    layers = (panel.columns.marks(True, axis.place_all), panel.warning.marks(True, axis.place_all),
+              panel.failing.marks(True, axis.place_all))
+    for layer, color, width, into in zip(layers, (_COLOR_ALL, _COLOR_WARN, _COLOR_FAIL), (1, 2, 3),
+                                         (parts, front, front), strict=True):
+        if layer:  # warnings and failing rows drawn again, wider, in front: visible over the guides and markers
             into.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="{width}" '
                         'fill="none"/>')
     front.append(_text(_LEFT, top - 8, panel.title,
@@ -510,10 +521,10 @@ def render_trace_svg(comparison: Comparison, facts: ReportFacts | None = None) -
     execution order, one log-axis panel each.
 
     The x axis is the row position in execution order over all units (unit boundaries are drawn); failing rows are
-    red; the likely origin is an orange vertical line and the first divergent row a blue one, each labelled on a line
-    of its own above the panels.  Exact zeros are drawn in a band marked "0" and NaN/±Inf in a band marked
-    "NaN/inf".  No two labels meet: the panels' titles, the markers' labels, the row numbers, the units' labels
-    (those that fit) and the axis caption each have their place.
+    red, warnings amber; the likely origin is an orange vertical line and the first divergent row a blue one, each
+    labelled on a line of its own above the panels.  Exact zeros are drawn in a band marked "0" and NaN/±Inf in a
+    band marked "NaN/inf".  No two labels meet: the panels' titles, the markers' labels, the row numbers, the units'
+    labels (those that fit) and the axis caption each have their place.
     ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
     title = "Metrics along execution order"
@@ -582,7 +593,7 @@ def _cell_counts(cx: np.ndarray, cy: np.ndarray) -> dict[tuple[int, int], int]:
 def render_scatter_svg(comparison: Comparison, facts: ReportFacts | None = None) -> Markup:
     """Each row's relative error (y) against the baseline's recorded L2 norm (x), both log axes.
 
-    Rows sharing a 5-pixel cell are one square, darker the more rows it holds; failing rows are red.
+    Rows sharing a 5-pixel cell are one square, darker the more rows it holds; failing rows are red, warnings amber.
     ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
     data = _plot_data(comparison, facts)
@@ -604,8 +615,8 @@ def render_scatter_svg(comparison: Comparison, facts: ReportFacts | None = None)
         parts.append(_text(labels[k][0], bottom + 16, labels[k][1], "middle"))
     cell = _CELL
     cells = _scatter_cells(comparison, data)
-    most = max([*cells[0].values(), *cells[1].values()])
-    for layer, color in zip(cells, (_COLOR_ALL, _COLOR_FAIL), strict=True):
+    most = max(n for layer in cells for n in layer.values())
+    for layer, color in zip(cells, (_COLOR_ALL, _COLOR_WARN, _COLOR_FAIL), strict=True):
         for (cx, cy), n in sorted(layer.items()):
             opacity = 0.35 + 0.65 * math.log1p(n) / math.log1p(most)
             parts.append(f'<rect x="{cx * cell}" y="{cy * cell}" width="{cell}" height="{cell}" fill="{color}" '
@@ -620,7 +631,8 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
     """How many rows have their error (MaxAbsErr, or its statistics lower bound) in each decade.
 
     Exact zeros get their own bar marked "0" and NaN/±Inf one marked "NaN/inf", so neither breaks the
-    log axis; the failing rows of each bar are drawn in red; the MaxAbsErr thresholds are marked.
+    log axis; the failing rows of each bar are drawn in red from its foot, its warnings in amber above them; the
+    MaxAbsErr thresholds are marked.
     ``facts`` (:class:`~msprobe_cmp.reports.common.ReportFacts`) shares the rows' metric columns between the plots.
     """
     data = _plot_data(comparison, facts)
@@ -634,10 +646,12 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
     labels = ["0", *(_decade_label(e) for e in range(axis.lo, axis.hi)), "NaN/inf"]
     totals = [hist.zeros[0], *([0] * (len(labels) - 2)), hist.nonfinite[0]]
     failing = [hist.zeros[1], *([0] * (len(labels) - 2)), hist.nonfinite[1]]
-    for decade, (n, n_failing) in hist.decades.items():
+    warnings = [hist.zeros[2], *([0] * (len(labels) - 2)), hist.nonfinite[2]]
+    for decade, (n, n_failing, n_warning) in hist.decades.items():
         b = 1 + min(max(decade - axis.lo, 0), axis.hi - axis.lo - 1)  # a decade beyond the axis: its end bar
         totals[b] += n
         failing[b] += n_failing
+        warnings[b] += n_warning
     height = 260
     plot_w = WIDTH - _LEFT - _RIGHT
     plot_h = height - _TOP - _BOTTOM
@@ -654,11 +668,13 @@ def render_histogram_svg(comparison: Comparison, facts: ReportFacts | None = Non
     marks: list[tuple[float, str, str]] = []  # the x axis's labels, drawn once they are known to fit
     for b, label in enumerate(labels):
         x = _LEFT + b * bar_w
-        for count, color, cls in ((totals[b], _COLOR_ALL, "bar"), (failing[b], _COLOR_FAIL, "bar-fail")):
-            if not count:
+        for count, color, cls, what in ((totals[b], _COLOR_ALL, "bar", "rows"),
+                                        (failing[b] + warnings[b], _COLOR_WARN, "bar-warning",
+                                         "failing rows and warnings"),
+                                        (failing[b], _COLOR_FAIL, "bar-fail", "failing rows")):
+            if not count or (cls == "bar-warning" and not warnings[b]):
                 continue
             h = plot_h * count / most
-            what = "rows" if cls == "bar" else "failing rows"
             span = label if b in (0, len(labels) - 1) else f"[{label}, {_decade_label(axis.lo + b)})"
             parts.append(f'<rect class="{cls}" x="{_fmt(x + 1)}" y="{_fmt(bottom - h)}" width="{_fmt(bar_w - 2)}" '
                          f'height="{_fmt(h)}" fill="{color}"><title>{escape(key)} {escape(span)}: {count} '

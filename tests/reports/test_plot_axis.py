@@ -97,3 +97,26 @@ def test_the_relative_error_panel_shades_the_rounding_noise_floor_of_its_rows():
     (zero,) = [float(y) - 4 for y in re.findall(r'<text x="72.0" y="([\d.]+)"[^>]*>0</text>', svg) if float(y) > title_y]
     assert float(bottom) > zero > y_lo  # through the band of exact zeros, below the lowest decade
     assert float(x0) == 78 and float(x1) > 900  # the first measured row's column to past the last one's
+
+
+def test_warnings_are_amber_in_every_plot():
+    """msprobe's own pair has warnings and no failure: each plot draws the warnings in amber, as many as there are
+    (the histogram's amber bars add up to the warnings that have the error metric), and nothing in red."""
+    import re
+    from pathlib import Path
+
+    from msprobe_cmp.comparator import compare
+    from msprobe_cmp.dump import load_dump
+    from msprobe_cmp.reports.plots import render_histogram_svg, render_scatter_svg, render_trace_svg
+
+    fixtures = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
+    c = compare(load_dump(fixtures / "tensor_b"), load_dump(fixtures / "tensor_a"))
+    warnings = [r for u in c.units for r in u.rows if r.verdict == "warning"]
+    assert len(warnings) == 2 and dict(c.verdict_counts)["fail"] == 0
+    trace, scatter, hist = (str(render(c)) for render in (render_trace_svg, render_scatter_svg, render_histogram_svg))
+    assert 'stroke="#bf8700" stroke-width="2"' in trace and 'stroke="#cf222e" stroke-width="3"' not in trace
+    assert 'fill="#bf8700"' in scatter and '<rect x' in scatter
+    counted = sum(int(n) for n in re.findall(r'class="bar-warning"[^>]*><title>[^<]*: (\d+) failing rows and warnings',
+                                               hist))
+    assert counted == sum(1 for r in warnings if r.metric("MaxAbsErr") is not None)
+    assert 'class="bar-fail"' not in hist

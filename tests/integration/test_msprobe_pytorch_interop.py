@@ -120,16 +120,27 @@ def test_the_two_recordings_are_of_one_run(ours: tuple[Path, float], comparison:
     forward = [r for r in rows if ".forward" in r.entry_name]
     assert len(forward) > 150
     # Max and Min are elements of the tensor, so identical tensors give identical Max and Min whatever the
-    # recorder: the forward is bit-identical in the two processes.
-    assert [r.name for r in forward if (r.a.max, r.a.min) != (r.b.max, r.b.min)] == []  # type: ignore[union-attr]
+    # recorder: on the CPU the fixture was recorded on, the forward is bit-identical in the two processes.  On a CPU
+    # whose torch runs other vector kernels (AVX2 where the recording ran AVX-512) scaled_dot_product_attention and
+    # GELU round otherwise: at most ~2 float32 ulps from there on (seen: 31 of 212 rows, 2.1 ulps at most).
+    same = [r for r in forward if (r.a.max, r.a.min) == (r.b.max, r.b.min)]  # type: ignore[union-attr]
+    assert len(same) > 0.8 * len(forward)
+    near = [(r.name, x, y) for r in forward for x, y in ((r.a.max, r.b.max), (r.a.min, r.b.min))  # type: ignore[union-attr]
+            if abs(x - y) > 4 * ULP32 * max(abs(x), abs(y))]
+    assert near == []
     # The backward too, up to msprobe's hooks reordering gradient accumulation (a few float32 ulps).  msprobe's
     # cross_entropy backward output is another quantity (the gradient w.r.t. log_softmax's output, its last
-    # autograd node's), compared in test_msprobe_s_cross_entropy_gradient_is_another_quantity.
+    # autograd node's), compared in test_msprobe_s_cross_entropy_gradient_is_another_quantity.  Left out: the
+    # tensors the comparator finds at rounding-noise magnitude (the attention key's bias gradient, a sum that cancels
+    # exactly: ~1e-12 against ~1e-5, whose values are whatever the rounding leaves, so another CPU's forward kernels
+    # change them entirely).
     backward = [r for r in rows if ".forward" not in r.entry_name and r.name != "Functional.cross_entropy.0.backward"
                 ".output.0"]
     assert len(backward) > 100
+    noise = {r.name for r in backward if any(n.startswith("both sides at rounding-noise magnitude") for n in r.notes)}
+    assert len(noise) < 10
     far = []
-    for r in backward:
+    for r in (r for r in backward if r.name not in noise):
         for x, y in ((r.a.max, r.b.max), (r.a.min, r.b.min)):  # type: ignore[union-attr]
             assert x is not None and y is not None
             if abs(x - y) > 4 * ULP32 * max(abs(x), abs(y)):
@@ -185,9 +196,14 @@ def test_no_row_fails_and_the_verdict_is_pass(comparison: Comparison) -> None:
 
 
 def test_the_forward_does_not_diverge(comparison: Comparison) -> None:
+    """No forward row warns or fails, and where the forward's rows differ at all (another CPU's vector kernels:
+    test_the_two_recordings_are_of_one_run), the first of them is within rounding: nowhere near an origin."""
     unit = comparison.units[0]
+    forward = [r for r in unit.rows if ".forward" in r.entry_name]
+    assert {r.verdict for r in forward} <= {"pass", "skip"}
     first = unit.first_divergent
-    assert first is None or ".forward" not in unit.rows[first].entry_name
+    if first is not None and ".forward" in unit.rows[first].entry_name:
+        assert unit.rows.relative_error[first] < 4 * ULP32
 
 
 def test_msprobe_s_statistics_are_float32_reductions(comparison: Comparison) -> None:

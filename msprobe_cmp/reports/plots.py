@@ -432,12 +432,14 @@ def _scatter_cells(comparison: Comparison, data: _PlotData) -> tuple[dict[tuple[
     return data.scatter_cells
 
 
-def _column_path(marks: dict[int, tuple[float, float]]) -> str:
-    """One SVG path of vertical strokes, one per pixel column (min..max of the values in it)."""
+def _column_path(marks: dict[int, tuple[float, float]], least: float = 1.5) -> str:
+    """One SVG path of vertical strokes, one per pixel column (min..max of the values in it), each at least ``least``
+    pixels long (centred on its values)."""
     d = []
     for x, (y1, y2) in sorted(marks.items()):
-        if y2 - y1 < 1.5:
-            y1, y2 = y1 - 0.75, y2 + 0.75
+        if y2 - y1 < least:
+            middle = (y1 + y2) / 2
+            y1, y2 = middle - least / 2, middle + least / 2
         d.append(f"M{x + 0.5:.1f} {y1:.1f}V{y2:.1f}")
     return "".join(d)
 
@@ -490,11 +492,11 @@ def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> 
     front: list[str] = []
     layers = (panel.columns.marks(True, axis.place_all), panel.warning.marks(True, axis.place_all),
               panel.failing.marks(True, axis.place_all))
-    for layer, color, width, into in zip(layers, (_COLOR_ALL, _COLOR_WARN, _COLOR_FAIL), (1, 2, 3),
-                                         (parts, front, front), strict=True):
-        if layer:  # warnings and failing rows drawn again, wider, in front: visible over the guides and markers
-            into.append(f'<path class="marks" d="{_column_path(layer)}" stroke="{color}" stroke-width="{width}" '
-                        'fill="none"/>')
+    for layer, color, width, least, into in zip(layers, (_COLOR_ALL, _COLOR_WARN, _COLOR_FAIL), (1, 3, 3),
+                                                (1.5, 7.0, 7.0), (parts, front, front), strict=True):
+        if layer:  # warnings and failing rows drawn again, larger, in front: visible over the guides and markers
+            into.append(f'<path class="marks" d="{_column_path(layer, least)}" stroke="{color}" '
+                        f'stroke-width="{width}" fill="none"/>')
     front.append(_text(_LEFT, top - 8, panel.title,
                        extra=' font-weight="600" paint-order="stroke" stroke="#fff" stroke-width="4" '
                              'stroke-linejoin="round"'))

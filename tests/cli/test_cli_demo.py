@@ -212,3 +212,22 @@ def test_the_demo_reports_in_chromium_origin_first_one_tree_and_screenshots(demo
             shutil.copy(shot, artifacts / shot.name)
     finally:
         driver.set_window_size(1400, 1800)
+
+
+@needs_frameworks
+def test_the_readme_shows_what_the_demo_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's set-up command ends with ``msprobe-cmp demo -o msprobe-cmp-demo --force``; the text block after it is
+    what that command prints, line for line (run here as written, 3 steps, from an empty directory)."""
+    import io
+    import re
+    from contextlib import redirect_stdout
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"```bash\n(.*?)\n```\n```text\n(.*?)\n```", readme, re.S)
+    assert command is not None and command.group(1).endswith("msprobe-cmp demo -o msprobe-cmp-demo --force")
+    monkeypatch.chdir(tmp_path)
+    text = io.StringIO()
+    with redirect_stdout(text):
+        code = main(["demo", "-o", "msprobe-cmp-demo", "--force"])
+    assert code == 0
+    assert text.getvalue().splitlines() == command.group(2).splitlines()

@@ -114,7 +114,7 @@ def test_warnings_are_amber_in_every_plot():
     warnings = [r for u in c.units for r in u.rows if r.verdict == "warning"]
     assert len(warnings) == 2 and dict(c.verdict_counts)["fail"] == 0
     trace, scatter, hist = (str(render(c)) for render in (render_trace_svg, render_scatter_svg, render_histogram_svg))
-    assert 'stroke="#bf8700" stroke-width="2"' in trace and 'stroke="#cf222e" stroke-width="3"' not in trace
+    assert 'stroke="#bf8700" stroke-width="3"' in trace and 'stroke="#cf222e" stroke-width="3"' not in trace
     assert 'fill="#bf8700"' in scatter and '<rect x' in scatter
     counted = sum(int(n) for n in re.findall(r'class="bar-warning"[^>]*><title>[^<]*: (\d+) failing rows and warnings',
                                                hist))

@@ -193,9 +193,15 @@ def test_the_demo_reports_in_chromium_origin_first_one_tree_and_screenshots(demo
             assert tree and not [t.text for t in tree if t.text.startswith("Module.")]
             # each cell is coloured by its worst error relative to rounding noise
             colours = driver.execute_script(
-                "return Array.from(document.querySelectorAll('#cell-tree .noise')).map(function (e) {"
+                "return Array.from(document.querySelectorAll('#cell-tree li .noise')).map(function (e) {"
                 " return [e.nextSibling.textContent, e.className, getComputedStyle(e).backgroundColor]; })")
             assert len(colours) >= 14  # the first unit's 14 cell calls, opened at load
+            # each unit's line shows its worst verdict and colour, also while it is closed
+            units = driver.execute_script(
+                "return Array.from(document.querySelectorAll('#cell-tree > details > summary')).map(function (s) {"
+                " return [s.querySelector('.badge').textContent, s.querySelector('.noise').className]; })")
+            want = ["fail", "noise n4"] if part == "bug" else ["pass", "noise n1"]
+            assert units and units == [want] * len(units)  # a line per step: bn2 fails in each
             if part == "bug":
                 assert origin.find_element("css selector", "a.rowlink").text == BN2
                 marked = driver.find_elements("css selector", "#cell-tree .origin-cell .cname")

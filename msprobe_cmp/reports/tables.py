@@ -93,7 +93,7 @@ from msprobe_cmp.reports.common import (
 
 #: Identity of the JSON document; bump :data:`JSON_VERSION` on any incompatible change.
 JSON_SCHEMA = "msprobe-cmp.comparison"
-JSON_VERSION = 1
+JSON_VERSION = 2  # 2: each cell's max_noise_ratio
 
 #: The metric columns, in order: the row metric names (msprobe's column names where msprobe has them).
 METRIC_COLUMNS: tuple[str, ...] = (*TENSOR_METRIC_NAMES, *STAT_METRIC_NAMES, LOWER_BOUND_NAME)

@@ -94,7 +94,7 @@ def _dump(root: Path, entries, task="statistics", steps=(0,)):
 def test_json_schema_is_shipped_in_the_package():
     schema = load_json_schema()
     assert schema["properties"]["schema"]["const"] == "msprobe-cmp.comparison"
-    assert schema["properties"]["version"]["const"] == 1
+    assert schema["properties"]["version"]["const"] == 2
 
 
 @pytest.mark.parametrize("case", ["tensor", "statistics", "mixed", "unpaired", "noise"])

@@ -118,7 +118,7 @@ def test_html_rows_are_page_data_not_table_markup():
 
 def test_json_round_trips_with_every_number(fixture_tensor):
     doc = json.loads(render_json(fixture_tensor), parse_constant=lambda tok: pytest.fail(f"non-strict JSON: {tok}"))
-    assert doc["schema"] == JSON_SCHEMA and doc["version"] == 1
+    assert doc["schema"] == JSON_SCHEMA and doc["version"] == 2
     assert doc["verdict"] == fixture_tensor.verdict and doc["mode"] == "tensor"
     assert doc["class_counts"] == dict(fixture_tensor.counts)
     assert doc["first_divergent"]["name"] == fixture_tensor.first_divergent.name

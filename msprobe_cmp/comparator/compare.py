@@ -395,22 +395,22 @@ def _unpaired_inside(unit: UnitComparison, cell: str | None) -> tuple[str, ...]:
     # an entry of either side with a row paired (B's under its own name when a mapping paired it: a PyTorch module
     # paired with its MindSpore cell is no unpaired call inside that cell)
     paired = {name for i, ok in enumerate(both) if ok for name in (entries[i], names_b[i]) if name is not None}
-    # framework plumbing (MindSpore's Shape, a composite's intermediates) has no partner by construction
-    structural = {entries[i] for i in np.flatnonzero(_structural_mask(rows)).tolist()}
     only_a = rows.class_mask("only_in_a")
-    dtypes = rows.side_dtype
-    cells: dict[str, str] = {}  # text -> its entry
-    apis: dict[str, str] = {}
-    counters: set[str] = set()  # entries that are a BatchNorm batch counter (by any of their rows)
-    for i in np.flatnonzero(only_a | rows.class_mask("only_in_b")).tolist():
+    one_sided = np.flatnonzero(only_a | rows.class_mask("only_in_b")).tolist()
+    chains = unit.parent_chains
+    # framework plumbing (MindSpore's Shape, a composite's intermediates) has no partner by construction, nor has
+    # PyTorch BatchNorm's batch counter (any row of the entry tells)
+    structural = {entries[i] for i in np.flatnonzero(_structural_mask(rows)).tolist()}
+    structural.update(entries[i] for i in one_sided if _batch_counter(
+        entries[i], chains.get(entries[i], ()), rows.text(int(rows.side_dtype[i, 0 if only_a[i] else 1]))))
+    cells: dict[str, None] = {}
+    apis: dict[str, None] = {}
+    for i in one_sided:
         entry = entries[i]
-        chain = unit.parent_chains.get(entry, ())
-        if _batch_counter(entry, chain, rows.text(int(dtypes[i, 0 if only_a[i] else 1]))):
-            counters.add(entry)
-        elif entry not in paired and entry not in structural and cell in chain:
+        if entry not in paired and entry not in structural and cell in chains.get(entry, ()):
             kind = cells if parse_name(entry).kind == "cell" else apis
-            kind[f"{entry} ({'target' if only_a[i] else 'baseline'} only)"] = entry
-    return tuple(text for listed in (cells, apis) for text, entry in listed.items() if entry not in counters)
+            kind[f"{entry} ({'target' if only_a[i] else 'baseline'} only)"] = None
+    return (*cells, *apis)
 
 
 def likely_origin(units: tuple[UnitComparison, ...]) -> LikelyOrigin | None:

@@ -83,6 +83,12 @@ _OUTPUT_HEADS = frozenset({"output", "buffers"})
 
 
 @lru_cache(maxsize=256)
+def rounding_floor(ulps: float, eps: float) -> float:
+    """The rounding floor a row's relative error is judged against: ``ulps`` ulps of machine epsilon ``eps`` (the
+    coarser dtype of its two sides), at most :data:`MAX_FLOOR` (module docstring; dimensionless)."""
+    return min(ulps * eps, MAX_FLOOR)
+
+
 def _sentinel_limit(dtype: str | None) -> float:
     """Magnitudes at least this large are a mask sentinel in ``dtype`` (half its largest finite value)."""
     return _SENTINEL_FRACTION * _FINITE_MAX.get(normalize_dtype(dtype) or "", _FINITE_MAX["float32"])
@@ -236,7 +242,7 @@ def localise(
             if e_known is not None:
                 (outs if output else ins).append((k, e_known, absolute, eps))
         for k, e, _, eps in ins:
-            floor = min(ulps * eps, MAX_FLOOR)
+            floor = rounding_floor(ulps, eps)
             if e > floor and e > s.jump_ratio * carried:
                 jumps.append(Jump(k, "entered", carried, e, floor))
                 holds_jump.update(chains.get(entry, ()))
@@ -254,7 +260,7 @@ def localise(
         if error_in is None:
             error_in = carried
         for k, e, absolute, eps in outs:
-            floor = min(ulps * eps, MAX_FLOOR)
+            floor = rounding_floor(ulps, eps)
             # An error that only looks larger because the values shrank (x - 100 for x near 100: cancellation
             # amplifies the relative error without adding any) is not added: the absolute error must grow too.
             adds = absolute_in is None or absolute is None or absolute > 2.0 * absolute_in
@@ -420,7 +426,7 @@ def _calls(table: RowTable, s: OriginRules, ulps: float, left_out: np.ndarray | 
     names = [strings[c] if c >= 0 else None for c in call_entry]
     backward = np.fromiter((name is not None and ".backward" in name for name in names), bool, calls)
     below_out = np.where(has_in, largest_in, np.where(backward, 0.0, carried))
-    floor = np.minimum(ulps * eps, MAX_FLOOR)
+    floor = np.minimum(ulps * eps, MAX_FLOOR)  # rounding_floor of every row
     over = ek > floor
     relative_error, noise_floor = np.full(n, np.nan), np.full(n, np.nan)
     relative_error[index[known]] = ek[known]

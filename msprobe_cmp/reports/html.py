@@ -48,7 +48,8 @@ from msprobe_cmp.comparator.compare import (
     SideSummary,
     unit_comparison,
 )
-from msprobe_cmp.comparator.localise import MAX_FLOOR
+from msprobe_cmp.comparator.dtypes import FLOAT_EPS
+from msprobe_cmp.comparator.localise import MAX_FLOOR, rounding_floor
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
 from msprobe_cmp.comparator.rollup import paired_cells
 from msprobe_cmp.comparator.rowtable import (
@@ -858,6 +859,7 @@ def _page_chunks(comparison: Comparison, facts: ReportFacts, max_rows: int, max_
         also_listed=ALSO_NAMES_LISTED,
         short_notes=SHORT_NOTES_CHARS,
         max_floor=MAX_FLOOR,
+        float32_floor=rounding_floor(comparison.rules.localisation.cross_kernel_noise_ulps, FLOAT_EPS["float32"]),
         ranking=RANKING.get(comparison.mode, RANKING["md5"]),
         top_rows=TOP_ROWS,
         highlights=(

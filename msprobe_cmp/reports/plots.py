@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from markupsafe import Markup, escape
@@ -264,10 +264,10 @@ class _Panel:
     one_minus: bool
     guides: list[tuple[float, str]]
     columns: _Extremes
+    warning: _Extremes
     failing: _Extremes
     axis: _Extremes
-    noise: _Extremes | None = None  # the relative-error panel: its rows' rounding-noise floors per pixel column
-    warning: _Extremes = field(default_factory=lambda: _Extremes(WIDTH))
+    noise: _Extremes | None  # the relative-error panel: its rows' rounding-noise floors per pixel column
 
     @property
     def title(self) -> str:
@@ -348,7 +348,7 @@ def _plot_data(comparison: Comparison, facts: ReportFacts | None = None) -> _Plo
     if facts is not None and facts.comparison is comparison and isinstance(facts.plot_data, _PlotData):
         return facts.plot_data
     offsets, total = _positions(comparison)
-    panels = [_Panel(key, one_minus, guides, _Extremes(WIDTH), _Extremes(WIDTH), _Extremes(1),
+    panels = [_Panel(key, one_minus, guides, _Extremes(WIDTH), _Extremes(WIDTH), _Extremes(WIDTH), _Extremes(1),
                      _Extremes(WIDTH) if key == RELATIVE_ERROR else None)
               for key, one_minus, guides in _trace_panels(comparison)]
     data = _PlotData(offsets, total, panels, select_relative_metric(comparison), _Extremes(1), _Extremes(1),
@@ -469,12 +469,11 @@ def _noise_band(parts: list[str], floors: _Extremes, axis: _LogAxis) -> None:
 def _trace_panel(parts: list[str], panel: _Panel, top: float, height: float) -> list[str]:
     """Draw ``panel`` (at least one row has its metric) at ``top``, ``height`` pixels tall: its log axis, guides and
     one vertical stroke per pixel column from its lowest to its highest value (warnings again in amber, failing rows
-    in red).  A guide's
-    label sits at the right end of its line, above it, unless it would meet another guide's: then below it.
+    in red).  A guide's label sits at the right end of its line, above it, unless it would meet another guide's: then
+    below it.
 
     Returns what goes in front of the markers' lines (drawn after them): the warnings' and failing rows' strokes and
-    the panel's
-    title, on a white halo (a marker's line passes behind it, not through it)."""
+    the panel's title, on a white halo (a marker's line passes behind it, not through it)."""
     floors = panel.noise.positive_range() if panel.noise is not None else []
     axis = _LogAxis([*panel.axis.positive_range(), *floors, *(g for g, _ in panel.guides if g > 0)], top, height,
                     flip=True)

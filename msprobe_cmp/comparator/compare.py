@@ -565,9 +565,9 @@ def _mixed_recording_notes(subject: str, units: tuple[RankDump, ...]) -> list[st
     return notes
 
 
-def _unmapped_notes(units: tuple[UnitComparison, ...], input_notes: list[str]) -> list[str]:
+def _unmapped_notes(units: tuple[UnitComparison, ...], cross_framework: bool) -> list[str]:
     """Across frameworks with nothing matched: the entry names each side kept unpaired (10 each)."""
-    if not any("name mapping" in n for n in input_notes):
+    if not cross_framework:
         return []
     if any(cls == "matched" and n for u in units for cls, n in u.counts):
         return []
@@ -618,7 +618,7 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
         without = [ub.label for _, ub in pairs if (ub.step, ub.rank) not in noise_by_unit]
         if without:
             notes.append(f"the rerun has no unit for B {', '.join(without)}: no noise tolerance there")
-        notes.extend(f"rerun vs B: {n}" for n in noise_cmp.notes if "paired" in n)
+        notes.extend(f"rerun vs B: {n}" for n in pair_units(_units_of(opts.noise), _units_of(b))[3])
         # the rerun's own mixed recordings (B's are noted below): the noise may be measured on stale steps
         notes.extend(_mixed_recording_notes("the rerun's", _units_of(opts.noise)))
         notes.append(
@@ -682,8 +682,13 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
             f"was): files of two recordings; give {u.unread_json} itself to compare it"
             for u in side_units if u.unread_json is not None
         )
-    notes.extend(_unmapped_notes(units, input_notes))
-    if fused_records(opts.mapping) and any("name mapping" in n for n in input_notes):
+    # a pair of units of two name spaces (MindSpore against PyTorch): paired through the name mapping
+    cross_framework = any(
+        ns_a is not None and ns_b is not None and ns_a != ns_b
+        for ns_a, ns_b in (facts.namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True))
+    )
+    notes.extend(_unmapped_notes(units, cross_framework))
+    if fused_records(opts.mapping) and cross_framework:
         notes.append("the API mapping file's fused records apply within one name space (PyTorch against PyTorch or "
                      "mindtorch, MindSpore against MindSpore): not used between MindSpore and PyTorch")
     notes.extend(_mapping_file_notes(opts.mapping, paired_a, paired_b, units, facts))
@@ -694,10 +699,6 @@ def _compare(a: Dump | RankDump, b: Dump | RankDump, opts: CompareOptions) -> Co
     origin = likely_origin(units)
     compared = sum(u.compared_count for u in units)
     # Rows of units found on one side only count too: a verdict on step 0 says nothing about steps 1-9.
-    cross_framework = any(
-        ns_a is not None and ns_b is not None and ns_a != ns_b
-        for ns_a, ns_b in (facts.namespaces(x, y) for x, y in zip(paired_a, paired_b, strict=True))
-    )
     # Rows paired but without data (not_captured: null leaves, gaps a recorder declared) are not evidence of a
     # mispairing: the floor leaves them out.
     unpaired_leaf_rows = sum(facts(u).leaves for u in (*left_a, *left_b))

@@ -67,6 +67,7 @@ from msprobe_cmp.comparator.matching import (
     classify_pair,
     execution_order,
 )
+from msprobe_cmp.comparator.notes import Note, note
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.reader import RankDump
 from msprobe_cmp.dump.schema import (
@@ -394,7 +395,7 @@ class _Group:
     record: FusedRecord
     fused_on_a: bool
     members: tuple[_Member, ...]
-    note: str | None = None
+    note: Note | None = None
 
 
 def _api_op(entry: Entry) -> str:
@@ -403,7 +404,7 @@ def _api_op(entry: Entry) -> str:
 
 
 def _inner_members(fused: Entry, parts: Sequence[Entry], fused_cells: _Cells, part_cells: _Cells,
-                   ) -> tuple[list[_Member], str | None]:
+                   ) -> tuple[list[_Member], Note | None]:
     """The API calls made inside the fused call and inside each part, paired by position when every one of them
     made the same APIs in the same order (else none, and why)."""
     own = [e for e in fused_cells.children.get(fused.name, []) if e.name.endswith(".forward")]
@@ -412,9 +413,10 @@ def _inner_members(fused: Entry, parts: Sequence[Entry], fused_cells: _Cells, pa
         return [], None
     ops = [_api_op(e) for e in own]
     if any([_api_op(e) for e in calls] != ops for calls in theirs):
-        return [], ("the API calls inside the fused call and its parts differ, so they are paired as usual: "
-                    f"{', '.join(ops) or 'none'} against " + "; ".join(", ".join(_api_op(e) for e in c) or "none"
-                                                                  for c in theirs))
+        inner = ", ".join(ops) or "none"
+        parts_inner = "; ".join(", ".join(_api_op(e) for e in c) or "none" for c in theirs)
+        return [], note("fused_members", "the API calls inside the fused call and its parts differ, so they are "
+                        f"paired as usual: {inner} against {parts_inner}", fused=inner, parts=parts_inner)
     members: list[_Member] = []
     for k, entry in enumerate(own):
         members.append(_Member("forward", entry, tuple(calls[k] for calls in theirs)))
@@ -462,7 +464,7 @@ def _find_groups(records: Sequence[FusedRecord], unit_a: RankDump, unit_b: RankD
                         continue
                     part_entries = [p for p in parts_fwd if p is not None]
                     members = [_Member("forward", fused_fwd, tuple(part_entries))]
-                    inner, note = _inner_members(fused_fwd, part_entries, own, other)
+                    inner, inner_note = _inner_members(fused_fwd, part_entries, own, other)
                     fused_bwd = own.backward.get(stem, {}).get(n)
                     parts_bwd = tuple(other.backward.get(p, {}).get(n) for p in part_stems)
                     if fused_bwd is not None or any(b is not None for b in parts_bwd):
@@ -480,7 +482,7 @@ def _find_groups(records: Sequence[FusedRecord], unit_a: RankDump, unit_b: RankD
                     if names & used:
                         continue
                     used |= names
-                    groups.append(_Group(record, fused_on_a, tuple(members), note))
+                    groups.append(_Group(record, fused_on_a, tuple(members), inner_note))
     return groups
 
 
@@ -552,7 +554,8 @@ class _RowMaker:
         fused_name = member.fused.name if member.fused is not None else None
         if member.fused is None or len(present) < len(member.parts):
             missing = "the fused call" if member.fused is None else "some of its parts"
-            why = f"not recorded by {missing}: not combined ({self.record.source})"
+            why = note("fused_not_combined", f"not recorded by {missing}: not combined ({self.record.source})",
+                       missing=missing, source=self.record.source)
             for key, leaf in _keyed(member.fused, member.kind):
                 rows.append(self._one_sided(member.fused.name, key[0], leaf, True, why))  # type: ignore[union-attr]
             for part in present:
@@ -575,8 +578,9 @@ class _RowMaker:
             fl = fused_table.get(key, _MISSING)
             pls = [t.get(key, _MISSING) for t in part_leaves]
             if fl is _MISSING or any(pl is _MISSING for pl in pls):
-                why = (f"{path} is not recorded by the fused call and every part ({label}): not combined "
-                       f"({self.record.source})")
+                why = note("fused_slot_not_combined", f"{path} is not recorded by the fused call and every part "
+                           f"({label}): not combined ({self.record.source})", path=path, label=label,
+                           source=self.record.source)
                 if fl is not _MISSING:
                     rows.append(self._one_sided(fused_name, path, fl, True, why))  # type: ignore[arg-type]
                 for part, pl in zip(parts, pls, strict=True):
@@ -600,7 +604,8 @@ class _RowMaker:
         role = self._role(kind, path)
         tensors = isinstance(fl, TensorLeaf) and all(isinstance(p, TensorLeaf) for p in pls)
         if fl is None and all(p is None for p in pls):
-            return [self._pair(fused_name, joined, path, None, None, None, (f"compared with {label}",))]
+            return [self._pair(fused_name, joined, path, None, None, None,
+                               (note("fused_compared_with", f"compared with {label}", label=label),))]
         same = tensors and all(tuple(p.shape) == tuple(fl.shape) for p in pls)  # type: ignore[union-attr]
         if not tensors or (role == "input" and same):
             # shared: the same input feeds every part (or a non-tensor value): compared with each part's
@@ -608,27 +613,31 @@ class _RowMaker:
             out = []
             shorts = _short_names([p.name for p in parts])
             for short, pl in zip(shorts, pls, strict=True):
-                note = f"shared input ({what}): compared with {short}'s"
-                out.append(self._pair(fused_name, joined, path, fl, pl, None, (note,)))
+                shared = note("fused_shared_input", f"shared input ({what}): compared with {short}'s", what=what,
+                              part=short)
+                out.append(self._pair(fused_name, joined, path, fl, pl, None, (shared,)))
             return out
         assert isinstance(fl, TensorLeaf)
         part_leaves = [p for p in pls if isinstance(p, TensorLeaf)]
         if role == "input_grad" and same:
             combined = combine_summed(part_leaves)
-            note = (f"compared as the sum of {label}'s {path} (the gradient w.r.t. an input every part shares); of "
-                    "a sum only the Mean follows from the parts' statistics")
-            return [self._pair(fused_name, joined, path, fl, combined, None, (note,))]
+            summed = note("fused_sum", f"compared as the sum of {label}'s {path} (the gradient w.r.t. an input every "
+                          "part shares); of a sum only the Mean follows from the parts' statistics", label=label,
+                          path=path)
+            return [self._pair(fused_name, joined, path, fl, combined, None, (summed,))]
         axes = [rec.dim, rec.parameters_dim] if role == "output" else [rec.parameters_dim, rec.dim]
         axis = fit_concat_axis(fl.shape, [p.shape for p in part_leaves], axes)
         if axis is None:
             shapes = ", ".join(str(list(p.shape)) for p in part_leaves)
-            why = (f"the fused {list(fl.shape)} is not the concatenation of {label}'s {shapes} along dim "
-                   f"{axes[0]} or {axes[1]} ({rec.source})")
+            why = note("fused_not_concatenation", f"the fused {list(fl.shape)} is not the concatenation of {label}'s "
+                       f"{shapes} along dim {axes[0]} or {axes[1]} ({rec.source})", shape=list(fl.shape), label=label,
+                       shapes=[list(p.shape) for p in part_leaves], dims=[axes[0], axes[1]], source=rec.source)
             return [self._pair(fused_name, joined, path, fl, part_leaves[0], ("shape_mismatch", (why,)), ())]
         combined = combine_concatenated(part_leaves, axis)
         declared = axes[0] if fit_concat_axis(fl.shape, [p.shape for p in part_leaves], [axes[0]]) == axis else axes[1]
-        note = f"compared as the concatenation of {label}'s {path} along dim {declared}"
-        return [self._pair(fused_name, joined, path, fl, combined, None, (note,))]
+        joined_note = note("fused_concatenation", f"compared as the concatenation of {label}'s {path} along dim "
+                           f"{declared}", label=label, path=path, dim=declared)
+        return [self._pair(fused_name, joined, path, fl, combined, None, (joined_note,))]
 
 
 def _rows_of(group: _Group) -> list[tuple[Entry | None, list[RowPair]]]:

@@ -58,6 +58,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from msprobe_cmp.comparator.dtypes import FLOAT_EPS, compute_relative_floor, normalize_dtype
+from msprobe_cmp.comparator.notes import code_of, note
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, ComparisonRow, Jump
 from msprobe_cmp.comparator.rowtable import (
     ABSENT,
@@ -174,20 +175,23 @@ def _cosine_only_failure(row: ComparisonRow, t: Thresholds) -> bool:
     mae = row.metric("MaxAbsErr")
     if mae is None:
         return False
-    if any(not reason.startswith("Cosine") for reason in row.reasons):
+    if any(code_of(reason) not in ("cosine_below", "cosine_suspect") for reason in row.reasons):
         return False
     return mae <= t.max_abs_err_suspect_above and mae <= t.max_abs_err_fail_above
 
 
 def _judge_noise_row(rows: RowTableBuilder, k: int, sc: float, ref: float, thresholds: Thresholds) -> None:
     """A row at rounding-noise magnitude: a note, and a pass where the Cosine rules alone gave its verdict."""
-    note = (f"both sides at rounding-noise magnitude (|values| <= {sc:.3g}, against {ref:.3g} in the same call): "
+    text = (f"both sides at rounding-noise magnitude (|values| <= {sc:.3g}, against {ref:.3g} in the same call): "
             "the Cosine decides nothing here")
     r = ComparisonRow(rows.table, k)
     if _cosine_only_failure(r, thresholds):
-        rows.set_verdict(k, "pass", (), (*r.notes, f"{note}; was: {'; '.join(r.reasons)}"))
+        was = "; ".join(r.reasons)
+        rows.set_verdict(k, "pass", (), (*r.notes, note("rounding_noise", f"{text}; was: {was}", magnitude=sc,
+                                                        reference=ref, was=list(r.reasons))))
     else:
-        rows.set_verdict(k, r.verdict, r.reasons, (*r.notes, note))
+        rows.set_verdict(k, r.verdict, r.reasons, (*r.notes, note("rounding_noise", text, magnitude=sc,
+                                                                  reference=ref, was=None)))
 
 
 def localise(

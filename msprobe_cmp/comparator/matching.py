@@ -55,6 +55,7 @@ from msprobe_cmp.comparator.mapping.canonical import (
     forward_input_shapes,
     resolve_gradients,
 )
+from msprobe_cmp.comparator.notes import Note, note
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.schema import Entry, Interned, Leaf, LeafColumns, TensorLeaf, ValueLeaf, leaf_view
 
@@ -153,6 +154,20 @@ def are_shape_equivalent(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool
     return tuple(shape_a) != tuple(shape_b) and squeezed_shape(shape_a) == squeezed_shape(shape_b)
 
 
+def _transposed_note(recorded_by: str) -> Note:
+    """The note of a gradient compared transposed: ``recorded_by`` ("A" or "B") recorded the gradient of weight.T."""
+    return note("transposed", f"B's tensor is the transpose of A's ({recorded_by} recorded the gradient of weight.T): "
+                "compared transposed", recorded_by=recorded_by)
+
+
+def _aligned_notes(name_b: str | None) -> tuple[Note, ...]:
+    """The note of a call aligned by call order with B's ``name_b`` (none when None)."""
+    if not name_b:
+        return ()
+    return (note("aligned_by_order", f"aligned by call order with B's {name_b} (the two runs' call counts differ)",
+                 name_b=name_b),)
+
+
 def classify_pair(leaf_a: Leaf, leaf_b: Leaf, transpose_b: bool = False) -> tuple[MatchClass, tuple[str, ...]]:
     """Class and notes of two leaves found under the same key (both sides present).
 
@@ -163,32 +178,38 @@ def classify_pair(leaf_a: Leaf, leaf_b: Leaf, transpose_b: bool = False) -> tupl
     (compared by value, flattened) with the note ``"shapes differ only in size-1 dimensions (A [2, 512], B [2, 512,
     1, 1]): compared by value"``; any other shape difference is a ``shape_mismatch``."""
     if leaf_a is None and leaf_b is None:
-        return "matched", ("null on both sides: nothing recorded",)
+        return "matched", (note("null_both", "null on both sides: nothing recorded"),)
     if leaf_a is None or leaf_b is None:
-        return "not_captured", (f"no data recorded in {'A' if leaf_a is None else 'B'} (null leaf)",)
+        side = "A" if leaf_a is None else "B"
+        return "not_captured", (note("null_one_side", f"no data recorded in {side} (null leaf)", side=side),)
     if isinstance(leaf_a, ValueLeaf) and isinstance(leaf_b, ValueLeaf):
         return "matched", ()
     if not (isinstance(leaf_a, TensorLeaf) and isinstance(leaf_b, TensorLeaf)):
-        return "dtype_mismatch", (f"A is a {_describe(leaf_a)}, B is a {_describe(leaf_b)}",)
+        kinds = _describe(leaf_a), _describe(leaf_b)
+        return "dtype_mismatch", (note("kinds_differ", f"A is a {kinds[0]}, B is a {kinds[1]}", a=kinds[0],
+                                       b=kinds[1]),)
     da, db = normalize_dtype(leaf_a.dtype), normalize_dtype(leaf_b.dtype)
     shape_b = tuple(reversed(leaf_b.shape)) if transpose_b else tuple(leaf_b.shape)
-    notes = []
+    notes: list[Note] = []
+    sa, sb, ta, tb = list(leaf_a.shape), list(leaf_b.shape), leaf_a.dtype, leaf_b.dtype
     if tuple(leaf_a.shape) != shape_b:
         if not are_shape_equivalent(leaf_a.shape, shape_b):
-            notes = [f"shape differs: A {list(leaf_a.shape)}, B {list(leaf_b.shape)}"]
+            notes = [note("shape_differs", f"shape differs: A {sa}, B {sb}", a=sa, b=sb)]
             if da != db:
-                notes.append(f"dtype differs too: A {leaf_a.dtype}, B {leaf_b.dtype}")
+                notes.append(note("dtype_differs_too", f"dtype differs too: A {ta}, B {tb}", a=ta, b=tb))
             return "shape_mismatch", tuple(notes)
-        notes.append(f"shapes differ only in size-1 dimensions (A {list(leaf_a.shape)}, B {list(leaf_b.shape)}): "
-                     "compared by value")
+        notes.append(note("size1_dims", f"shapes differ only in size-1 dimensions (A {sa}, B {sb}): compared by value",
+                          a=sa, b=sb))
     if da != db:
         if not are_compatible_dtypes(da, db):
-            return "dtype_mismatch", (f"dtype differs: A {leaf_a.dtype}, B {leaf_b.dtype}",)
+            return "dtype_mismatch", (note("dtype_differs", f"dtype differs: A {ta}, B {tb}", a=ta, b=tb),)
         how = "compared by value" if da in COMPATIBLE_INTS else "compared in float64"
-        notes.append(f"dtypes differ but are compatible (A {leaf_a.dtype}, B {leaf_b.dtype}): {how}")
+        notes.append(note("compatible_dtypes", f"dtypes differ but are compatible (A {ta}, B {tb}): {how}", a=ta,
+                          b=tb, how=how))
     missing = [side for side, leaf in (("A", leaf_a), ("B", leaf_b)) if is_uncaptured(leaf)]
     if missing:
-        return "not_captured", (f"tensor leaf without statistics, checksum or file in {' and '.join(missing)}",)
+        return "not_captured", (note("uncaptured_leaf", "tensor leaf without statistics, checksum or file in "
+                                     f"{' and '.join(missing)}", sides=missing),)
     return "matched", tuple(notes)
 
 
@@ -1117,7 +1138,7 @@ def _output_kinds(entry: Entry) -> list[tuple[str, type, tuple[int, ...] | None]
 
 
 def _backward_rows(
-    ea: Entry, eb: Entry, fa: Entry | None, fb: Entry | None, name_b: str | None, aligned: tuple[str, ...]
+    ea: Entry, eb: Entry, fa: Entry | None, fb: Entry | None, name_b: str | None, aligned: tuple[Note, ...]
 ) -> list[RowPair] | None:
     """The rows of two API backward entries whose gradients (``output``) are listed differently, paired by the
     forward input each belongs to (:func:`_gradient_positions`), or None when pairing by position is right.
@@ -1170,11 +1191,11 @@ def _backward_rows(
             cls, notes = classify_pair(leaf_a, leaf_b, transpose)
             extra: tuple[str, ...] = ()
             if path_a != path_b or path_a != canonical:
-                extra += (f"backward outputs paired by the forward input they are the gradient of ({canonical}: "
-                          f"A's {path_a}, B's {path_b})",)
+                extra += (note("grad_by_forward_input", "backward outputs paired by the forward input they are the "
+                               f"gradient of ({canonical}: A's {path_a}, B's {path_b})", canonical=canonical,
+                               path_a=path_a, path_b=path_b),)
             if transpose:
-                extra += (f"B's tensor is the transpose of A's ({'A' if transposed_a else 'B'} recorded the "
-                          "gradient of weight.T): compared transposed",)
+                extra += (_transposed_note("A" if transposed_a else "B"),)
             rows.append(RowPair(name, path_a, cls, leaf_a, leaf_b, True, True, aligned + extra + notes, name_b,
                                 path_b if path_b != path_a else None, None, transpose))
     else:
@@ -1183,9 +1204,10 @@ def _backward_rows(
         assert unresolved is not None  # checked above
         shapes = [list(s) if s is not None else None for s in forward_input_shapes(unresolved)]
         side = "A" if pa is None else "B"
-        why = (f"{side}'s backward gradients fit none of {forward}'s inputs (shapes {shapes}): they are not "
-               "gradients w.r.t. its inputs (msprobe 1.2.2's PyTorch dumps record the gradients of the last "
-               "autograd node of an API made of several), so no gradient pairs")
+        why = note("grads_fit_no_input", f"{side}'s backward gradients fit none of {forward}'s inputs (shapes "
+                   f"{shapes}): they are not gradients w.r.t. its inputs (msprobe 1.2.2's PyTorch dumps record the "
+                   "gradients of the last autograd node of an API made of several), so no gradient pairs",
+                   side=side, forward=forward, shapes=shapes)
         for path_a, leaf_a in outs_a:
             rows.append(RowPair(name, path_a, "only_in_a", leaf_a, None, True, False, (*aligned, why), name_b))
         for path_b, leaf_b in outs_b:
@@ -1231,7 +1253,7 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> Row
         if (ea is not None and eb is not None and ea.name.endswith(".backward") and eb.name.endswith(".backward")
                 and not _outputs_agree(ea, eb)):
             name_b = eb.name if eb.name != ea.name else None
-            aligned = (f"aligned by call order with B's {name_b} (the two runs' call counts differ)",) if name_b else ()
+            aligned = _aligned_notes(name_b)
             rows = _backward_rows(ea, eb, forward_a.get(_forward_name(ea.name) or ""),
                                   forward_b.get(_forward_name(eb.name) or ""), name_b, aligned)
             if rows is not None:
@@ -1262,7 +1284,7 @@ def match_entries(entries_a: Sequence[Entry], entries_b: Sequence[Entry]) -> Row
         leaves_b = dict(_keyed_leaves(eb))
         name = ea.name if ea is not None else eb.name  # type: ignore[union-attr]
         name_b = eb.name if ea is not None and eb is not None and eb.name != ea.name else None
-        aligned = (f"aligned by call order with B's {name_b} (the two runs' call counts differ)",) if name_b else ()
+        aligned = _aligned_notes(name_b)
         seen: set[tuple[str, int]] = set()
         for key, leaf_a in leaves_a:
             seen.add(key)
@@ -1400,7 +1422,8 @@ def match_views(views_a: Sequence[EntryView], views_b: Sequence[EntryView]) -> t
     for va, vb in _pair_leftovers_by_name(align_entries(views_a, views_b)):
         labels = [m for m in dict.fromkeys((va.mapped_by if va else None, vb.mapped_by if vb else None)) if m]
         mapped_by = "; ".join(labels) or None
-        mapped = (f"names mapped across frameworks by {mapped_by}",) if mapped_by and va and vb else ()
+        mapped = ((note("names_mapped", f"names mapped across frameworks by {mapped_by}", mapped_by=mapped_by),)
+                  if mapped_by and va and vb else ())
         items_b = dict(_keyed_items(vb))
         seen: set[tuple[str, int]] = set()
         for key, ia in _keyed_items(va):
@@ -1411,8 +1434,7 @@ def match_views(views_a: Sequence[EntryView], views_b: Sequence[EntryView]) -> t
                 continue
             transpose = ia.transposed != ib.transposed
             cls, notes = classify_pair(ia.leaf, ib.leaf, transpose)
-            extra = (f"B's tensor is the transpose of A's ({'A' if ia.transposed else 'B'} recorded the gradient "
-                     "of weight.T): compared transposed",) if transpose else ()
+            extra = (_transposed_note("A" if ia.transposed else "B"),) if transpose else ()
             out.append(RowPair(
                 ia.entry, ia.orig_path, cls, ia.leaf, ib.leaf, True, True, mapped + extra + notes,
                 ib.entry if ib.entry != ia.entry else None,

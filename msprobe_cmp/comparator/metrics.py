@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from msprobe_cmp.comparator.dtypes import DEFAULT_RELATIVE_FLOOR, FLOAT_EPS
+from msprobe_cmp.comparator.notes import Note, note
 
 F64 = NDArray[np.float64]
 _T = TypeVar("_T")
@@ -333,18 +334,19 @@ def _real_array(x: ArrayLike) -> np.ndarray:
     return arr
 
 
-def _left_out_note(agreeing: int, compared: int) -> str:
-    return (
-        f"{agreeing} non-finite value(s) at the same positions with the same signs on both sides "
-        f"were left out; the {compared} finite value(s) were compared"
-    )
+def _left_out_note(agreeing: int, compared: int) -> Note:
+    return note("nonfinite_left_out", f"{agreeing} non-finite value(s) at the same positions with the same signs on "
+                f"both sides were left out; the {compared} finite value(s) were compared", agreeing=agreeing,
+                compared=compared)
 
 
-def _cosine_note(compared: int, a_is_zero: bool) -> str:
+def _cosine_note(compared: int, a_is_zero: bool) -> Note:
     if compared < 2:
-        return "cosine undefined for fewer than 2 elements"
+        return note("cosine_undefined", "cosine undefined for fewer than 2 elements", compared=compared,
+                    all_zero=None)
     side = "target (A)" if a_is_zero else "baseline (B)"
-    return f"cosine undefined: the {side} is all zero"
+    return note("cosine_undefined", f"cosine undefined: the {side} is all zero", compared=compared,
+                all_zero="A" if a_is_zero else "B")
 
 
 def _tensor_metrics_whole(fa: F64, fb: F64, floor: float) -> TensorMetrics:

@@ -26,6 +26,7 @@ from msprobe_cmp.comparator.metrics import (
     reduction_slack,
     statistics_differ,
 )
+from msprobe_cmp.comparator.notes import Note, code_of, note
 from msprobe_cmp.comparator.result import LOWER_BOUND_NAME, TENSOR_METRIC_NAMES, ComparedBy, Mode
 from msprobe_cmp.comparator.rules import (
     STAT_WARNING_EPSILON,
@@ -77,10 +78,12 @@ def _stat_pairs(diffs: tuple[StatDiff, ...]) -> list[tuple[str, float | None]]:
     return out
 
 
-def _stat_notes(diffs: tuple[StatDiff, ...], numel: int) -> list[str]:
-    notes = [f"{d.stat} is {d.a!r} on both sides (not compared)" for d in diffs if d.nonfinite_agree is True]
-    notes += [f"{d.stat} is A {d.a!r}, B {d.b!r}: one recorder's float32 reduction overflowed (Max and Min agree), "
-              "not compared" for d in diffs if is_reduction_overflow(d, diffs, numel)]
+def _stat_notes(diffs: tuple[StatDiff, ...], numel: int) -> list[Note]:
+    notes = [note("nonfinite_stat_agrees", f"{d.stat} is {d.a!r} on both sides (not compared)", stat=d.stat,
+                  value=d.a) for d in diffs if d.nonfinite_agree is True]
+    notes += [note("reduction_overflow", f"{d.stat} is A {d.a!r}, B {d.b!r}: one recorder's float32 reduction "
+                   "overflowed (Max and Min agree), not compared", stat=d.stat, a=d.a, b=d.b)
+              for d in diffs if is_reduction_overflow(d, diffs, numel)]
     return notes
 
 
@@ -105,21 +108,23 @@ def _compare_statistics(
         return Outcome("none", tuple(_stat_pairs(diffs)), rule, tuple(notes), None)
     one_sided = [d.stat for d in diffs if (d.a is None) != (d.b is None)]
     if one_sided:
-        notes.append(f"statistics recorded on one side only: {', '.join(one_sided)}")
+        notes.append(note("stats_one_side", f"statistics recorded on one side only: {', '.join(one_sided)}",
+                          stats=one_sided))
     bound = compute_max_abs_err_lower_bound(diffs, la.numel)
     metrics = (*_stat_pairs(diffs), (LOWER_BOUND_NAME, bound))
     rule = compute_statistics_verdict(diffs, la.numel, t)
     counts_a, counts_b = la.nonfinite_counts, lb.nonfinite_counts
     for side, lf in (("A", la), ("B", lb)):
         if lf.has_invalid_nonfinite_counts:
-            notes.append(f"{side}'s NaN/Inf counts are not valid counts (type or range): ignored")
+            notes.append(note("invalid_nonfinite_counts", f"{side}'s NaN/Inf counts are not valid counts (type or "
+                              "range): ignored", side=side))
     if counts_a is not None and counts_b is not None and counts_a != counts_b:
         # The recorder's NaN/Inf counts see what Max/Min/Mean/Norm can hide (one more NaN among many).
         labels = ("NaN", "+Inf", "-Inf")
         differ = ", ".join(f"{k} A {x} B {y}" for k, x, y in zip(labels, counts_a, counts_b, strict=True) if x != y)
         rule = RuleOutcome("fail", (*rule.reasons, f"non-finite counts differ: {differ}"))
-        return Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs, la.numel)), True)
-    return Outcome("statistics", metrics, rule, tuple(notes + _stat_notes(diffs, la.numel)),
+        return Outcome("statistics", metrics, rule, (*notes, *_stat_notes(diffs, la.numel)), True)
+    return Outcome("statistics", metrics, rule, (*notes, *_stat_notes(diffs, la.numel)),
                     _stat_differs(diffs, la.numel))
 
 
@@ -140,7 +145,7 @@ def _load_pair(
     return arrays[0], arrays[1]
 
 
-def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[TensorLeaf, TensorLeaf]) -> list[str]:
+def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[TensorLeaf, TensorLeaf]) -> list[Note]:
     """Notes for tensor files whose dtype is not the one dump.json states (values are decoded as stored)."""
     notes = []
     for side, arr, leaf in (("A", arrays[0], leaves[0]), ("B", arrays[1], leaves[1])):
@@ -148,9 +153,11 @@ def _file_dtype_notes(arrays: tuple[np.ndarray, np.ndarray], leaves: tuple[Tenso
         if stored == stated:
             continue
         if stated == "bfloat16" and stored == "float32":
-            notes.append(f"{side}'s bfloat16 tensor is stored as float32 (msprobe's convention)")
+            notes.append(note("bf16_stored_as_f32", f"{side}'s bfloat16 tensor is stored as float32 (msprobe's "
+                              "convention)", side=side))
         else:
-            notes.append(f"{side}'s tensor file holds {arr.dtype}, dump.json says {leaf.dtype}")
+            notes.append(note("file_dtype_differs", f"{side}'s tensor file holds {arr.dtype}, dump.json says "
+                              f"{leaf.dtype}", side=side, stored=str(arr.dtype), stated=leaf.dtype))
     return notes
 
 
@@ -283,7 +290,7 @@ def _compare_tensors(
     if la.numel == 0:
         # Same number of elements on both sides (classify_pair: the same shape, or one that differs only in size-1
         # dimensions), so both are empty: equal, whatever the dtype.
-        notes.append("empty tensor (0 elements) on both sides: equal")
+        notes.append(note("empty_both", "empty tensor (0 elements) on both sides: equal"))
         return Outcome("none", tuple(_stat_pairs(diffs)), RuleOutcome("pass"), tuple(notes), False)
     if mode == "tensor":
         if la.data_name is None or lb.data_name is None:
@@ -331,7 +338,7 @@ def _fallback_to_statistics(
     out = _compare_statistics(la, lb, diffs, t, list(notes))
     verdict = out.rule.verdict
     if verdict == "skip":
-        return out._replace(notes=(*out.notes, text))
+        return out._replace(notes=(*out.notes, note("fallback_to_statistics", text, why=why)))
     bare = [side for side, leaf in (("A", la), ("B", lb)) if all(v is None for v in leaf.stats)]
     if bare and verdict == "pass":  # statistics on one side only: nothing at all was compared
         return out._replace(rule=RuleOutcome(
@@ -360,7 +367,7 @@ def _tensor_outcome(
         # Re<a, b> / (|a| |b|), the absolute errors those of the parts).
         arr_a = np.concatenate([np.real(arr_a).ravel(), np.imag(arr_a).ravel()])
         arr_b = np.concatenate([np.real(arr_b).ravel(), np.imag(arr_b).ravel()])
-        notes.append("complex values: real and imaginary parts compared as one real vector")
+        notes.append(note("complex_values", "complex values: real and imaginary parts compared as one real vector"))
     try:
         tm: TensorMetrics = compute_tensor_metrics(arr_a, arr_b, floor)
     except TypeError as exc:
@@ -427,6 +434,10 @@ def argument_name(entry_name: str, arg_path: str) -> str | None:
     return rest if head == "kwargs" else arg_path
 
 
+def _value_types_note(va: ValueLeaf, vb: ValueLeaf) -> Note:
+    return note("value_types_differ", f"value types differ: A {va.type}, B {vb.type}", a=va.type, b=vb.type)
+
+
 def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -> Outcome:
     """A row of two non-tensor values (rules: :mod:`msprobe_cmp.comparator.rules`, module docstring).
 
@@ -441,7 +452,7 @@ def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -
     last = pair.name.rsplit(".", 1)[-1]
     if argument is None and _is_number(x) and _is_number(y) and (isinstance(x, float) or isinstance(y, float)):
         if va.type != vb.type:
-            notes.append(f"value types differ: A {va.type}, B {vb.type}")
+            notes.append(_value_types_note(va, vb))
         # A float output is compared like a 0-d tensor (only the MaxAbsErr rules can apply).
         t = rules.thresholds_for(pair.name, (va.type, vb.type))
         floor = t.relative_floor or compute_relative_floor("float64")
@@ -452,17 +463,19 @@ def _compare_values(pair: RowPair, va: ValueLeaf, vb: ValueLeaf, rules: Rules) -
         return Outcome("value", metrics, rule, tuple(notes), tm.differs)
     match = compare_values(va.type, x, vb.type, y)
     if va.type != vb.type and not (match.same and match.kind in ("dtype", "device")):
-        notes.append(f"value types differ: A {va.type}, B {vb.type}")
+        notes.append(_value_types_note(va, vb))
     if match.same:
         if match.note is not None:
             notes.append(match.note)
         return Outcome("value", (), _PASS, tuple(notes), False)
     if is_placement_argument(last):
-        notes.append(f"{last} differs (A {x!r}, B {y!r}): where the result is written, not its value")
+        notes.append(note("where_written_differs", f"{last} differs (A {x!r}, B {y!r}): where the result is written, "
+                          "not its value", argument=last, a=x, b=y))
         return Outcome("value", (), _PASS, tuple(notes), False)
     if match.kind == "device":
         shown = argument or last
-        notes.append(f"device differs: {shown} A {x!r}, B {y!r} (where the result is placed, not its value)")
+        notes.append(note("device_differs", f"device differs: {shown} A {x!r}, B {y!r} (where the result is placed, "
+                          "not its value)", argument=shown, a=x, b=y))
         return Outcome("value", (), _PASS, tuple(notes), False)
     if argument is not None:
         rule = compute_argument_verdict(argument, x, y, rules.argument_differs)
@@ -505,7 +518,7 @@ def compare_row(pair: RowPair, unit_a: RankDump, unit_b: RankDump, mode: Mode, r
             metrics = tuple(_stat_pairs(compute_stat_diffs(la.stats, lb.stats, floor)))
         return Outcome("none", metrics, RuleOutcome("fail", pair.notes), (), None)
     if la is None and lb is None:  # the reason first, how the row was paired after it
-        null_first = sorted(pair.notes, key=lambda n: not n.startswith("null on both sides"))
+        null_first = sorted(pair.notes, key=lambda n: code_of(n) != "null_both")
         return Outcome("none", (), RuleOutcome("skip", tuple(null_first)), (), False)
     if isinstance(la, ValueLeaf) and isinstance(lb, ValueLeaf):
         return _compare_values(pair, la, lb, rules)

@@ -41,6 +41,7 @@ from typing import Any, Literal, NamedTuple, overload
 import numpy as np
 
 from msprobe_cmp.comparator.matching import MATCH_CLASSES, SIDE_KINDS, MatchClass, row_index
+from msprobe_cmp.comparator.notes import rewrite_text
 from msprobe_cmp.comparator.rules import Verdict
 from msprobe_cmp.dump.schema import Interned, Leaf, LeafColumns, TensorLeaf, ValueLeaf, leaf_row_groups
 
@@ -384,8 +385,9 @@ class RowTable(Sequence["ComparisonRow"]):
 
     def with_texts(self, rewrite: Callable[[str], str]) -> RowTable:
         """This table with every reason and note text passed through ``rewrite`` (the columns are shared; stacks are
-        left as they are)."""
-        return replace(self, tuples=tuple(tuple(rewrite(s) for s in t) for t in self.tuples))
+        left as they are; a :class:`~msprobe_cmp.comparator.notes.Note` keeps its code, its text parameters
+        rewritten too)."""
+        return replace(self, tuples=tuple(tuple(rewrite_text(s, rewrite) for s in t) for t in self.tuples))
 
 
 class ComparisonRow:

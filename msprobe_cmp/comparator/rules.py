@@ -55,6 +55,8 @@ from msprobe_cmp.comparator.metrics import (
     compute_max_abs_err_lower_bound,
     is_float32_overflow,
 )
+from msprobe_cmp.comparator.notes import Note, code_of
+from msprobe_cmp.comparator.notes import note as make_note
 from msprobe_cmp.errors import ConfigError
 
 Verdict = Literal["pass", "warning", "fail", "skip"]
@@ -265,12 +267,13 @@ def compute_tensor_verdict(metrics: TensorMetrics, thresholds: Thresholds) -> Ru
     t = thresholds
     reasons: list[str] = []
     if cos is not None and cos < t.cosine_fail_below:
-        reasons.append(f"Cosine {_g(cos)} < {_g(t.cosine_fail_below)}")
+        reasons.append(make_note("cosine_below", f"Cosine {_g(cos)} < {_g(t.cosine_fail_below)}", cosine=cos,
+                                 threshold=t.cosine_fail_below))
     if cos is not None and cos < t.cosine_suspect_below and mae > t.max_abs_err_suspect_above:
-        reasons.append(
-            f"Cosine {_g(cos)} < {_g(t.cosine_suspect_below)} "
-            f"and MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_suspect_above)}"
-        )
+        reasons.append(make_note(
+            "cosine_suspect", f"Cosine {_g(cos)} < {_g(t.cosine_suspect_below)} "
+            f"and MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_suspect_above)}", cosine=cos,
+            threshold=t.cosine_suspect_below, max_abs_err=mae, max_abs_err_threshold=t.max_abs_err_suspect_above))
     if mae > t.max_abs_err_fail_above:
         reasons.append(f"MaxAbsErr {_g(mae)} > {_g(t.max_abs_err_fail_above)}")
     if cos is None and metrics.compared >= 2 and mae > t.max_abs_err_suspect_above:
@@ -397,7 +400,7 @@ class ValueMatch(NamedTuple):
 
     same: bool
     kind: ValueKind
-    note: str | None = None
+    note: Note | None = None
 
 
 def _is_number(value: object) -> bool:
@@ -415,6 +418,11 @@ def _floats_equal(x: float, y: float) -> bool:
     if not (math.isfinite(x) and math.isfinite(y)):
         return False
     return abs(x - y) <= ARGUMENT_FLOAT_RTOL * max(abs(x), abs(y))
+
+
+def _spelt_twice(what: str, value_a: object, value_b: object) -> Note:
+    return make_note("same_value_spelt_twice", f"one {what} in two spellings (A {value_a!r}, B {value_b!r})",
+                     what=what, a=value_a, b=value_b)
 
 
 def compare_values(type_a: str, value_a: object, type_b: str, value_b: object) -> ValueMatch:
@@ -441,12 +449,12 @@ def compare_values(type_a: str, value_a: object, type_b: str, value_b: object) -
         or (_framework_dtype_spelling(value_a) and _framework_dtype_spelling(value_b))
     ):
         same = dtype_a == dtype_b
-        note = f"one dtype in two spellings (A {value_a!r}, B {value_b!r})" if same and value_a != value_b else None
+        note = _spelt_twice("dtype", value_a, value_b) if same and value_a != value_b else None
         return ValueMatch(same, "dtype", note)
     device_a, device_b = normalize_device(value_a), normalize_device(value_b)
     if device_a is not None and device_b is not None:
         same = device_a == device_b
-        note = f"one device in two spellings (A {value_a!r}, B {value_b!r})" if same and value_a != value_b else None
+        note = _spelt_twice("device", value_a, value_b) if same and value_a != value_b else None
         return ValueMatch(same, "device", note)
     if (is_device_type(type_a) or is_device_type(type_b)) and value_a == value_b:
         return ValueMatch(True, "device")
@@ -460,7 +468,9 @@ def compare_values(type_a: str, value_a: object, type_b: str, value_b: object) -
         if value_a == value_b or (math.isnan(x) and math.isnan(y)):
             return ValueMatch(True, "number")
         if _floats_equal(x, y):
-            return ValueMatch(True, "number", f"equal to float32 rounding (A {value_a!r}, B {value_b!r})")
+            rounded = make_note("float32_rounding", f"equal to float32 rounding (A {value_a!r}, B {value_b!r})",
+                                a=value_a, b=value_b)
+            return ValueMatch(True, "number", rounded)
         return ValueMatch(False, "number")
     try:
         same = bool(value_a == value_b)
@@ -484,7 +494,8 @@ def compute_argument_verdict(
         ``RuleOutcome(verdict, ("argument differs: eps A 1e-05, B 1e-12",))``: the reason starts with
         :data:`ARGUMENT_DIFFERS`.
     """
-    return RuleOutcome(verdict, (f"{ARGUMENT_DIFFERS}: {argument} A {value_a!r}, B {value_b!r}",))
+    return RuleOutcome(verdict, (make_note("argument_differs", f"{ARGUMENT_DIFFERS}: {argument} A {value_a!r}, B "
+                                           f"{value_b!r}", argument=argument, a=value_a, b=value_b),))
 
 
 class _RowLike(Protocol):
@@ -508,7 +519,7 @@ class _RowLike(Protocol):
 
 def is_argument_row(row: _RowLike) -> bool:
     """True for a compared row that is a call argument whose two sides differ: compared by value, its sides known to
-    differ, and a reason that starts with :data:`ARGUMENT_DIFFERS` (:func:`compute_argument_verdict`), whatever its
+    differ, and a reason of code ``argument_differs`` (:func:`compute_argument_verdict`), whatever its
     verdict (``warning`` by default, ``fail`` under ``argument_differs = "fail"``).
 
     False for an argument whose sides are the same (one dtype in two spellings, floats equal to float32 rounding), an
@@ -520,7 +531,7 @@ def is_argument_row(row: _RowLike) -> bool:
     """
     if row.compared_by != "value" or row.differs is not True:
         return False
-    return any(reason.startswith(ARGUMENT_DIFFERS) for reason in row.reasons)
+    return any(code_of(reason) == "argument_differs" for reason in row.reasons)
 
 
 def compute_value_verdict(value_a: object, value_b: object) -> RuleOutcome:

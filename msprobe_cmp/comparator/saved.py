@@ -22,7 +22,9 @@ member                                    content
 A *text list* ``<p>`` is ``<p>.utf8`` (uint8: the strings' UTF-8 bytes one after the other; lone surrogates as
 ``surrogatepass`` writes them) and ``<p>.ends`` (int64: where each string's bytes end).  A *tuple list* ``<p>`` is
 ``<p>.texts.*`` (a text list of the distinct strings), ``<p>.codes`` (int32: every tuple's items as indices into
-it, one tuple after the other) and ``<p>.lengths`` (int64: the number of items of each tuple).
+it, one tuple after the other) and ``<p>.lengths`` (int64: the number of items of each tuple).  A unit's
+``u<i>.tuples`` also has ``.kinds`` and ``.params`` (text lists, one item per distinct text): the text's note code
+and its parameters as JSON (:class:`~msprobe_cmp.comparator.notes.Note`), both empty for a plain text (a reason).
 
 The JSON header holds ``format`` (:data:`FORMAT`), ``version`` (:data:`VERSION`), the inputs, mode, verdict,
 notes, counts, matched share, the rules (every field), the unpaired units, the first divergent / failing rows, the
@@ -73,6 +75,7 @@ import numpy as np
 import orjson
 
 from msprobe_cmp.comparator.matching import MATCH_CLASSES
+from msprobe_cmp.comparator.notes import NOTE_CODES, Note, code_of, restore
 from msprobe_cmp.comparator.result import (
     CellRollup,
     Comparison,
@@ -96,7 +99,7 @@ SAVED_FILE = "comparison-data.npz"
 #: The header's ``format`` value.
 FORMAT = "msprobe-cmp.saved-comparison"
 #: The header's ``version``: what :func:`save_comparison` writes and the only one :func:`load_comparison` reads.
-VERSION = 2
+VERSION = 3
 
 _MODES = ("tensor", "statistics", "md5")
 _OVERALL = ("pass", "fail", "nothing_compared", "too_few_matched")
@@ -157,7 +160,7 @@ def _unit_members(p: str, unit: UnitComparison) -> Iterator[tuple[str, np.ndarra
     for name, column in table.columns().items():
         arrays[p + name] = column
     _put_texts(arrays, p + "strings", table.strings)
-    _put_tuples(arrays, p + "tuples", table.tuples)
+    _put_tuples(arrays, p + "tuples", table.tuples, notes=True)
     _put_tuples(arrays, p + "stacks", table.stacks)
     dims = [int(d) for s in table.shapes for d in s]
     wide = [k for k, d in enumerate(dims) if not _INT64_MIN <= d <= _INT64_MAX]
@@ -200,10 +203,15 @@ def _put_texts(arrays: dict[str, np.ndarray], prefix: str, texts: Sequence[str])
     arrays[prefix + ".ends"] = np.cumsum(np.fromiter(sizes, dtype=np.int64, count=len(texts)), dtype=np.int64)
 
 
-def _put_tuples(arrays: dict[str, np.ndarray], prefix: str, tuples: Sequence[Sequence[str]]) -> None:
+def _put_tuples(arrays: dict[str, np.ndarray], prefix: str, tuples: Sequence[Sequence[str]],
+                notes: bool = False) -> None:
     table: dict[str, int] = {}
     codes = [table.setdefault(s, len(table)) for t in tuples for s in t]
-    _put_texts(arrays, prefix + ".texts", list(table))
+    texts = list(table)
+    _put_texts(arrays, prefix + ".texts", texts)
+    if notes:  # each distinct text's note code and parameters ("" for a plain text: a reason)
+        _put_texts(arrays, prefix + ".kinds", [code_of(t) or "" for t in texts])
+        _put_texts(arrays, prefix + ".params", [t.params_json() if isinstance(t, Note) else "" for t in texts])
     arrays[prefix + ".codes"] = np.asarray(codes, dtype=np.int32)
     arrays[prefix + ".lengths"] = np.fromiter(map(len, tuples), dtype=np.int64, count=len(tuples))
 
@@ -411,8 +419,10 @@ class _Archive:
         except UnicodeDecodeError as exc:
             raise _Bad(prefix + ".utf8", f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
-    def tuples(self, prefix: str) -> list[tuple[str, ...]]:
-        texts = self.texts(prefix + ".texts")
+    def tuples(self, prefix: str, notes: bool = False) -> list[tuple[str, ...]]:
+        texts: list[str] = self.texts(prefix + ".texts")
+        if notes:
+            texts = self._notes(prefix, texts)
         codes = self.typed(prefix + ".codes", np.int32, 1)
         lengths = self.typed(prefix + ".lengths", np.int64, 1)
         if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= len(texts)):
@@ -425,6 +435,27 @@ class _Archive:
         for n in lengths.tolist():
             out.append(tuple(items[start:start + n]))
             start += n
+        return out
+
+    def _notes(self, prefix: str, texts: list[str]) -> list[str]:
+        """``texts`` with each one the archive gives a note code made that :class:`Note` again."""
+        kinds = self.texts(prefix + ".kinds")
+        params = self.texts(prefix + ".params")
+        for name, column in ((".kinds", kinds), (".params", params)):
+            if len(column) != len(texts):
+                raise _Bad(prefix + name, f"{len(column)} items for {len(texts)} texts")
+        out: list[str] = []
+        for k, (text, code, doc) in enumerate(zip(texts, kinds, params, strict=True)):
+            if not code:
+                if doc:
+                    raise _Bad(prefix + ".params", f"item {k}: parameters without a note code")
+                out.append(text)
+                continue
+            try:
+                out.append(restore(text, code, doc))
+            except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
+                raise _Bad(prefix + ".kinds" if code not in NOTE_CODES else prefix + ".params",
+                           f"item {k}: {_shown(str(exc))}") from None
         return out
 
     def typed(self, name: str, dtype: type, ndim: int) -> np.ndarray:
@@ -814,7 +845,7 @@ _ENUMS: dict[str, tuple[int, int]] = {
 
 def _load_table(archive: _Archive, p: str, rows: int) -> RowTable:
     strings = archive.texts(p + "strings")
-    tuples = archive.tuples(p + "tuples")
+    tuples = archive.tuples(p + "tuples", notes=True)
     stacks = archive.tuples(p + "stacks")
     dims = archive.typed(p + "shapes.dims", np.int64, 1)
     lengths = archive.typed(p + "shapes.lengths", np.int64, 1)

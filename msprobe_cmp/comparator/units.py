@@ -24,6 +24,7 @@ from msprobe_cmp.comparator.mapping import (
     unused_mapping_keys,
 )
 from msprobe_cmp.comparator.matching import MATCH_CLASSES, MatchClass, RowPair, RowPairs, match_entries, match_views
+from msprobe_cmp.comparator.notes import note
 from msprobe_cmp.comparator.outcomes import (
     Outcome,
     can_compare_as_columns,
@@ -256,9 +257,10 @@ def _apply_declared_gaps(pairs: RowPairs, gaps_a: Mapping[str, str], gaps_b: Map
             names = tuple(n for n in (pairs.name_of("entry", i), pairs.name_of("entry_b", i)) if n)
             reason = _declared_gap(names, gaps)
             if reason is not None:
-                note = f"{missing_side}'s recorder declared it could not capture this"
-                note += f": {reason}" if reason else ""
-                changes[i] = ("not_captured", (note, *pairs.note_texts[pairs.notes[i]]))
+                text = f"{missing_side}'s recorder declared it could not capture this"
+                text += f": {reason}" if reason else ""
+                declared = note("not_captured", text, side=missing_side, reason=reason)
+                changes[i] = ("not_captured", (declared, *pairs.note_texts[pairs.notes[i]]))
     return pairs.with_classes(changes)
 
 
@@ -295,8 +297,8 @@ def _judge_failing(pair: RowPair, out: Outcome, undefined: str | None, noise: No
             out = out._replace(rule=RuleOutcome("warning", (*out.rule.reasons, why)))
         else:
             beyond = _noise_mae_text(row_noise.max_abs_err, row_noise.lower_bound)
-            out = out._replace(notes=(*out.notes, f"beyond run-to-run noise (the rerun of B differs from B by "
-                                                   f"{beyond})"))
+            out = out._replace(notes=(*out.notes, note("beyond_noise", "beyond run-to-run noise (the rerun of B "
+                                                        f"differs from B by {beyond})", noise=beyond)))
     return out
 
 

@@ -120,7 +120,9 @@ def test_a_failure_here_stops_the_process_alongside(three):
     pid_file = three.parent / f"{three.name}.pid"
 
     def slow(fh):
-        pid_file.write_text(str(os.getpid()))
+        partial = pid_file.with_suffix(".partial")  # renamed when written: the pid file never exists empty
+        partial.write_text(str(os.getpid()))
+        partial.rename(pid_file)
         fh.write(b"started")
         time.sleep(60)
 

@@ -690,6 +690,19 @@ def test_noise_floor_mode_turns_failures_within_run_to_run_noise_into_warnings(t
     assert beyond.verdict == "fail"
     note = rows_by_name(beyond)["Functional.x.0.forward.output.0"].notes[-1]
     assert note == f"beyond run-to-run noise (the rerun of B differs from B by MaxAbsErr {0.4 * 2.0:.6g})"
+    assert note.code == "beyond_noise" and note.params == {"noise": f"MaxAbsErr {0.4 * 2.0:.6g}"}
+
+
+def test_the_reruns_pairing_notes_are_said_and_no_other_of_its_notes(tmp_path):
+    # The rerun's only unit is rank 3 of step 5, B's is rank0: paired as the single units they are, which the notes
+    # say for the rerun too; the rerun's other notes (its own comparison against B) are not repeated.
+    base = np.linspace(1.0, 2.0, 16)
+    write_unit(tmp_path / "b" / "rank0", {"x": base})
+    write_unit(tmp_path / "rerun" / "step5" / "rank3", {"x": base * 1.4})
+    write_unit(tmp_path / "a" / "rank0", {"x": base * 1.7})
+    c = compare(load_dump(tmp_path / "a"), load_dump(tmp_path / "b"), CompareOptions(noise=load_dump(tmp_path / "rerun")))
+    rerun_notes = [n for n in c.notes if n.startswith("rerun vs B: ")]
+    assert len(rerun_notes) == 1 and "each side holds one unit: paired A step5/rank3 with B " in rerun_notes[0], c.notes
 
 
 def test_noise_judged_by_statistics_is_said_to_be_a_lower_bound(tmp_path):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from msprobe_cmp.comparator import CompareOptions, compare
+from msprobe_cmp.comparator.notes import Note, code_of
 from msprobe_cmp.comparator.result import CellRollup, Comparison, Jump, LikelyOrigin, RowRef
 from msprobe_cmp.comparator.rowtable import RowTable
 from msprobe_cmp.comparator.rules import OriginRules, Rules, ThresholdOverride, Thresholds
@@ -35,6 +36,7 @@ def assert_same(x: Any, y: Any, where: str = "comparison") -> None:
     if isinstance(x, RowTable):
         assert x == y, where
         assert x.strings == y.strings and x.tuples == y.tuples and x.stacks == y.stacks and x.shapes == y.shapes
+        assert _notes_of(x) == _notes_of(y), f"{where}: the notes' codes or parameters"
         for name in RowTable.COLUMNS:
             a, b = getattr(x, name), getattr(y, name)
             assert a.dtype == b.dtype and a.shape == b.shape, f"{where}.{name}"
@@ -56,6 +58,11 @@ def assert_same(x: Any, y: Any, where: str = "comparison") -> None:
             assert_same(x[k], y[k], f"{where}[{k!r}]")
     else:
         assert x == y, f"{where}: {x!r} != {y!r}"
+
+
+def _notes_of(table: RowTable) -> list[tuple[str, str | None, str | None]]:
+    """Every reason and note text of ``table`` with its note code and parameters as JSON (None: a plain text)."""
+    return [(str(n), code_of(n), n.params_json() if isinstance(n, Note) else None) for t in table.tuples for n in t]
 
 
 def round_trip(comparison: Comparison, tmp_path: Path) -> Comparison:
@@ -168,6 +175,42 @@ def test_edge_values_round_trip(mixed, tmp_path):
     assert nan_row.a is not None and math.isnan(nan_row.a.max) and nan_row.a.mean == math.inf
     assert rows["Functional.none.0.forward.input.0"].a.max is None  # None stays None, NaN stays NaN
     assert any("\ud800" in name for name in rows)
+
+
+def test_notes_load_back_with_their_codes_and_parameters(mixed, tmp_path):
+    loaded = round_trip(mixed, tmp_path)
+    notes = {code_of(n): n for t in loaded.units[0].rows.tuples for n in t if code_of(n)}
+    assert set(notes) >= {"shape_differs", "null_one_side", "nonfinite_stat_agrees", "stats_one_side",
+                          "compatible_dtypes"}
+    assert notes["shape_differs"].params == {"a": [2, 2], "b": [4]}
+    assert str(notes["shape_differs"]) == "shape differs: A [2, 2], B [4]"
+    assert notes["compatible_dtypes"].params == {"a": "Float16", "b": "Float32", "how": "compared in float64"}
+    agrees = notes["nonfinite_stat_agrees"].params
+    assert agrees["stat"] == "max" and math.isnan(agrees["value"])  # NaN survives the JSON
+    plain = [n for t in loaded.units[0].rows.tuples for n in t if code_of(n) is None]
+    assert "present in A only" in plain and all(type(n) is str for n in plain)  # reasons stay plain text
+
+
+def _text_list(arrays: dict[str, np.ndarray], prefix: str, texts: list[str]) -> None:
+    blobs = [t.encode() for t in texts]
+    arrays[prefix + ".utf8"] = np.frombuffer(b"".join(blobs), np.uint8)
+    arrays[prefix + ".ends"] = np.cumsum([len(b) for b in blobs], dtype=np.int64)
+
+
+def _text_items(arrays: dict[str, np.ndarray], prefix: str) -> list[str]:
+    blob, ends = arrays[prefix + ".utf8"].tobytes(), arrays[prefix + ".ends"].tolist()
+    return [blob[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def _change_note(arrays: dict[str, np.ndarray], kind: str | None = None, params: str | None = None,
+                 drop: bool = False) -> None:
+    """Unit 0's first note with a code: its code and / or parameters replaced (``drop``: the last kind removed)."""
+    kinds, docs = _text_items(arrays, "u0.tuples.kinds"), _text_items(arrays, "u0.tuples.params")
+    k = next(i for i, code in enumerate(kinds) if code)
+    kinds[k] = kinds[k] if kind is None else kind
+    docs[k] = docs[k] if params is None else params
+    _text_list(arrays, "u0.tuples.kinds", kinds[:-1] if drop else kinds)
+    _text_list(arrays, "u0.tuples.params", docs)
 
 
 def test_non_finite_and_signed_zero_outside_the_rows_round_trip(mixed, tmp_path):
@@ -293,6 +336,12 @@ def test_a_corrupted_member_fails_its_checksum(saved):
     (lambda a, h: a.update({"u0.relative_error": np.full(len(a["u0.verdict"]), 0.5),
                             "u0.noise_floor": np.full(len(a["u0.verdict"]), np.inf)}), "u0.noise_floor", "infinite"),
     (lambda a, h: a.update({"u0.strings.ends": a["u0.strings.ends"][:-1]}), "u0.strings.ends", "offsets"),
+    # a note's code and parameters
+    (lambda a, h: _change_note(a, kind="no_such_code"), "u0.tuples.kinds", "unknown note code 'no_such_code'"),
+    (lambda a, h: _change_note(a, params="{not json"), "u0.tuples.params", "item "),
+    (lambda a, h: _change_note(a, params="[1, 2]"), "u0.tuples.params", "not a JSON object"),
+    (lambda a, h: _change_note(a, drop=True), "u0.tuples.kinds", "items for"),
+    (lambda a, h: _change_note(a, kind=""), "u0.tuples.params", "parameters without a note code"),
     (lambda a, h: a.update({"header": np.frombuffer(b"{not json", np.uint8)}), "header", "not JSON"),
 ])
 def test_a_bad_field_is_named(saved, change, field, problem):
@@ -422,6 +471,9 @@ def test_reasons_that_expand_far_beyond_the_file_are_refused(saved):
         "u0.tuples.lengths.npy": _npy(np.array([0, 200 * 100], np.int64)),
         "u0.reasons.npy": _npy(np.ones(rows, np.int32)), "u0.notes.npy": _npy(np.zeros(rows, np.int32)),
     })
+    for column in ("kinds", "params"):  # one empty item: the text is a plain reason
+        members.update({f"u0.tuples.{column}.utf8.npy": _npy(np.zeros(0, np.uint8)),
+                        f"u0.tuples.{column}.ends.npy": _npy(np.array([0], np.int64))})
     _zip(saved, members)
     message = _error(saved)
     assert f"{saved}: u0: the rows' texts (names, values, shapes, reasons, notes) expand" in message, message

@@ -20,6 +20,7 @@ import pytest
 from msprobe_cmp.cli import main
 from msprobe_cmp.comparator import CompareOptions, compare
 from msprobe_cmp.comparator.mapping import NameMapping, is_structural_note, load_api_mapping, load_cell_mapping
+from msprobe_cmp.comparator.saved import load_comparison
 from msprobe_cmp.dump import load_dump
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "msprobe-1.2.2-mindspore"
@@ -236,7 +237,12 @@ def test_across_frameworks_the_matched_share_is_over_the_targets_rows(tmp_path, 
     not_captured = sum(r["match_class"] == "not_captured" for r in rows)
     assert doc["matched_share_of"] == "A's rows"
     # A's rows with no counterpart by construction (MindSpore plumbing, a composite's intermediates) are left out too
-    structural = sum(r["match_class"] == "only_in_a" and any(is_structural_note(n) for n in r["notes"]) for r in rows)
+    # (the notes' codes say which: the saved comparison beside the reports keeps them)
+    saved = load_comparison(tmp_path / "r")
+    structural = sum(r.match_class == "only_in_a" and any(is_structural_note(n) for n in r.notes)
+                     for u in saved.units for r in u.rows)
+    assert structural == sum(r["match_class"] == "only_in_a" and any("no counterpart" in n for n in r["notes"])
+                             for r in rows)  # the same rows as the words in comparison.json say
     assert structural > 0 and any("left out of the matched share" in n for n in doc["notes"])
     assert doc["matched_share"] == matched / (a_rows - not_captured - structural)
     # with a floor above A's share there is no verdict

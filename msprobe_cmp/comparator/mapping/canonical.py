@@ -69,6 +69,8 @@ from msprobe_cmp.comparator.mapping.infer import (
     lcs_pairs,
 )
 from msprobe_cmp.comparator.mapping.tables import BuiltinTables, Composite, load_builtin_tables
+from msprobe_cmp.comparator.notes import STRUCTURAL, Note, code_of
+from msprobe_cmp.comparator.notes import note as make_note
 from msprobe_cmp.dump.naming import parse_name
 from msprobe_cmp.dump.schema import Entry, Leaf, Seq, TensorLeaf
 
@@ -176,7 +178,7 @@ class ViewItem:
     entry: str
     orig_path: str
     transposed: bool = False
-    note: str | None = None
+    note: Note | None = None
 
 
 @dataclass(frozen=True)
@@ -369,9 +371,10 @@ def _reduced_axes(fwd: Entry) -> set[int] | None:
 
 
 def is_structural_note(note: str) -> bool:
-    """True for the note of a row that has no counterpart by construction (:data:`NO_COUNTERPART`, a composite's
-    intermediate): framework plumbing, a Primitive's extra outputs, arguments the other API does not take."""
-    return NO_COUNTERPART in note or note.startswith("intermediate of ")
+    """True for the note of a row that has no counterpart by construction (its code in
+    :data:`~msprobe_cmp.comparator.notes.STRUCTURAL`): framework plumbing, a Primitive's extra outputs, arguments the
+    other API does not take, a composite's intermediate."""
+    return code_of(note) in STRUCTURAL
 
 
 def _rename_params(path: str, renames: Mapping[str, str], parameters_grad: bool) -> str:
@@ -519,7 +522,8 @@ class _Mapper:
             args, outputs, source = self.builtin_arguments(stem, prefix, op, target, label)
         if args is not None or outputs is not None or params:
             args_kind, outs_kind = ("input", "output") if fwd else ("output", "input")
-            note = f"an argument {target} does not take ({source}): {NO_COUNTERPART}"
+            note = make_note("argument_not_taken", f"an argument {target} does not take ({source}): {NO_COUNTERPART}",
+                             target=target, source=source)
             out = []
             for it in items:
                 p = _remap_index(it.path, args_kind, args)
@@ -532,7 +536,7 @@ class _Mapper:
             items = out
         reason = self.tables.plumbing_reason(parsed.stem)
         if reason is not None:
-            note = f"framework plumbing ({reason}): {NO_COUNTERPART}"
+            note = make_note("framework_plumbing", f"framework plumbing ({reason}): {NO_COUNTERPART}", reason=reason)
             items = [ViewItem(it.path, it.leaf, it.entry, it.orig_path, it.transposed, it.note or note) for it in items]
         return EntryView(name, tuple(items), label)
 
@@ -579,7 +583,9 @@ class _Mapper:
         if not (is_mean or is_pool):
             return None
         what = f"{parsed.stem} over the spatial dimensions of a 4-D tensor ≙ {GLOBAL_POOL}(x, 1)"
-        extra = f"an argument of {parsed.stem} the other framework's global pool does not take: {NO_COUNTERPART}"
+        extra = make_note("argument_not_taken", f"an argument of {parsed.stem} the other framework's global pool "
+                          f"does not take: {NO_COUNTERPART}", target="the other framework's global pool",
+                          source=parsed.stem)
         direction = parsed.direction or "forward"
         if direction == "forward":
             source = _identity_items(entry)
@@ -632,7 +638,8 @@ class _Mapper:
         fwds = [self.by_name[m] for m in members]
         index = parse_name(members[0]).index
         label = f"built-in composite: {' + '.join(comp.primitives)} → {comp.api}"
-        note = f"intermediate of {' + '.join(comp.primitives)} (≙ {comp.api}): no counterpart in PyTorch"
+        note = make_note("intermediate", f"intermediate of {' + '.join(comp.primitives)} (≙ {comp.api}): no "
+                         "counterpart in PyTorch", primitives=list(comp.primitives), api=comp.api)
         # forward
         wanted = {(ref.call, f"{ref.kind}.{ref.index}"): f"input.{i}" for i, ref in enumerate(comp.inputs)}
         wanted[(comp.output.call, f"{comp.output.kind}.{comp.output.index}")] = "output.0"

@@ -141,10 +141,11 @@ def test_md5_and_value_rules():
 def test_is_argument_row_needs_a_value_row_that_differs_with_the_argument_reason():
     from types import SimpleNamespace
 
-    from msprobe_cmp.comparator.rules import ARGUMENT_DIFFERS, is_argument_row
+    from msprobe_cmp.comparator.rules import ARGUMENT_DIFFERS, compute_argument_verdict, is_argument_row
 
-    reason = (f"{ARGUMENT_DIFFERS}: eps A 1e-05, B 1e-12",)
-    assert ARGUMENT_DIFFERS == "argument differs"
+    reason = compute_argument_verdict("eps", 1e-05, 1e-12).reasons
+    assert reason == (f"{ARGUMENT_DIFFERS}: eps A 1e-05, B 1e-12",) and ARGUMENT_DIFFERS == "argument differs"
+    assert not is_argument_row(SimpleNamespace(compared_by="value", differs=True, reasons=(str(reason[0]),)))  # words
 
     def row(compared_by="value", differs=True, reasons=reason):
         return SimpleNamespace(compared_by=compared_by, differs=differs, reasons=reasons)

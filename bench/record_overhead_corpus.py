@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/record_overhead_corpus.py [--models bert,gpt2,llama,resnet18,mindcv-resnet18]
                                                      [--configs "mix statistics"] [--rounds 4] [--block 4]
-                                                     [--recorder-src DIR]
+                                                     [--recorder-src DIR] [--profile N]
 
 The models are the real-model corpus of the tests: tests/realmodels/torch_corpus.py (PyTorch: transformers' BERT,
 GPT-2 and Llama in tiny configurations, pytorchcv's ResNet-18 on 2 images of 224x224, trained with SGD) and
@@ -13,7 +13,10 @@ model alternates ``--rounds`` times a block of plain steps (no recorder) and a b
 ``PrecisionDebugger`` per block, closed after it), so other load on the machine disturbs both alike; the first step
 of each block is not counted.  Prints the median plain and recorded step times, their ratio and the recorded
 entries per step.  ``--recorder-src DIR`` measures the ``msprobe_cmp`` of another checkout (e.g. a ``git worktree``
-of an earlier revision) instead of the installed one; the corpus is read from this checkout.
+of an earlier revision) instead of the installed one; the corpus is read from this checkout.  ``--profile N`` then
+runs N more recorded steps of each model under cProfile and prints where their time goes (the functions by own time
+and by cumulative time, and the share of the steps' wall time spent in the recorder's own modules), issue 18's
+profile.
 """
 
 from __future__ import annotations
@@ -93,6 +96,39 @@ def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[
     return {"plain_ms": p * 1e3, "recorded_ms": r * 1e3, "ratio": r / p, "entries": entries}
 
 
+def _profile(name: str, level: str, task: str, steps: int, top: int = 25) -> None:
+    """cProfile of ``steps`` recorded steps of ``name`` (after one unprofiled warm-up step), printed."""
+    import cProfile
+    import io
+    import pstats
+
+    from msprobe_cmp import PrecisionDebugger
+
+    step, framework = _stepper(name)
+    step(None)
+    with tempfile.TemporaryDirectory() as d:
+        dbg = PrecisionDebugger(dump_path=d, level=level, task=task, framework=framework)
+        step(dbg)  # the hooks' first installation is not what a steady-state step pays
+        prof = cProfile.Profile()
+        t = time.perf_counter()
+        prof.enable()
+        for _ in range(steps):
+            step(dbg)
+        prof.disable()
+        wall = time.perf_counter() - t
+        dbg.close()
+    stats = pstats.Stats(prof)
+    ours = sum(tt for (file, _, _), (_, _, tt, _, _) in stats.stats.items()  # type: ignore[attr-defined]
+               if "/msprobe_cmp/" in file)
+    print(f"--- {name} {level} {task}: {steps} recorded steps under cProfile, {wall / steps * 1e3:.1f} ms a step; "
+          f"own time in msprobe_cmp's modules {ours / steps * 1e3:.1f} ms a step")
+    for key in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+        text = out.getvalue()
+        print(f"by {key}:\n" + text[text.find("ncalls"):].rstrip())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="bert,gpt2,llama,resnet18,mindcv-resnet18")
@@ -100,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--block", type=int, default=4)
     ap.add_argument("--recorder-src", type=Path, help="a checkout whose msprobe_cmp is measured")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N recorded steps a model")
     args = ap.parse_args(argv)
     if args.recorder_src:
         _use_recorder_from(args.recorder_src)
@@ -113,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             m = _measure(name, level, task, args.rounds, args.block)
             print(f"{name:10} {config:18} {m['plain_ms']:9.1f} {m['recorded_ms']:12.1f} {m['ratio']:6.2f} "
                   f"{m['entries']:8d}", flush=True)
+            if args.profile:
+                _profile(name, level, task, args.profile)
     return 0
 
 

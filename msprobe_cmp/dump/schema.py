@@ -119,7 +119,7 @@ class Interned(Generic[K]):
 
     def __init__(self, *first: K) -> None:
         self.items: list[K] = list(first)
-        self.codes: dict[K, int] = {item: k for k, item in enumerate(first)}
+        self.codes: dict[K, int] = dict(zip(first, range(len(first)), strict=True))
 
     def code(self, item: K) -> int:
         """The code of ``item``, added at the end when new."""
@@ -237,6 +237,43 @@ class LeafColumns:
             chunks.append(buffer)
         self._rows += len(_bytes_of(defined))
 
+    def append_leaf(
+        self, leaf_type: str, dtype: str, shape: tuple[int, ...],
+        stats: tuple[float | None, float | None, float | None, float | None], md5: str | None,
+        data_name: str | None, requires_grad: bool | None, extra: tuple[tuple[str, object], ...],
+    ) -> int:
+        """Add one leaf of these fields (:class:`TensorLeaf`'s, its ``type`` as ``leaf_type``, ``stats`` as ``(max,
+        min, mean, norm)`` floats or None) at the end, straight into the columns, and return its row: what the
+        :class:`TensorLeaf` constructor does with its own columns, and a recorder with the columns of a step's leaves
+        (a view of the row, :func:`leaf_view`, reads it at once).  Its NaN/Inf counts are worked out from ``extra``
+        (:func:`compute_nonfinite_counts`); an ``extra`` of ints and strings only is coded once per distinct value.
+
+        Raises:
+            RuntimeError: rows added by :meth:`add_rows` wait for :meth:`finish` (a leaf appended now would take
+                their place).
+        """
+        if len(self.defined) != self._rows:
+            raise RuntimeError("leaves added by add_rows are not in the columns yet: finish() first")
+        numel = 1
+        for d in shape:
+            numel *= d
+        counts = compute_nonfinite_counts(extra, numel) if extra else None
+        code = self._string_table.code
+        self.type_code.append(code(leaf_type))
+        self.dtype_code.append(code(dtype))
+        self.shape_code.append(self._shape_table.code(shape))
+        self.md5_code.append(-1 if md5 is None else code(md5))
+        self.data_name_code.append(-1 if data_name is None else code(data_name))
+        self.extra_code.append(self.extra_code_of(extra, all(type(v) in (int, str) for _, v in extra))
+                               if extra else 0)
+        self.requires_grad.append(-1 if requires_grad is None else 1 if requires_grad else 0)
+        self.stats.extend([_NAN if v is None else v for v in stats])
+        self.defined.append(sum(bit for bit, v in zip(_STAT_BITS, stats, strict=True) if v is not None))
+        self.counts.extend(_NO_COUNTS if counts is None else counts)
+        self.counted.append(counts is not None)
+        self._rows += 1
+        return self._rows - 1
+
     def finish(self) -> None:
         """Put the rows added into the columns (each column made once, at its full length, and filled) and drop the
         tables' look-up dictionaries (no leaf is added afterwards)."""
@@ -339,30 +376,10 @@ class TensorLeaf:
         md5: str | None = None, data_name: str | None = None, requires_grad: bool | None = None,
         extra: tuple[tuple[str, object], ...] = (),
     ) -> None:
-        shape = tuple(shape)
-        extra = tuple(extra)
         cols = LeafColumns()
-        numel = 1
-        for d in shape:
-            numel *= d
-        counts = compute_nonfinite_counts(extra, numel) if extra else None
         stats = (_float(max), _float(min), _float(mean), _float(norm))
-        extra_code = cols.extra_code_of(extra, False) if extra else 0
-        code = cols.string_code  # in the reader's order: type, dtype, md5, data_name
-        type_code, dtype_code, md5_code = code(type), code(dtype), -1 if md5 is None else code(md5)
-        cols.add_rows(
-            array("i", (type_code,)), array("i", (dtype_code,)), array("i", (cols.shape_code_of(shape),)),
-            array("i", (md5_code,)), array("i", (-1 if data_name is None else code(data_name),)),
-            array("i", (extra_code,)),
-            bytes((255 if requires_grad is None else 1 if requires_grad else 0,)),  # int8 -1 / 1 / 0
-            array("d", [_NAN if v is None else v for v in stats]),
-            bytes((sum(bit for bit, v in zip(_STAT_BITS, stats, strict=True) if v is not None),)),
-            array("q", _NO_COUNTS if counts is None else counts),
-            bytes((counts is not None,)),
-        )
-        cols.finish()
+        _set_i(self, cols.append_leaf(type, dtype, tuple(shape), stats, md5, data_name, requires_grad, tuple(extra)))
         _set_c(self, cols)
-        _set_i(self, 0)
 
     @property
     def type(self) -> str:

@@ -419,6 +419,7 @@ class RecorderService:
         self._debug_grads.clear()
         self._deferred_names.clear()
         self.collector.reset_deferred()
+        self.collector.start_step()
         self.current_step += 1
 
     def flush(self, *, durable: bool = True) -> None:

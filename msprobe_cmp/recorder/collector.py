@@ -163,6 +163,17 @@ _NATIVE_EXTREMA_TYPES = frozenset(
 )
 
 
+#: Elements within ±this (1e100) square and sum in float64 without overflow (up to 1e100 of them).
+_QUIET_BELOW = 1e100
+
+
+def _mean_and_norm(flat: np.ndarray) -> tuple[float, float]:
+    """Mean and L2 norm of a float64 vector (numpy's pairwise sums; the vector is squared in place)."""
+    mean = float(flat.mean())
+    np.multiply(flat, flat, out=flat)
+    return mean, math.sqrt(float(flat.sum()))
+
+
 def summarize(
     array: np.ndarray,
 ) -> tuple[tuple[float | None, float | None, float | None, float | None], tuple[int, int, int]]:
@@ -184,16 +195,17 @@ def summarize(
         return compute_stats(array), compute_nonfinite_counts(array)
     native = array.dtype.type in _NATIVE_EXTREMA_TYPES
     flat = np.array(array, dtype=np.float64, copy=True).ravel()  # own copy: squared in place below
-    with np.errstate(all="ignore"):
-        if native:
-            mx, mn = float(array.max()), float(array.min())
-            if mx == 0.0 or mn == 0.0:
-                mx, mn = float(flat.max()), float(flat.min())
-        else:
+    if native:  # max and min warn of nothing (a NaN is their result, not an error)
+        mx, mn = float(array.max()), float(array.min())
+        if mx == 0.0 or mn == 0.0:
             mx, mn = float(flat.max()), float(flat.min())
-        mean = float(flat.mean())
-        np.multiply(flat, flat, out=flat)
-        norm = float(np.sqrt(flat.sum()))
+    else:
+        mx, mn = float(flat.max()), float(flat.min())
+    if -_QUIET_BELOW < mn and mx < _QUIET_BELOW:  # finite and small: no square or sum can overflow
+        mean, norm = _mean_and_norm(flat)
+    else:  # NaN, ±Inf or huge values: numpy's warnings are not the user's business
+        with np.errstate(all="ignore"):
+            mean, norm = _mean_and_norm(flat)
     if math.isfinite(mx) and math.isfinite(mn):
         counts = (0, 0, 0)  # max/min are NaN when any element is, and ±Inf when any element is
     elif array.dtype.kind in "biu":

@@ -645,11 +645,14 @@ class RecorderService:
         """Collect one value into a node (saving tensors in the tensor task; nothing in the structure task)."""
         if self.structure_only:
             return None
-        with self.collecting():
+        self._collecting += 1  # as collecting(), without a generator per value (several hundred a step)
+        try:
             node = self.collector.collect(value, writer=self.writer(), entry_name=entry_name, arg_path=arg_path)
             if self.collector.pending_copy_elements > MAX_PENDING_COPY_ELEMENTS:
                 self._resolve_deferred(self.writer())  # bound the device memory the deferred copies hold
             return node
+        finally:
+            self._collecting -= 1
 
     def collect_seq(self, values: Sequence[object], entry_name: str, field: str) -> Seq:
         """Collect positional values as ``<field>.<i>``."""

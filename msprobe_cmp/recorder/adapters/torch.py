@@ -368,17 +368,18 @@ class TorchAdapter(AdapterBase):
         if self._mindtorch:
             t = value.float() if dtype == "torch.bfloat16" else value
             return np.asarray(t.asnumpy())
-        with self._torch.no_grad():
-            t = value.detach()
-            if self._is_sparse(t):
-                t = t.to_dense()  # sparse layouts: statistics (and files) of the dense values
-            if dtype == "torch.bfloat16":
-                t = t.float()  # numpy has no bf16: upcast exactly, as the MindSpore adapter does
-            t = t.cpu().resolve_conj().resolve_neg()
-            try:
-                return t.numpy()
-            except TypeError:  # dtypes numpy lacks (float8_*, complex32): upcast exactly, the dtype stays torch's
-                return (t.to(self._torch.complex64) if t.is_complex() else t.float()).numpy()
+        # detach() first: what follows records nothing for autograd (no no_grad() block needed, a few microseconds
+        # a tensor)
+        t = value.detach()
+        if self._is_sparse(t):
+            t = t.to_dense()  # sparse layouts: statistics (and files) of the dense values
+        if dtype == "torch.bfloat16":
+            t = t.float()  # numpy has no bf16: upcast exactly, as the MindSpore adapter does
+        t = t.cpu().resolve_conj().resolve_neg()
+        try:
+            return t.numpy()
+        except TypeError:  # dtypes numpy lacks (float8_*, complex32): upcast exactly, the dtype stays torch's
+            return (t.to(self._torch.complex64) if t.is_complex() else t.float()).numpy()
 
     def _is_sparse(self, value: Any) -> bool:
         layout = getattr(value, "layout", None)

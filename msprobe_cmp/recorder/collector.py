@@ -43,6 +43,7 @@ from msprobe_cmp.dump.schema import (
     leaf_view,
 )
 from msprobe_cmp.dump.writer import DumpWriter
+from msprobe_cmp.recorder.reduction import kernel_values, reduce_values
 
 #: Containers nested deeper than this are written as null (msprobe stops at the same depth).
 MAX_DEPTH = 10
@@ -155,64 +156,32 @@ def _pending_leaf(fields: tuple[object, ...], token: int) -> PendingTensorLeaf:
 LeafConverter = Callable[[object], "HostTensor | DeferredTensor | ValueLeaf | None"]
 
 
-#: dtype kinds whose max/min are taken on the array itself: converting to float64 is exact (float16/32/64,
-#: bool) or monotonic (integers), so the extremes are the same numbers as those of the float64 copy.
-_NATIVE_EXTREMA_TYPES = frozenset(
-    {np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64}
-    | {np.float16, np.float32, np.float64}
-)
-
-
-#: Elements within ±this (1e100) square and sum in float64 without overflow (up to 1e100 of them).
-_QUIET_BELOW = 1e100
-
-
-def _mean_and_norm(flat: np.ndarray) -> tuple[float, float]:
-    """Mean and L2 norm of a float64 vector (numpy's pairwise sums; the vector is squared in place)."""
-    mean = float(flat.mean())
-    np.multiply(flat, flat, out=flat)
-    return mean, math.sqrt(float(flat.sum()))
-
-
 def summarize(
     array: np.ndarray,
 ) -> tuple[tuple[float | None, float | None, float | None, float | None], tuple[int, int, int]]:
-    """:func:`compute_stats` and :func:`compute_nonfinite_counts` of ``array`` in one go (same values).
+    """:func:`compute_stats` and :func:`compute_nonfinite_counts` of ``array`` in one pass over its values.
 
-    One float64 copy serves Mean and Norm: Mean is numpy's pairwise float64 mean, Norm the square root of
-    numpy's pairwise float64 sum of the squares (the square is taken in place in the copy), with no BLAS call
-    (BLAS ``dot`` sums in a thread-count dependent order and its thread pool competes with the framework's).
-    Max/Min come from the array itself for bool, integer and numpy float dtypes (the same numbers as
-    from the copy; a zero extreme is taken from the copy, whose sign of zero is then the one reported).  The
-    non-finite element counts are (0, 0, 0) without a scan when Max and Min are finite and not NaN.
+    Max, Min, the sum and the sum of squares come from one compiled loop over the values, read in place
+    (:func:`~msprobe_cmp.recorder.reduction.reduce_values`; its numerics: exact extremes, float64 sums in blocks);
+    Mean = sum / numel and Norm = sqrt(sum of squares).  The non-finite element counts are (0, 0, 0) without a
+    scan when Max and Min are finite (a NaN or ±Inf element makes one of them non-finite); otherwise they are
+    counted, and a NaN element makes all four statistics NaN (numpy's convention).  Complex values: statistics of
+    their moduli.
 
     Returns:
-        ``((max, min, mean, norm), (nan_count, pos_inf_count, neg_inf_count))``.
+        ``((max, min, mean, norm), (nan_count, pos_inf_count, neg_inf_count))``: Python floats in the tensor's
+        value units (None for an empty array) and element counts.
     """
     if array.size == 0:
         return (None, None, None, None), (0, 0, 0)
-    if np.iscomplexobj(array):
-        return compute_stats(array), compute_nonfinite_counts(array)
-    native = array.dtype.type in _NATIVE_EXTREMA_TYPES
-    flat = np.array(array, dtype=np.float64, copy=True).ravel()  # own copy: squared in place below
-    if native:  # max and min warn of nothing (a NaN is their result, not an error)
-        mx, mn = float(array.max()), float(array.min())
-        if mx == 0.0 or mn == 0.0:
-            mx, mn = float(flat.max()), float(flat.min())
-    else:
-        mx, mn = float(flat.max()), float(flat.min())
-    if -_QUIET_BELOW < mn and mx < _QUIET_BELOW:  # finite and small: no square or sum can overflow
-        mean, norm = _mean_and_norm(flat)
-    else:  # NaN, ±Inf or huge values: numpy's warnings are not the user's business
-        with np.errstate(all="ignore"):
-            mean, norm = _mean_and_norm(flat)
+    values = kernel_values(np.abs(array) if np.iscomplexobj(array) else array)
+    mx, mn, total, squares = reduce_values(values)
     if math.isfinite(mx) and math.isfinite(mn):
-        counts = (0, 0, 0)  # max/min are NaN when any element is, and ±Inf when any element is
-    elif array.dtype.kind in "biu":
-        counts = (0, 0, 0)
-    else:
-        counts = compute_nonfinite_counts(array)
-    return (mx, mn, mean, norm), counts
+        return (mx, mn, total / values.size, math.sqrt(squares)), (0, 0, 0)
+    counts = compute_nonfinite_counts(array)
+    if counts[0]:
+        return (math.nan, math.nan, math.nan, math.nan), counts
+    return (mx, mn, total / values.size, math.sqrt(squares)), counts
 
 
 def compute_stats(array: np.ndarray) -> tuple[float | None, float | None, float | None, float | None]:
@@ -220,11 +189,12 @@ def compute_stats(array: np.ndarray) -> tuple[float | None, float | None, float 
 
     * Empty array → ``(None, None, None, None)``.
     * Complex → statistics of ``abs(array)`` (msprobe's convention).
-    * bool and integers are converted to float64 (True = 1.0), so Mean and Norm are defined.
-    * NaN propagates into all four values; ±Inf into those it reaches (IEEE rules).
+    * bool and integers are converted to float (True = 1.0), so Mean and Norm are defined.
+    * A NaN element makes all four NaN; ±Inf propagates into those it reaches (IEEE rules: +Inf and -Inf
+      together give a NaN Mean).
 
-    Mean is numpy's (pairwise) float64 mean; Norm = sqrt(sum(x**2)) with numpy's pairwise float64 sum
-    of the squares.
+    Mean is the float64 sum over the element count and Norm = sqrt(sum(x**2)), the sums taken in float64 blocks
+    (:mod:`~msprobe_cmp.recorder.reduction`: ~1e-16 relative of numpy's pairwise float64 sums).
 
     Args:
         array: any numeric numpy array (float16/32/64, ml_dtypes bfloat16, ints, bool, complex).
@@ -232,18 +202,7 @@ def compute_stats(array: np.ndarray) -> tuple[float | None, float | None, float 
     Returns:
         Python floats in the tensor's value units.
     """
-    if array.size == 0:
-        return (None, None, None, None)
-    if not np.iscomplexobj(array):
-        return summarize(array)[0]
-    flat = np.asarray(np.abs(array), dtype=np.float64).ravel()
-    with np.errstate(all="ignore"):
-        return (
-            float(flat.max()),
-            float(flat.min()),
-            float(flat.mean()),
-            float(np.sqrt(np.square(flat).sum())),
-        )
+    return summarize(array)[0]
 
 
 #: Names of the non-finite counts each tensor leaf carries (the dump contract's NONFINITE_COUNT_KEYS).

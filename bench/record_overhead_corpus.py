@@ -3,6 +3,7 @@
     .venv/bin/python bench/record_overhead_corpus.py [--models bert,gpt2,llama,resnet18,mindcv-resnet18]
                                                      [--configs "mix statistics"] [--rounds 4] [--block 4]
                                                      [--recorder-src DIR] [--profile N]
+                                                     [--msprobe-python PY]
 
 The models are the real-model corpus of the tests: tests/realmodels/torch_corpus.py (PyTorch: transformers' BERT,
 GPT-2 and Llama in tiny configurations, pytorchcv's ResNet-18 on 2 images of 224x224, trained with SGD) and
@@ -17,13 +18,23 @@ of an earlier revision) instead of the installed one; the corpus is read from th
 runs N more recorded steps of each model under cProfile and prints where their time goes (the functions by own time
 and by cumulative time, and the share of the steps' wall time spent in the recorder's own modules), issue 18's
 profile.
+
+Tensor task (``--configs "mix tensor"``): also prints the MB and files written to ``dump_tensor_data/`` per recorded
+step and the time ``dd if=/dev/zero bs=1M`` takes to write as many MB into the same directory's file system (page
+cache, no fsync, as the recorder writes) and to create the same files (their sizes) with plain ``open().write()``:
+the floors issue 18 compares the task's cost (recorded - plain) with.
+``--msprobe-python PY`` (a side environment holding mindstudio-probe 1.2.2, torch 2.13 and the corpus's model
+packages) also runs bench/msprobe_record_steps.py there for each PyTorch model and configuration: msprobe's own
+plain and recorded step times and how many times faster msprobe-cmp records the same step.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,6 +96,7 @@ def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[
     plain: list[float] = []
     recorded: list[float] = []
     entries = 0
+    files: list[Path] = []
     for _ in range(rounds):
         plain += [one_step(None) for _ in range(block)][1:]
         with tempfile.TemporaryDirectory() as d:
@@ -92,8 +104,56 @@ def _measure(name: str, level: str, task: str, rounds: int, block: int) -> dict[
             recorded += [one_step(dbg) for _ in range(block)][1:]
             dbg.close()
             entries = len(json.loads((Path(d) / "step0" / "rank" / "dump.json").read_text())["data"])
+            files = [f for f in (Path(d) / "step1").rglob("dump_tensor_data/*") if f.is_file()]
+            mb = sum(f.stat().st_size for f in files) / 1e6
+            dd = _dd_seconds(mb, Path(d)) if files else 0.0
+            plain_files = _files_seconds([f.stat().st_size for f in files], Path(d)) if files else 0.0
     p, r = statistics.median(plain), statistics.median(recorded)
-    return {"plain_ms": p * 1e3, "recorded_ms": r * 1e3, "ratio": r / p, "entries": entries}
+    out = {"plain_ms": p * 1e3, "recorded_ms": r * 1e3, "ratio": r / p, "entries": entries}
+    if files:
+        out.update(tensor_mb=mb, tensor_files=len(files), dd_ms=dd * 1e3, files_ms=plain_files * 1e3)
+    return out
+
+
+def _dd_seconds(mb: float, where: Path) -> float:
+    """Seconds ``dd`` takes to write ``mb`` MB (rounded up to whole MiB blocks) into a new file in ``where``."""
+    target = where / "dd.bin"
+    t = time.perf_counter()
+    subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={max(1, math.ceil(mb / 1.048576))}"],
+                   check=True, capture_output=True)
+    seconds = time.perf_counter() - t
+    target.unlink()
+    return seconds
+
+
+def _files_seconds(sizes: list[int], where: Path) -> float:
+    """Seconds plain ``open(..., "wb").write()`` takes to create files of ``sizes`` bytes in a new directory of
+    ``where`` (the floor of writing a step's tensor files one by one: this VM's disk spends ~0.5 ms creating a file)."""
+    target = where / "floor"
+    target.mkdir()
+    payload = bytes(max(sizes, default=0))
+    t = time.perf_counter()
+    for i, size in enumerate(sizes):
+        with open(target / f"{i}.npy", "wb") as fh:
+            fh.write(memoryview(payload)[:size])
+    seconds = time.perf_counter() - t
+    for i in range(len(sizes)):
+        (target / f"{i}.npy").unlink()
+    target.rmdir()
+    return seconds
+
+
+def _msprobe(python: str, name: str, level: str, task: str) -> dict[str, float] | None:
+    """bench/msprobe_record_steps.py's result in the side environment ``python`` (None when it failed)."""
+    script = Path(__file__).resolve().parent / "msprobe_record_steps.py"
+    done = subprocess.run([python, str(script), "--model", name, "--level", level, "--task", task],
+                          capture_output=True, text=True, cwd=REPO)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        print(f"msprobe 1.2.2 on {name} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+        return None
+    result: dict[str, float] = json.loads(lines[-1])
+    return result
 
 
 def _profile(name: str, level: str, task: str, steps: int, top: int = 25) -> None:
@@ -137,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=4)
     ap.add_argument("--recorder-src", type=Path, help="a checkout whose msprobe_cmp is measured")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N recorded steps a model")
+    ap.add_argument("--msprobe-python", help="a side environment's python with mindstudio-probe 1.2.2 and torch")
     args = ap.parse_args(argv)
     if args.recorder_src:
         _use_recorder_from(args.recorder_src)
@@ -148,8 +209,20 @@ def main(argv: list[str] | None = None) -> int:
         for config in args.configs.split(";"):
             level, task = config.split()
             m = _measure(name, level, task, args.rounds, args.block)
+            tail = ""
+            if "tensor_mb" in m:
+                tail = (f"  tensor files {m['tensor_mb']:.1f} MB / {m['tensor_files']} files a step; dd of as many MB "
+                        f"{m['dd_ms']:.1f} ms, the same files written plainly {m['files_ms']:.1f} ms, against recorded "
+                        f"- plain {m['recorded_ms'] - m['plain_ms']:.1f} ms")
             print(f"{name:10} {config:18} {m['plain_ms']:9.1f} {m['recorded_ms']:12.1f} {m['ratio']:6.2f} "
-                  f"{m['entries']:8d}", flush=True)
+                  f"{m['entries']:8d}{tail}", flush=True)
+            if args.msprobe_python and not name.startswith("mindcv-"):
+                theirs = _msprobe(args.msprobe_python, name, level, task)
+                if theirs is not None:
+                    print(f"{'':10} msprobe 1.2.2: plain {theirs['plain_ms']:.1f} ms, recorded "
+                          f"{theirs['recorded_ms']:.1f} ms ({theirs['ratio']:.2f}x), {theirs['entries']} entries; "
+                          f"msprobe-cmp records the step {theirs['recorded_ms'] / m['recorded_ms']:.1f}x faster",
+                          flush=True)
             if args.profile:
                 _profile(name, level, task, args.profile)
     return 0

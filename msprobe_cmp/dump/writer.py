@@ -79,6 +79,10 @@ def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = False) -> Non
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=True, check_circular=False, separators=(",", ":"))
 
 
+#: At most this many distinct stacks keep their JSON text between flushes (:meth:`DumpWriter._stack_json`).
+MAX_STACK_TEXTS = 100_000
+
+
 def _json_bytes(obj: Any) -> bytes:
     return _ENCODER.encode(obj).encode("utf-8")
 
@@ -98,15 +102,23 @@ class DumpWriter:
         rank_dir: the ``<dump_path>/step<N>/rank<R>`` directory (created on first write).
         meta: the dump.json header; ``dump_data_dir`` is set to the tensor directory once a tensor is saved.
 
+        stack_texts: where the JSON text of each distinct stack is kept between flushes and writers (a recorder
+            passes the same dict to the writer of every step, so a stack seen at an earlier step is not encoded
+            again); None = a dict of this writer's own.  Its keys are the stacks (tuples of lines), its values
+            their JSON arrays as text.
+
     Entries keep the order of their first :meth:`put`; putting an entry again replaces it in place
     (how a parameters_grad placeholder written at forward is filled at backward).
     """
 
-    def __init__(self, rank_dir: Path, meta: DumpMeta) -> None:
+    def __init__(
+        self, rank_dir: Path, meta: DumpMeta, *, stack_texts: dict[tuple[str, ...], str] | None = None
+    ) -> None:
         self.rank_dir = Path(rank_dir)
         self.meta = meta
         self._entries: dict[str, Entry] = {}
-        self._stack: dict[str, list[str]] = {}
+        self._stack: dict[str, tuple[str, ...]] = {}
+        self._stack_texts: dict[tuple[str, ...], str] = {} if stack_texts is None else stack_texts
         self._construct: dict[str, str | None] = {}
         self._saved_tensors = False
         # Bumped by every change; what the last flush wrote: (version, meta, durable), or None.
@@ -127,8 +139,22 @@ class DumpWriter:
 
     def set_stack(self, name: str, frames: Sequence[str]) -> None:
         """Record the call stack of entry ``name`` (``"File <path>, line <n>, in <func>, \\n <source>"`` lines)."""
-        self._stack[name] = list(frames)
+        self._stack[name] = frames if type(frames) is tuple else tuple(frames)
         self._version += 1
+
+    def _stack_json(self) -> bytes:
+        """stack.json's bytes: the same text as the compact encoding of ``{name: [lines]}``, each distinct stack
+        encoded once (:attr:`_stack_texts`, bounded to :data:`MAX_STACK_TEXTS` stacks)."""
+        texts = self._stack_texts
+        parts = []
+        for name, frames in self._stack.items():
+            text = texts.get(frames)
+            if text is None:
+                text = _ENCODER.encode(frames)
+                if len(texts) < MAX_STACK_TEXTS:
+                    texts[frames] = text
+            parts.append(f"{_ENCODER.encode(name)}:{text}")
+        return ("{" + ",".join(parts) + "}").encode("utf-8")
 
     def set_parent(self, name: str, parent: str | None) -> None:
         """Record the parent cell entry of ``name`` for construct.json (None: top level)."""
@@ -191,7 +217,7 @@ class DumpWriter:
         doc = self._header()
         doc["data"] = {name: entry_to_json(e) for name, e in self._entries.items()}
         # stack.json and construct.json first: dump.json, written last, marks the step complete.
-        write_bytes_atomic(self.rank_dir / STACK_JSON, _json_bytes(self._stack), durable=durable)
+        write_bytes_atomic(self.rank_dir / STACK_JSON, self._stack_json(), durable=durable)
         write_bytes_atomic(self.rank_dir / CONSTRUCT_JSON, _json_bytes(self._construct), durable=durable)
         write_bytes_atomic(self.rank_dir / DUMP_JSON, _json_bytes(doc), durable=durable)
         self._flushed = (self._version, self.meta, durable)

@@ -291,6 +291,8 @@ class Collector:
         checksum: md5 summary mode: add msprobe's CRC32 ``md5`` field to every tensor leaf (not to
             deferred statistics, whose values never reach the host).
         fetcher: brings :class:`DeferredTensor` values to the host (needed when the converter returns them).
+        tensor_types: the framework's tensor classes: their instances go to ``convert`` at once (most collected
+            values are tensors; the other types are tested first otherwise).
 
     Not thread-safe; one instance per recorder.
     """
@@ -302,8 +304,10 @@ class Collector:
         save_tensors: bool = False,
         checksum: bool = False,
         fetcher: DeviceFetcher | None = None,
+        tensor_types: tuple[type, ...] = (),
     ) -> None:
         self._convert = convert
+        self._tensor_types = tensor_types
         self.save_tensors = save_tensors
         self.checksum = checksum
         self._fetcher = fetcher
@@ -456,6 +460,9 @@ class Collector:
         return leaf_view(cols, row)
 
     def _node(self, value: object, writer: DumpWriter | None, entry: str, path: str, depth: int) -> Node:
+        if isinstance(value, self._tensor_types):
+            converted = self._convert(value)
+            return None if converted is None else self._node(converted, writer, entry, path, depth)
         if value is None:
             return None
         if isinstance(value, (bool, int, float, str)):

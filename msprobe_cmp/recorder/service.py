@@ -275,6 +275,7 @@ class RecorderService:
         framework: written to dump.json's ``framework`` (``"mindspore"``).
         rank: the process rank, or None when not distributed (directory ``rank``).
         convert: the adapter's converter of framework objects (see :mod:`~msprobe_cmp.recorder.collector`).
+        tensor_types: the framework's tensor classes (the collector converts their instances first).
         cell_prefix: ``"Cell"`` (MindSpore) or ``"Module"``.
         fetcher: brings deferred device values to the host (``async_dump``); see
             :class:`~msprobe_cmp.recorder.collector.DeviceFetcher`.
@@ -290,6 +291,7 @@ class RecorderService:
         framework: str,
         rank: int | None,
         convert: LeafConverter,
+        tensor_types: tuple[type, ...] = (),
         cell_prefix: str = "Cell",
         fetcher: DeviceFetcher | None = None,
     ) -> None:
@@ -301,7 +303,8 @@ class RecorderService:
         self.recording_id = f"{time.strftime('%Y-%m-%dT%H:%M:%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.cell_prefix = cell_prefix
         self.collector = Collector(
-            convert, save_tensors=config.saves_tensors, checksum=config.summary_mode == "md5", fetcher=fetcher
+            convert, save_tensors=config.saves_tensors, checksum=config.summary_mode == "md5", fetcher=fetcher,
+            tensor_types=tensor_types,
         )
         if config.async_dump and config.summary_mode == "md5" and not config.saves_tensors:
             logger.warning(
@@ -316,6 +319,8 @@ class RecorderService:
         self._in_api = 0
         self._collecting = 0
         self._writer: DumpWriter | None = None
+        # The JSON text of each distinct stack, shared by the writers of every step (DumpWriter's stack_texts).
+        self._stack_texts: dict[tuple[str, ...], str] = {}
         self._api_counts: dict[str, int] = {}
         self._cell_counts: dict[str, int] = {}
         self._cell_stack: list[CellCall] = []
@@ -528,7 +533,7 @@ class RecorderService:
             meta = DumpMeta(
                 task=self.config.task, level=self.config.level, framework=self.framework, dump_data_dir=data_dir
             )
-            self._writer = DumpWriter(rank_dir, meta)
+            self._writer = DumpWriter(rank_dir, meta, stack_texts=self._stack_texts)
         return self._writer
 
     def api_active(self) -> bool:

@@ -104,6 +104,9 @@ class AdapterBase(abc.ABC):
     _UNFIRED_BACKWARD: ClassVar[str]
     #: The model class ``start(model)`` accepts; set by the subclass before ``__init__``.
     _model_type: type
+    #: The framework's tensor class; set by the subclass before ``__init__`` (the collector hands its instances
+    #: to :meth:`_convert` first, without testing them against the plain Python and numpy types).
+    _tensor_type: Any
     #: True while a graph compiler traces the code (``torch.compiler.is_compiling``): every wrapper and hook
     #: checks it first and then only calls the original, so a compiled region contains the original calls only.
     _compiling: Callable[[], bool] = staticmethod(never)
@@ -117,6 +120,7 @@ class AdapterBase(abc.ABC):
             framework=framework,
             rank=self._detect_rank(),
             convert=self._convert,
+            tensor_types=(self._tensor_type,),
             cell_prefix=cell_prefix,
             fetcher=self,
         )
@@ -488,16 +492,7 @@ class AdapterBase(abc.ABC):
         ``key`` (a failure is the recorder's: logged, listed in ``not_captured``, the gradient left as it is) and
         does nothing while a graph compiler traces the code or inside a function transform.  Returns None, so
         the gradient is never replaced."""
-        svc = self.service
-        compiling = self._compiling
-
-        def hook(grad: Any) -> None:
-            if compiling() or self._in_transform():
-                return None
-            svc.run_guarded(key, lambda: record(grad))
-            return None
-
-        return hook
+        return _GuardedHook(self, key, record)
 
     def _surface_training_error(self) -> None:
         """Synchronise with the framework's asynchronous dispatch (:attr:`_training_sync`) before the recorder
@@ -641,3 +636,24 @@ class AdapterBase(abc.ABC):
         svc = self.service
         key = f"{svc.cell_prefix}.{path}.parameters_grad"
         return self._guarded_grad_hook(key, lambda grad: svc.parameter_grad(path, cls, mi, name, grad))
+
+
+class _GuardedHook:
+    """:meth:`AdapterBase._guarded_grad_hook`'s hook: one object per hooked tensor, where a closure would hold
+    a function, its cells and their tuple, all kept until the backward pass (fewer objects for the garbage
+    collector to scan: several hundred hooks a step)."""
+
+    __slots__ = ("adapter", "key", "record")
+
+    def __init__(self, adapter: AdapterBase, key: str, record: Callable[[Any], None]) -> None:
+        self.adapter = adapter
+        self.key = key
+        self.record = record
+
+    def __call__(self, grad: Any) -> None:
+        adapter = self.adapter
+        if adapter._compiling() or adapter._in_transform():
+            return None
+        record = self.record
+        adapter.service.run_guarded(self.key, lambda: record(grad))
+        return None

@@ -119,3 +119,26 @@ def test_flush_makes_the_json_durable(tmp_path, monkeypatch):
     w.put(Entry.forward("Functional.x.0.forward", Seq(), Map(), Seq((LEAF,))))
     w.flush()
     assert len(synced) == 6  # each of the 3 JSON files, and its directory after the rename
+
+
+def test_stack_json_is_the_compact_encoding_and_each_stack_is_encoded_once(tmp_path):
+    meta = DumpMeta("statistics", "mix", "pytorch")
+    shared: dict[tuple[str, ...], str] = {}
+    frames = ('File /m/x.py, line 3, in f, \n y = "quoted" \\ backslash', "File /m/é.py, line 9, in <module>, \n f()")
+    first = DumpWriter(tmp_path / "step0" / "rank", meta, stack_texts=shared)
+    first.set_stack("Functional.relu.0.forward", frames)
+    first.set_stack("Functional.relu.1.forward", list(frames))  # a list is kept as the same stack
+    first.set_stack("Torch.add.0.forward", ())
+    first.flush(durable=False)
+    want = {"Functional.relu.0.forward": list(frames), "Functional.relu.1.forward": list(frames),
+            "Torch.add.0.forward": []}
+    text = (tmp_path / "step0" / "rank" / "stack.json").read_bytes()
+    assert text == json.dumps(want, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    assert set(shared) == {frames, ()}
+    # the next step's writer takes the text kept by the first: a stack seen before is not encoded again
+    shared[frames] = '["kept text"]'
+    second = DumpWriter(tmp_path / "step1" / "rank", meta, stack_texts=shared)
+    second.set_stack("Functional.relu.0.forward", frames)
+    second.flush(durable=False)
+    assert json.loads((tmp_path / "step1" / "rank" / "stack.json").read_text()) == {
+        "Functional.relu.0.forward": ["kept text"]}

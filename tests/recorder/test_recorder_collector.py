@@ -245,3 +245,21 @@ def test_deferred_copies_are_saved_and_checksummed_at_resolution(tmp_path: Path)
     assert isinstance(leaf, TensorLeaf) and isinstance(want, TensorLeaf)
     assert (leaf.stats, leaf.md5, leaf.data_name) == (want.stats, want.md5, want.data_name)
     assert np.array_equal(np.load(writer.tensor_dir / str(leaf.data_name)), a)
+
+
+def test_framework_tensors_go_to_the_converter_first() -> None:
+    class ListTensor(list):  # a framework tensor that is also a list: converted, never collected as a Seq
+        pass
+
+    seen: list[object] = []
+
+    def convert(value: object) -> HostTensor | ValueLeaf | None:
+        seen.append(value)
+        return HostTensor(np.asarray(value, np.float32), "Float32") if isinstance(value, ListTensor) else None
+
+    tensor = ListTensor([1.0, -2.0])
+    leaf = Collector(convert, tensor_types=(ListTensor,)).collect(tensor, writer=None, entry_name="E", arg_path="x")
+    assert isinstance(leaf, TensorLeaf) and (leaf.max, leaf.min, leaf.shape) == (1.0, -2.0, (2,))
+    assert seen == [tensor]
+    as_seq = Collector(convert).collect(tensor, writer=None, entry_name="E", arg_path="x")
+    assert isinstance(as_seq, Seq) and as_seq.items == (ValueLeaf("float", 1.0), ValueLeaf("float", -2.0))

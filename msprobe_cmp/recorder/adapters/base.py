@@ -492,7 +492,8 @@ class AdapterBase(abc.ABC):
         ``key`` (a failure is the recorder's: logged, listed in ``not_captured``, the gradient left as it is) and
         does nothing while a graph compiler traces the code or inside a function transform.  Returns None, so
         the gradient is never replaced."""
-        return _GuardedHook(self, key, record)
+        # A bound method: MindSpore 2.7's hook registration accepts Python functions and methods only.
+        return _GuardedHook(self, key, record).hook
 
     def _surface_training_error(self) -> None:
         """Synchronise with the framework's asynchronous dispatch (:attr:`_training_sync`) before the recorder
@@ -639,9 +640,9 @@ class AdapterBase(abc.ABC):
 
 
 class _GuardedHook:
-    """:meth:`AdapterBase._guarded_grad_hook`'s hook: one object per hooked tensor, where a closure would hold
-    a function, its cells and their tuple, all kept until the backward pass (fewer objects for the garbage
-    collector to scan: several hundred hooks a step)."""
+    """:meth:`AdapterBase._guarded_grad_hook`'s hook (its bound :meth:`hook`): an object and a bound method per
+    hooked tensor, where a closure would hold a function, its cells and their tuple, all kept until the backward
+    pass (fewer objects for the garbage collector to scan: several hundred hooks a step)."""
 
     __slots__ = ("adapter", "key", "record")
 
@@ -650,7 +651,8 @@ class _GuardedHook:
         self.key = key
         self.record = record
 
-    def __call__(self, grad: Any) -> None:
+    def hook(self, grad: Any) -> None:
+        """Record ``grad`` (guarded); returns None, so the gradient is never replaced."""
         adapter = self.adapter
         if adapter._compiling() or adapter._in_transform():
             return None

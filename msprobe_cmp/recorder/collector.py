@@ -460,7 +460,7 @@ class Collector:
         return leaf_view(cols, row)
 
     def _node(self, value: object, writer: DumpWriter | None, entry: str, path: str, depth: int) -> Node:
-        if isinstance(value, self._tensor_types):
+        if isinstance(value, self._tensor_types) and depth < MAX_DEPTH:  # deeper: null, as any framework object
             converted = self._convert(value)
             return None if converted is None else self._node(converted, writer, entry, path, depth)
         if value is None:

@@ -82,12 +82,21 @@ def _kernel() -> _Kernel:
     """:func:`_reduce_kernel` compiled by numba (imported here, on the first tensor of the process).
 
     ``nogil`` (other Python threads run meanwhile), ``error_model="numpy"`` (no exception path in the loop),
-    ``fastmath`` ``reassoc`` only (see the module's numerics), ``cache=True`` (see the module docstring).
+    ``fastmath`` ``reassoc`` only (see the module's numerics), ``cache=True`` (see the module docstring); where
+    numba finds no writable cache directory (``RuntimeError: cannot cache function``), compiled without a cache
+    (~0.5 s per dtype in each process) rather than failing every statistic.
     """
     import numba  # ~0.3 s: imported on the first recorded tensor
 
-    kernel: _Kernel = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(_reduce_kernel)
-    return kernel
+    def compiled(cache: bool) -> _Kernel:
+        jit = numba.njit(cache=cache, nogil=True, error_model="numpy", fastmath={"reassoc"})
+        kernel: _Kernel = jit(_reduce_kernel)
+        return kernel
+
+    try:
+        return compiled(cache=True)
+    except (RuntimeError, OSError):  # nowhere writable to cache it (read-only package, HOME and NUMBA_CACHE_DIR)
+        return compiled(cache=False)  # compiled in each process instead
 
 
 #: The integer view, shift and mask of each dtype the kernel reads.

@@ -261,5 +261,14 @@ def test_framework_tensors_go_to_the_converter_first() -> None:
     leaf = Collector(convert, tensor_types=(ListTensor,)).collect(tensor, writer=None, entry_name="E", arg_path="x")
     assert isinstance(leaf, TensorLeaf) and (leaf.max, leaf.min, leaf.shape) == (1.0, -2.0, (2,))
     assert seen == [tensor]
+    # nested as deep as MAX_DEPTH (10 containers): null, as any framework object there (msprobe stops there too)
+    deep: object = tensor
+    for _ in range(10):
+        deep = [deep]
+    node = Collector(convert, tensor_types=(ListTensor,)).collect(deep, writer=None, entry_name="E", arg_path="x")
+    for _ in range(10):
+        assert isinstance(node, Seq) and len(node.items) == 1
+        node = node.items[0]
+    assert node is None
     as_seq = Collector(convert).collect(tensor, writer=None, entry_name="E", arg_path="x")
     assert isinstance(as_seq, Seq) and as_seq.items == (ValueLeaf("float", 1.0), ValueLeaf("float", -2.0))

@@ -97,3 +97,26 @@ def test_reduce_values_refuses_what_it_cannot_read() -> None:
     for bad in (np.zeros(0, np.float32), np.zeros((2, 2), np.float32), np.zeros(3, np.int32)):
         with pytest.raises(ValueError, match="non-empty 1-D float32 or float64"):
             reduce_values(bad)
+
+
+def test_the_kernel_compiles_without_a_cache_where_numba_cannot_write_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    numba = pytest.importorskip("numba")
+    from msprobe_cmp.recorder import reduction
+
+    real_njit = numba.njit
+    asked: list[bool] = []
+
+    def njit(*args: object, **kwargs: object) -> object:
+        asked.append(bool(kwargs.get("cache")))
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function '_reduce_kernel': no locator available for file")
+        return real_njit(*args, **kwargs)
+
+    monkeypatch.setattr(numba, "njit", njit)
+    reduction._kernel.cache_clear()
+    try:
+        a = np.array([3.0, -1.0, 0.5], np.float32)
+        assert reduce_values(kernel_values(a)) == (3.0, -1.0, 2.5, 10.25)
+        assert asked[:2] == [True, False]  # (numba calls njit itself while compiling)
+    finally:
+        reduction._kernel.cache_clear()  # the next test compiles (or loads) the cached kernel again

@@ -43,6 +43,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from msprobe_cmp.comparator.dtypes import DEFAULT_RELATIVE_FLOOR, FLOAT_EPS
 from msprobe_cmp.comparator.notes import Note, note
+from msprobe_cmp.jit import compile_kernel
 
 F64 = NDArray[np.float64]
 _T = TypeVar("_T")
@@ -484,22 +485,16 @@ _FusedKernel = Callable[[np.ndarray, np.ndarray, int, float, float, float, F64],
 
 @functools.cache
 def _fused_kernel() -> _FusedKernel:
-    """:func:`_fused_chunk_rows` compiled by numba (imported here, on the first array of more than one chunk).
-
-    ``nogil`` (worker threads run it in parallel), ``error_model="numpy"`` (a division by zero gives
-    Inf/NaN instead of raising, so the loop has no branch; the divisors are never zero), ``fastmath``
-    ``reassoc`` only (lets the loop be vectorised; see :func:`compute_tensor_metrics`), ``cache=True``:
-    the machine code for each argument type (read-only float32 and float64 arrays; ~0.3-0.8 s to
-    compile each) is written beside this file (``__pycache__/metrics._fused_chunk_rows-<line>.py311.nbi``
-    and ``.nbc``; in ``NUMBA_CACHE_DIR`` when that is set, in numba's user-wide cache directory when
-    ``__pycache__`` is not writable) and loaded from there by later processes, until this file changes.
+    """:func:`_fused_chunk_rows` compiled (imported here, on the first array of more than one chunk) by
+    :func:`msprobe_cmp.jit.compile_kernel`: ``nogil`` (worker threads run it in parallel), ``error_model="numpy"``
+    (a division by zero gives Inf/NaN instead of raising, so the loop has no branch; the divisors are never zero),
+    ``fastmath`` ``reassoc`` only (lets the loop be vectorised; see :func:`compute_tensor_metrics`), and its
+    on-disk cache: the machine code for each argument type (read-only float32 and float64 arrays; ~0.3-0.8 s to
+    compile each) is written beside this file (``__pycache__/metrics._fused_chunk_rows-<line>.py311.nbi`` and
+    ``.nbc``; in ``NUMBA_CACHE_DIR`` when that is set, in numba's user-wide cache directory when ``__pycache__``
+    is not writable) and loaded from there by later processes, until this file changes.
     """
-    import numba  # ~0.3 s: imported only when a tensor needs it
-
-    kernel: _FusedKernel = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(
-        _fused_chunk_rows
-    )
-    return kernel
+    return compile_kernel(_fused_chunk_rows)
 
 
 def _kernel_input(x: np.ndarray) -> np.ndarray:

@@ -21,8 +21,8 @@ Numerics (docs/recorder.md, "Statistics and files"):
   for bit.  ±Inf and NaN propagate by IEEE rules (+Inf and -Inf together sum to NaN in any order).
 
 The first tensor of a process imports numba and loads the compiled loop (~0.3 s and ~100 MB once; the machine
-code for float32 and float64 arrays is compiled once, ~0.5 s each, and cached beside this file in
-``__pycache__``, or in ``NUMBA_CACHE_DIR`` / numba's user cache directory when that is not writable).
+code for float32 and float64 arrays is compiled once, ~0.5 s each, and cached on disk as
+:func:`msprobe_cmp.jit.compile_kernel` describes).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import functools
 from collections.abc import Callable
 
 import numpy as np
+
+from msprobe_cmp.jit import compile_kernel
 
 #: Elements per block of the sums (each block summed on its own, the block sums added in order); 256 keeps each
 #: partial sum short at no measurable cost (the comparator's fused kernel measured the same for 256 to 65536).
@@ -79,24 +81,9 @@ def _reduce_kernel(
 
 @functools.cache
 def _kernel() -> _Kernel:
-    """:func:`_reduce_kernel` compiled by numba (imported here, on the first tensor of the process).
-
-    ``nogil`` (other Python threads run meanwhile), ``error_model="numpy"`` (no exception path in the loop),
-    ``fastmath`` ``reassoc`` only (see the module's numerics), ``cache=True`` (see the module docstring); where
-    numba finds no writable cache directory (``RuntimeError: cannot cache function``), compiled without a cache
-    (~0.5 s per dtype in each process) rather than failing every statistic.
-    """
-    import numba  # ~0.3 s: imported on the first recorded tensor
-
-    def compiled(cache: bool) -> _Kernel:
-        jit = numba.njit(cache=cache, nogil=True, error_model="numpy", fastmath={"reassoc"})
-        kernel: _Kernel = jit(_reduce_kernel)
-        return kernel
-
-    try:
-        return compiled(cache=True)
-    except (RuntimeError, OSError):  # nowhere writable to cache it (read-only package, HOME and NUMBA_CACHE_DIR)
-        return compiled(cache=False)  # compiled in each process instead
+    """:func:`_reduce_kernel` compiled (:func:`~msprobe_cmp.jit.compile_kernel`: its options and on-disk cache), on
+    the first tensor of the process."""
+    return compile_kernel(_reduce_kernel)
 
 
 #: The integer view, shift and mask of each dtype the kernel reads.

@@ -492,8 +492,16 @@ class AdapterBase(abc.ABC):
         ``key`` (a failure is the recorder's: logged, listed in ``not_captured``, the gradient left as it is) and
         does nothing while a graph compiler traces the code or inside a function transform.  Returns None, so
         the gradient is never replaced."""
-        # A bound method: MindSpore 2.7's hook registration accepts Python functions and methods only.
-        return _GuardedHook(self, key, record).hook
+        svc = self.service
+        compiling = self._compiling
+
+        def hook(grad: Any) -> None:
+            if compiling() or self._in_transform():
+                return None
+            svc.run_guarded(key, lambda: record(grad))
+            return None
+
+        return hook
 
     def _surface_training_error(self) -> None:
         """Synchronise with the framework's asynchronous dispatch (:attr:`_training_sync`) before the recorder
@@ -637,25 +645,3 @@ class AdapterBase(abc.ABC):
         svc = self.service
         key = f"{svc.cell_prefix}.{path}.parameters_grad"
         return self._guarded_grad_hook(key, lambda grad: svc.parameter_grad(path, cls, mi, name, grad))
-
-
-class _GuardedHook:
-    """:meth:`AdapterBase._guarded_grad_hook`'s hook (its bound :meth:`hook`): an object and a bound method per
-    hooked tensor, where a closure would hold a function, its cells and their tuple, all kept until the backward
-    pass (fewer objects for the garbage collector to scan: several hundred hooks a step)."""
-
-    __slots__ = ("adapter", "key", "record")
-
-    def __init__(self, adapter: AdapterBase, key: str, record: Callable[[Any], None]) -> None:
-        self.adapter = adapter
-        self.key = key
-        self.record = record
-
-    def hook(self, grad: Any) -> None:
-        """Record ``grad`` (guarded); returns None, so the gradient is never replaced."""
-        adapter = self.adapter
-        if adapter._compiling() or adapter._in_transform():
-            return None
-        record = self.record
-        adapter.service.run_guarded(self.key, lambda: record(grad))
-        return None

@@ -210,10 +210,19 @@ class EdgeWatch:
         deliver: Deliver,
         guard: Callable[[Callable[[Any], None]], Callable[[Any], None]],
     ) -> None:
-        # Small slotted callables rather than closures: a few objects per hooked node instead of some twenty
-        # (functions, cells, tuples) that live until the backward pass and that the garbage collector scans.
-        finish = guard(_FinishPass(self, grads, deliver))
-        node.register_hook(_PostHook(guard(_Record(self, hits, grads, deliver, finish))))
+        finish = guard(lambda _: self._finish_pass(grads, deliver))
+
+        def record(grad_inputs: Any) -> None:
+            for k, pos in hits:
+                self._contribute(grads, pos, grad_inputs[k], deliver, finish)
+
+        body = guard(record)
+
+        def post_hook(grad_inputs: Any, _grad_outputs: Any) -> None:
+            body(grad_inputs)
+            return None
+
+        node.register_hook(post_hook)
 
     def _contribute(
         self, grads: InputGrads, pos: int, grad: Any, deliver: Deliver, finish: Callable[[Any], None]
@@ -242,45 +251,3 @@ class EdgeWatch:
             with self._collecting(), torch.no_grad():
                 value = total.to(grads.dtypes[pos])
             deliver(pos, value)
-
-
-class _FinishPass:
-    """The end of a backward pass for one call's inputs (:meth:`EdgeWatch._finish_pass`), as a gradient hook."""
-
-    __slots__ = ("watch", "grads", "deliver")
-
-    def __init__(self, watch: EdgeWatch, grads: InputGrads, deliver: Deliver) -> None:
-        self.watch, self.grads, self.deliver = watch, grads, deliver
-
-    def __call__(self, _grad: Any) -> None:
-        self.watch._finish_pass(self.grads, self.deliver)
-
-
-class _Record:
-    """What a hooked node's post-hook does with its ``grad_inputs``: each hit edge contributes to its input's
-    gradient (:meth:`EdgeWatch._contribute`)."""
-
-    __slots__ = ("watch", "hits", "grads", "deliver", "finish")
-
-    def __init__(
-        self, watch: EdgeWatch, hits: list[tuple[int, int]], grads: InputGrads, deliver: Deliver,
-        finish: Callable[[Any], None],
-    ) -> None:
-        self.watch, self.hits, self.grads, self.deliver, self.finish = watch, hits, grads, deliver, finish
-
-    def __call__(self, grad_inputs: Any) -> None:
-        for k, pos in self.hits:
-            self.watch._contribute(self.grads, pos, grad_inputs[k], self.deliver, self.finish)
-
-
-class _PostHook:
-    """An autograd node's post-hook ``(grad_inputs, grad_outputs) -> None`` running the guarded ``body``."""
-
-    __slots__ = ("body",)
-
-    def __init__(self, body: Callable[[Any], None]) -> None:
-        self.body = body
-
-    def __call__(self, grad_inputs: Any, _grad_outputs: Any) -> None:
-        self.body(grad_inputs)
-        return None

@@ -3,7 +3,7 @@
 The recorder's statistics (``collector.summarize``) come from :func:`reduce_values`, a loop compiled by numba (a
 dependency of msprobe-cmp, already used by the comparator's tensor metrics): it reads the values once, in place,
 where numpy needed a float64 copy and four passes over it (a 1.6M-element float32 activation: ~3.5 ms → ~0.6 ms;
-a 64-element one: ~10 us → ~1 us).  Issue 18 measured the statistics at half of a recorded ResNet-18 step.
+a 64-element one: ~10 us → ~2-5 us).  Issue 18 measured the statistics at half of a recorded ResNet-18 step.
 
 Numerics (docs/recorder.md, "Statistics and files"):
 

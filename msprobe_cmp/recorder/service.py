@@ -344,7 +344,7 @@ class RecorderService:
         self.structure_only = config.task == "structure"
         #: Set when writing the dump failed (:meth:`stop_for_write_error`); recording is then off for good.
         self.write_error: str | None = None
-        self._stack_cache: dict[tuple[tuple[CodeType, int], ...], tuple[str, ...]] = {}
+        self._stack_cache: dict[tuple[int, ...], tuple[tuple[CodeType, ...], tuple[str, ...]]] = {}
         # How many run_guarded calls are active (a TrainingError is handed back by the outermost one).
         self._guard_depth = 0
 
@@ -671,28 +671,36 @@ class RecorderService:
         """The caller's Python stack, innermost first, without the recorder's own frames.
 
         Lines read ``"File <path>, line <n>, in <function>, \\n <source line>"`` (msprobe's form);
-        source lines come from :mod:`linecache`.  Results are cached per code-position chain.
+        source lines come from :mod:`linecache`.  Results are cached per chain of code positions, keyed by the
+        code objects' ids and the frames' last instruction offsets: a code object's hash is computed anew at each
+        call (over its bytecode and constants) and a frame's line number is looked up in its code's line table,
+        each ~0.5-1 us a frame.  Line numbers are read only on a cache miss; the cache holds the code objects,
+        so an id in a key is never reused.
         """
         frame: FrameType | None = sys._getframe(1)
-        chain: list[tuple[CodeType, int]] = []
-        frames: list[FrameType] = []
-        while frame is not None and len(frames) < MAX_STACK_FRAMES:
-            if not frame.f_code.co_filename.startswith(_RECORDER_DIR):
-                chain.append((frame.f_code, frame.f_lineno))
-                frames.append(frame)
+        key: list[int] = []
+        codes: list[CodeType] = []
+        while frame is not None and len(codes) < MAX_STACK_FRAMES:
+            code = frame.f_code
+            if not code.co_filename.startswith(_RECORDER_DIR):
+                key += (id(code), frame.f_lasti)
+                codes.append(code)
             frame = frame.f_back
-        key = tuple(chain)
-        cached = self._stack_cache.get(key)
+        frozen = tuple(key)
+        cached = self._stack_cache.get(frozen)
         if cached is not None:
-            return cached
+            return cached[1]
         lines = []
-        for f in frames:
-            code = f.f_code
-            source = linecache.getline(code.co_filename, f.f_lineno).strip()
-            lines.append(f"File {code.co_filename}, line {f.f_lineno}, in {code.co_name}, \n {source}")
+        frame = sys._getframe(1)
+        while frame is not None and len(lines) < len(codes):
+            code = frame.f_code
+            if not code.co_filename.startswith(_RECORDER_DIR):
+                source = linecache.getline(code.co_filename, frame.f_lineno).strip()
+                lines.append(f"File {code.co_filename}, line {frame.f_lineno}, in {code.co_name}, \n {source}")
+            frame = frame.f_back
         result = tuple(lines)
         if len(self._stack_cache) < 100_000:
-            self._stack_cache[key] = result
+            self._stack_cache[frozen] = (tuple(codes), result)
         return result
 
     def _current_parent(self) -> CellCall | None:

@@ -690,7 +690,7 @@ class RecorderService:
         cached = self._stack_cache.get(frozen)
         if cached is not None:
             return cached[1]
-        lines = []
+        lines: list[str] = []
         frame = sys._getframe(1)
         while frame is not None and len(lines) < len(codes):
             code = frame.f_code

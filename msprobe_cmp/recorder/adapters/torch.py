@@ -588,7 +588,7 @@ class TorchAdapter(AdapterBase):
                 f"recorded at output.{first}",
             )
         self._edges.attach(
-            grads, outputs, deliver, lambda record: self._guarded_grad_hook(f"{key}.backward", record)
+            grads, outputs, deliver, lambda fn, *args: self._guarded_grad_hook(f"{key}.backward", fn, *args)
         )
         if outputs:
             for pos in grads.unseen:
@@ -639,7 +639,7 @@ class TorchAdapter(AdapterBase):
             return local
         queue = self._edges.queue_callback
         finish = self._guarded_grad_hook(f"{self.service.cell_prefix}.{path}.parameters_grad_reduced",
-                                         lambda _: self._record_reduced())
+                                         lambda _: self._record_reduced()).fire
 
         def hook(grad: Any) -> None:
             local(grad)
@@ -852,23 +852,26 @@ class TorchAdapter(AdapterBase):
         self, key: str, backward: _ModuleBackward, field: str, position: tuple[Any, ...] | int
     ) -> Callable[[Any], None]:
         """A gradient hook filling the backward entry's ``input`` at output path ``position`` (a tuple) or its
-        ``output`` at input ``position`` (an int), then (re)putting the entry."""
+        ``output`` at input ``position`` (an int), then (re)putting the entry (:meth:`_record_module_grad`)."""
+        return self._guarded_grad_hook(
+            f"{key}.backward", TorchAdapter._record_module_grad, self, backward, field, position
+        ).fire
+
+    def _record_module_grad(
+        self, backward: _ModuleBackward, field: str, position: tuple[Any, ...] | int, grad: Any
+    ) -> None:
         svc = self.service
-
-        def record(grad: Any) -> None:
-            call = backward.call
-            backward.fired = True
-            if call.step != svc.current_step or not svc.config.records_io(field):
-                return
-            bwd = call.forward_name.replace(".forward.", ".backward.")
-            if isinstance(position, tuple):
-                leaf = svc.collect(grad, bwd, "input." + ".".join(map(str, position)))
-                _set_at(backward.grad_outputs, position, leaf)
-            else:
-                backward.grad_inputs[position] = svc.collect(grad, bwd, f"output.{position}")
-            svc.cell_backward(call, tuple(backward.grad_outputs), tuple(backward.grad_inputs))
-
-        return self._guarded_grad_hook(f"{key}.backward", record)
+        call = backward.call
+        backward.fired = True
+        if call.step != svc.current_step or not svc.config.records_io(field):
+            return
+        bwd = call.forward_name.replace(".forward.", ".backward.")
+        if isinstance(position, tuple):
+            leaf = svc.collect(grad, bwd, "input." + ".".join(map(str, position)))
+            _set_at(backward.grad_outputs, position, leaf)
+        else:
+            backward.grad_inputs[position] = svc.collect(grad, bwd, f"output.{position}")
+        svc.cell_backward(call, tuple(backward.grad_outputs), tuple(backward.grad_inputs))
 
 
 #: Buffers of at most this many elements are copied before a module call, so that their values before the call

@@ -39,6 +39,8 @@ from typing import Any
 
 #: What a post-hook receives and forwards: ``deliver(position, gradient)`` once a position's sum is complete.
 Deliver = Callable[[int, Any], None]
+#: ``guard(fn, *args)``: the adapter's gradient hook object (``adapters.base.GradHook``) running ``fn(*args, grads)``.
+Guard = Callable[..., Any]
 
 
 class InputGrads:
@@ -156,7 +158,7 @@ class EdgeWatch:
         grads: InputGrads,
         outputs: Sequence[Any],
         deliver: Deliver,
-        guard: Callable[[Callable[[Any], None]], Callable[[Any], None]],
+        guard: Guard,
     ) -> None:
         """After the call: hook the nodes the call created that send gradients to its inputs.
 
@@ -166,7 +168,8 @@ class EdgeWatch:
             deliver: called with ``(position, gradient)``: at once for a position with one edge (autograd's
                 tensor itself), at the end of the backward pass for one with several (their float64 sum cast to
                 the gradient's dtype).
-            guard: wraps a ``record(grad_inputs)`` function into a hook body that never raises (the adapter's).
+            guard: ``guard(fn, *args)`` makes the adapter's gradient hook (``GradHook``) that runs
+                ``fn(*args, grad_inputs)`` and never raises; its ``fire_node`` is registered on each node.
         """
         edges = grads.edges
         grads.edges = None
@@ -208,24 +211,21 @@ class EdgeWatch:
         hits: list[tuple[int, int]],
         grads: InputGrads,
         deliver: Deliver,
-        guard: Callable[[Callable[[Any], None]], Callable[[Any], None]],
+        guard: Guard,
     ) -> None:
-        finish = guard(lambda _: self._finish_pass(grads, deliver))
+        finish = guard(EdgeWatch._finish_pass, self, grads, deliver)
+        node.register_hook(guard(EdgeWatch._record_node, self, hits, grads, deliver, finish).fire_node)
 
-        def record(grad_inputs: Any) -> None:
-            for k, pos in hits:
-                self._contribute(grads, pos, grad_inputs[k], deliver, finish)
-
-        body = guard(record)
-
-        def post_hook(grad_inputs: Any, _grad_outputs: Any) -> None:
-            body(grad_inputs)
-            return None
-
-        node.register_hook(post_hook)
+    def _record_node(
+        self, hits: list[tuple[int, int]], grads: InputGrads, deliver: Deliver, finish: Any, grad_inputs: Any
+    ) -> None:
+        """A hooked node ran: its gradients w.r.t. the watched inputs (``hits``: ``(index in grad_inputs,
+        input position)``)."""
+        for k, pos in hits:
+            self._contribute(grads, pos, grad_inputs[k], deliver, finish)
 
     def _contribute(
-        self, grads: InputGrads, pos: int, grad: Any, deliver: Deliver, finish: Callable[[Any], None]
+        self, grads: InputGrads, pos: int, grad: Any, deliver: Deliver, finish: Any
     ) -> None:
         if grad is None:
             return  # this edge carries nothing in this pass (zero)
@@ -240,9 +240,9 @@ class EdgeWatch:
             grads.dtypes[pos] = grad.dtype
         if not grads.queued:
             grads.queued = True
-            self._queue_callback(lambda: finish(None))
+            self._queue_callback(lambda: finish.fire(None))
 
-    def _finish_pass(self, grads: InputGrads, deliver: Deliver) -> None:
+    def _finish_pass(self, grads: InputGrads, deliver: Deliver, _unused: Any = None) -> None:
         """End of a backward pass: record each summed position (and start the next pass from zero)."""
         grads.queued = False
         sums, grads.acc = grads.acc, {}

@@ -62,7 +62,7 @@ from msprobe_cmp.dump.reader import (
     tensor_loader_for,
     unregister_tensor_loader,
 )
-from msprobe_cmp.dump.writer import _default_file_mode, write_bytes_atomic
+from msprobe_cmp.dump.writer import create_temp, write_bytes_atomic
 from msprobe_cmp.errors import ConfigError, DumpFormatError, MissingFrameworkError, MsprobeCmpError
 from msprobe_cmp.forked import Forked, Tell, can_fork, interrupts_held, raise_interrupt
 from msprobe_cmp.reports import relative_paths, render_markdown
@@ -365,13 +365,12 @@ def _fill_temp(path: Path, write: Callable[[BinaryIO], object], made: Callable[[
         OSError: the file cannot be made or written.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = create_temp(path)
     try:
         if made is not None:
             made(tmp)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
-        os.chmod(tmp, _default_file_mode())
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         if exc.filename is None or exc.filename == tmp:  # a write that failed (a full disk): name the report

@@ -10,9 +10,9 @@ compare (any JSON reader) reads our dumps.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -23,19 +23,29 @@ from msprobe_cmp.dump.reader import CONSTRUCT_JSON, DEBUG_JSON, DUMP_JSON, STACK
 from msprobe_cmp.dump.schema import DumpMeta, Entry, Node
 from msprobe_cmp.dump.serde import entry_to_json, meta_to_json, node_to_json
 
+#: Numbers the temporary files of this process (with its pid, a temporary file's name is unique without a random part).
+_TEMP_NUMBERS = itertools.count()
 
-def _default_file_mode() -> int:
-    """0666 less the process umask: the mode ``open()`` gives a new file (mkstemp would give 0600)."""
-    try:
-        # Linux ≥ 4.7 reports the umask without changing it (os.umask would, racing other threads).
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
+#: Flags of a new temporary file: created here or failing (never an existing file), closed in child processes.
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def create_temp(path: Path) -> tuple[int, str]:
+    """A new empty file beside ``path``, ``.<name>.<pid>.<n>.tmp``, open for writing: ``(descriptor, its name)``.
+
+    It is created with mode 0666, less the process umask, which the kernel applies: the mode a plain
+    ``open(path, "w")`` gives (``tempfile.mkstemp`` gives 0600 and would need a ``chmod`` and a read of the umask,
+    ~200 us a file together).
+
+    Raises:
+        OSError: the file cannot be created (a missing directory, permissions, no space).
+    """
+    while True:
+        tmp = os.path.join(path.parent, f".{path.name}.{os.getpid()}.{next(_TEMP_NUMBERS)}.tmp")
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o666), tmp
+        except FileExistsError:  # left by an earlier process of the same pid: take the next number
+            continue
 
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], object], *, durable: bool = False) -> None:
@@ -47,14 +57,13 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], object], *, durable: bo
     fsync'ed before the rename and the directory after it, so the new file survives a power loss too.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = create_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
-        os.chmod(tmp, _default_file_mode())
         os.replace(tmp, path)
         if durable:
             dir_fd = os.open(path.parent, os.O_RDONLY)
@@ -171,6 +180,7 @@ class DumpWriter:
 
         Raises:
             ValueError: when ``data_name`` is not a plain ``.npy`` file name, or ``array`` holds Python objects.
+            OSError: the file could not be written.
         """
         if "/" in data_name or "\\" in data_name or data_name.startswith(".") or not data_name.endswith(".npy"):
             raise ValueError(f"data_name {data_name!r} is not a plain .npy file name")
@@ -206,6 +216,9 @@ class DumpWriter:
                 power loss too; without it the files are still replaced atomically (never torn) but may stay
                 in the page cache.  When nothing changed since the previous flush, the files are not written
                 again; a durable flush after a non-durable one then only fsyncs them.
+
+        Raises:
+            OSError: a file could not be written.
         """
         if self._flushed is not None and self._flushed[0] == self._version and self._flushed[1] == self.meta:
             if durable and not self._flushed[2]:

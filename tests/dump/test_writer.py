@@ -142,3 +142,18 @@ def test_stack_json_is_the_compact_encoding_and_each_stack_is_encoded_once(tmp_p
     second.flush(durable=False)
     assert json.loads((tmp_path / "step1" / "rank" / "stack.json").read_text()) == {
         "Functional.relu.0.forward": ["kept text"]}
+
+
+def test_temporary_names_skip_a_file_left_by_an_earlier_process(tmp_path, monkeypatch):
+    import itertools
+    import os
+
+    from msprobe_cmp.dump import writer
+
+    monkeypatch.setattr(writer, "_TEMP_NUMBERS", itertools.count(5))
+    left = tmp_path / f".x.npy.{os.getpid()}.5.tmp"
+    left.write_text("left by a process of the same pid")
+    fd, name = writer.create_temp(tmp_path / "x.npy")
+    os.close(fd)
+    assert name == str(tmp_path / f".x.npy.{os.getpid()}.6.tmp")
+    assert left.read_text() == "left by a process of the same pid"

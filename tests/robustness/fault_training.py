@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 
 import numpy as np
 
@@ -99,17 +98,16 @@ def _fail_writes_from_step(state: dict[str, int]) -> None:
     """From step FAULT_STEP on, temporary files of the dump writer get a descriptor on /dev/full."""
     from msprobe_cmp.dump import writer
 
-    real_mkstemp = tempfile.mkstemp
+    real_create = writer.create_temp
 
-    def mkstemp(*args, **kwargs):  # type: ignore[no-untyped-def]
-        fd, path = real_mkstemp(*args, **kwargs)
+    def create_temp(path):  # type: ignore[no-untyped-def]
+        fd, name = real_create(path)
         if state["step"] >= FAULT_STEP:
             os.close(fd)
             fd = os.open("/dev/full", os.O_WRONLY)
-        return fd, path
+        return fd, name
 
-    writer.tempfile = type(sys)("tempfile_on_a_full_disk")  # type: ignore[attr-defined]
-    writer.tempfile.mkstemp = mkstemp  # type: ignore[attr-defined]
+    writer.create_temp = create_temp  # type: ignore[attr-defined]
 
 
 def _fail_relu_collection_at_step(state: dict[str, int], step: int) -> None:

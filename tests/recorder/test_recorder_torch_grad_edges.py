@@ -176,3 +176,40 @@ def test_a_forward_without_backward_declares_its_empty_parameter_gradients() -> 
         doc = _doc(Path(d))
     declared = {i["what"] for i in doc["not_captured"]}
     assert {"Module.0.Linear.parameters_grad.weight", "Module.0.Linear.parameters_grad.bias"} <= declared
+
+
+class _TwoOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: Any) -> Any:
+        h = self.fc(x)
+        return h * 2.0, torch.tanh(h)  # the loss uses only the first
+
+
+def test_outputs_no_gradient_reaches_are_declared_for_apis_and_modules() -> None:
+    torch.manual_seed(0)
+    m = nn.ModuleDict({"two": _TwoOut()})
+    with tempfile.TemporaryDirectory() as d:
+        with PrecisionDebugger(dump_path=d, level="mix", framework="pytorch") as dbg:
+            dbg.start(m)
+            a, _ = m["two"](X)
+            first, _second = torch.chunk(a, 2, dim=1)  # an API with two outputs, one of them unused
+            first.sum().backward()
+            dbg.stop()
+            dbg.step()
+        doc = _doc(Path(d))
+    declared = {item["what"]: item["reason"] for item in doc["not_captured"]}
+    unreached = "no gradient reached this output"
+    # the module's backward entry exists (its first output got a gradient); its second output is declared
+    module_bwd = "Module.two._TwoOut.backward.0"
+    assert module_bwd in doc["data"], sorted(doc["data"])
+    assert doc["data"][module_bwd]["input"][0] is not None and doc["data"][module_bwd]["input"][1] is None
+    assert declared[f"{module_bwd}.input.1"].startswith(unreached)
+    assert f"{module_bwd}.input.0" not in declared
+    # the same for torch.chunk's second output
+    chunk_bwd = next(n for n in doc["data"] if n.startswith("Torch.chunk.") and n.endswith(".backward"))
+    assert doc["data"][chunk_bwd]["input"][0] is not None and doc["data"][chunk_bwd]["input"][1] is None
+    assert declared[f"{chunk_bwd}.input.1"].startswith(unreached)
+    assert f"{chunk_bwd}.input.0" not in declared

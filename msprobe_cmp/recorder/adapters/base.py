@@ -82,6 +82,23 @@ class _Patch:
             delattr(self.owner, self.name)
 
 
+#: A gradient slot of a call noted for the end of the step (:meth:`AdapterBase._expect_gradients`):
+#: ``(not_captured name, container, path, reason)``.
+GradSlot = tuple[str, Any, tuple[Any, ...], str]
+
+
+def value_at(container: Any, path: tuple[Any, ...]) -> Any:
+    """The value at ``path`` in ``container`` (nested lists and dicts: a call's gradient slots or skeleton), or
+    None where the path leads nowhere."""
+    node = container
+    for key in path:
+        try:
+            node = node[key]
+        except (IndexError, KeyError, TypeError):
+            return None
+    return node
+
+
 class GradHook:
     """One gradient hook of the recorder: :meth:`fire` runs ``fn(*args, grad)`` inside
     :meth:`RecorderService.run_guarded` under ``key`` (a failure is the recorder's: logged, listed in
@@ -174,7 +191,7 @@ class AdapterBase(abc.ABC):
         self._rank_filter_checked = False
         # This step's calls whose gradients are observed: (slots, each (not_captured name, filled?, reason));
         # what stayed empty is declared at step() / close() (_declare_unfilled).
-        self._expected: list[list[tuple[str, Callable[[], bool], str]]] = []
+        self._expected: list[list[GradSlot]] = []
         self._warn_config(config)
         # API wrappers go in now, so names bound after the debugger is built (``from mindspore.ops
         # import relu``) are wrapped too; the switch (start/stop) decides what is recorded.
@@ -364,10 +381,13 @@ class AdapterBase(abc.ABC):
         """Switch recording off and flush the step's files so far."""
         self.service.end()
 
-    def _expect_gradients(self, slots: list[tuple[str, Callable[[], bool], str]]) -> None:
-        """Note one call's gradient slots: ``(not_captured name, is it filled?, reason if not)``.  At the end of
-        the step, when any of them was filled (the call's backward entry exists), the empty ones are declared; a
-        slot with reason ``""`` only counts as evidence that the entry exists and is never declared."""
+    def _expect_gradients(self, slots: list[GradSlot]) -> None:
+        """Note one call's gradient slots, ``(not_captured name, container, path, reason if not filled)``: the
+        slot is filled when :func:`value_at` ``(container, path)`` is not None (the container a list or nested
+        gradient skeleton the call's hooks fill).  At the end of the step, when any of them was filled (the
+        call's backward entry exists), the empty ones are declared; a slot with reason ``""`` only counts as
+        evidence that the entry exists and is never declared.  (Tuples, not closures: they live until the end
+        of the step, and each closure would hold several objects for the garbage collector.)"""
         if slots:
             self._expected.append(slots)
 
@@ -376,9 +396,9 @@ class AdapterBase(abc.ABC):
         backward entry exists; a call none of whose slots was filled has no entry and is left alone."""
         expected, self._expected = self._expected, []
         for slots in expected:
-            if any(filled() for _, filled, _ in slots):
-                for what, filled, reason in slots:
-                    if reason and not filled():
+            if any(value_at(container, path) is not None for _, container, path, _ in slots):
+                for what, container, path, reason in slots:
+                    if reason and value_at(container, path) is None:
                         self.service.note_not_captured(what, reason)
 
     def step(self) -> None:

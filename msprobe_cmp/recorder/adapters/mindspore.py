@@ -66,7 +66,14 @@ import numpy as np
 
 from msprobe_cmp.dump.schema import ValueLeaf
 from msprobe_cmp.errors import MissingFrameworkError
-from msprobe_cmp.recorder.adapters.base import WRAPPED_MARK, AdapterBase, fetch_stacked, note_passed_on, writes_in_place
+from msprobe_cmp.recorder.adapters.base import (
+    WRAPPED_MARK,
+    AdapterBase,
+    GradSlot,
+    fetch_stacked,
+    note_passed_on,
+    writes_in_place,
+)
 from msprobe_cmp.recorder.api_lists import load_api_names
 from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
 from msprobe_cmp.recorder.config import RecordConfig
@@ -617,16 +624,13 @@ class MindSporeAdapter(AdapterBase):
         gradients of copied inputs only show that it does (MindSpore does not say whether one was needed)."""
         config = self.service.config
 
-        def filled(grads: list[Any], i: int) -> Callable[[], bool]:
-            return lambda: i < len(grads) and grads[i] is not None
-
         bwd = call.backward_name
-        expected: list[tuple[str, Callable[[], bool], str]] = []
+        expected: list[GradSlot] = []
         if config.records_io("input"):
-            expected += [(f"{bwd}.input.{i}", filled(call.grad_inputs, i), NO_GRADIENT_TO_OUTPUT)
+            expected += [(f"{bwd}.input.{i}", call.grad_inputs, (i,), NO_GRADIENT_TO_OUTPUT)
                          for i in slots.hooked_outputs]
         if config.records_io("output"):
-            expected += [(f"{bwd}.output.{i}", filled(call.grad_outputs, i), slots.uncopied.get(i, ""))
+            expected += [(f"{bwd}.output.{i}", call.grad_outputs, (i,), slots.uncopied.get(i, ""))
                          for i in range(len(call.grad_outputs))]
         self._expect_gradients(expected)
 

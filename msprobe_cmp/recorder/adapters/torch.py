@@ -501,13 +501,12 @@ class TorchAdapter(AdapterBase):
         call.grad_state = None
         with svc.collecting():
             found = [((i,), value) for i, value in enumerate(outputs) if self._wants_grad(value)]
-            slots = call.grad_inputs
             hooked, _ = self._hook_outputs(
                 found,
                 grads,
                 call.backward_name,
                 lambda path: self._grad_hook(key, call, "input", path[0]),
-                lambda path: path[0] < len(slots) and slots[path[0]] is not None,
+                call.grad_inputs,
             )
             if grads is not None:
                 self._attach(
@@ -520,11 +519,12 @@ class TorchAdapter(AdapterBase):
         grads: InputGrads | None,
         bwd: str,
         hook_for: Callable[[tuple[Any, ...]], Callable[[Any], None]],
-        filled: Callable[[tuple[Any, ...]], bool],
+        slots: Any,
     ) -> tuple[list[Any], list[tuple[Any, ...]]]:
         """Hook the gradient of each output tensor ``found`` (``(path, tensor)``) with ``hook_for(path)``; returns the
-        hooked tensors and their paths, which are noted for the end of the step (``filled(path)``: whether its
-        gradient arrived; one that did not is declared, :meth:`AdapterBase._expect_gradients`).  Declared instead:
+        hooked tensors and their paths, which are noted for the end of the step (a gradient arrived when ``slots``, the
+        list or skeleton the hooks fill, holds one at its path; one that did not is declared,
+        :meth:`AdapterBase._expect_gradients`).  Declared instead:
         an output that is an input unchanged (pass-through), the same tensor at a later path (its total gradient is
         recorded at its first path), and, when nothing is hooked although outputs need a gradient, the backward
         entry itself."""
@@ -552,10 +552,8 @@ class TorchAdapter(AdapterBase):
         if found and not paths:
             svc.note_not_captured(bwd, "no output of the call has a gradient of its own to observe (see the items "
                                   f"{bwd}.input.*): no backward entry")
-        def slot(path: tuple[Any, ...]) -> tuple[str, Callable[[], bool], str]:
-            return f"{bwd}.input.{'.'.join(map(str, path))}", lambda: filled(path), unreached_reason("output")
-
-        self._expect_gradients([slot(p) for p in paths])
+        reason = unreached_reason("output")
+        self._expect_gradients([(f"{bwd}.input.{'.'.join(map(str, p))}", slots, p, reason) for p in paths])
         return hooked, paths
 
     def _passthrough(self, grads: InputGrads | None, tensor: Any, bwd: str, path: tuple[Any, ...]) -> bool:
@@ -838,7 +836,7 @@ class TorchAdapter(AdapterBase):
             grads,
             bwd,
             lambda path: self._module_grad_hook(key, backward, "input", path),
-            lambda path: _at(backward.grad_outputs, path) is not None,
+            backward.grad_outputs,
         )
         if grads is not None:
             self._attach(
@@ -885,17 +883,6 @@ def _version_of(tensor: Any) -> int | None:
         return int(tensor._version)
     except Exception:
         return None
-
-
-def _at(skeleton: Any, path: tuple[Any, ...]) -> Any:
-    """The value at ``path`` in a gradient skeleton (nested lists and dicts), or None."""
-    node = skeleton
-    for key in path:
-        try:
-            node = node[key]
-        except (IndexError, KeyError, TypeError):
-            return None
-    return node
 
 
 def _set_at(skeleton: Any, path: tuple[Any, ...], value: Any) -> None:

@@ -3,7 +3,7 @@
     .venv/bin/python bench/record_overhead_corpus.py [--models bert,gpt2,llama,resnet18,mindcv-resnet18]
                                                      [--configs "mix statistics"] [--rounds 4] [--block 4]
                                                      [--recorder-src DIR] [--profile N]
-                                                     [--msprobe-python PY]
+                                                     [--msprobe-python PY] [--gc-steps N]
 
 The models are the real-model corpus of the tests: tests/realmodels/torch_corpus.py (PyTorch: transformers' BERT,
 GPT-2 and Llama in tiny configurations, pytorchcv's ResNet-18 on 2 images of 224x224, trained with SGD) and
@@ -26,6 +26,9 @@ the floors issue 18 compares the task's cost (recorded - plain) with.
 ``--msprobe-python PY`` (a side environment holding mindstudio-probe 1.2.2, torch 2.13 and the corpus's model
 packages) also runs bench/msprobe_record_steps.py there for each PyTorch model and configuration: msprobe's own
 plain and recorded step times and how many times faster msprobe-cmp records the same step.
+``--gc-steps N`` then runs N plain and N recorded steps of each model back to back and prints their means and the
+time Python's garbage collector took in them (issue 18, third part: its full collections, hundreds of milliseconds
+every ten or more recorded steps on the transformers, are what medians hide).
 """
 
 from __future__ import annotations
@@ -189,6 +192,46 @@ def _profile(name: str, level: str, task: str, steps: int, top: int = 25) -> Non
         print(f"by {key}:\n" + text[text.find("ncalls"):].rstrip())
 
 
+def _gc_mean(name: str, level: str, task: str, steps: int) -> dict[str, float]:
+    """Means over ``steps`` consecutive steps, plain then recorded (after 3 warm-up steps each), with the time
+    Python's garbage collector took in them (``gc.callbacks``) and its full collections: a full collection of a
+    large heap takes hundreds of milliseconds every ten or more recorded steps, which medians hide."""
+    import gc
+
+    from msprobe_cmp import PrecisionDebugger
+
+    step, framework = _stepper(name)
+    spent = [0.0, 0.0, 0.0]  # collection start, seconds collecting, full collections
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            spent[0] = time.perf_counter()
+        else:
+            spent[1] += time.perf_counter() - spent[0]
+            spent[2] += info["generation"] == 2
+
+    def run(dbg: Any) -> tuple[float, float, float]:
+        for _ in range(3):
+            step(dbg)
+        spent[1:] = [0.0, 0.0]
+        t = time.perf_counter()
+        for _ in range(steps):
+            step(dbg)
+        return (time.perf_counter() - t) / steps, spent[1] / steps, spent[2]
+
+    gc.callbacks.append(on_gc)
+    try:
+        plain, plain_gc, _ = run(None)
+        with tempfile.TemporaryDirectory() as d:
+            dbg = PrecisionDebugger(dump_path=d, level=level, task=task, framework=framework)
+            recorded, recorded_gc, full = run(dbg)
+            dbg.close()
+    finally:
+        gc.callbacks.remove(on_gc)
+    return {"plain_ms": plain * 1e3, "recorded_ms": recorded * 1e3, "plain_gc_ms": plain_gc * 1e3,
+            "gc_ms": recorded_gc * 1e3, "full": full}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="bert,gpt2,llama,resnet18,mindcv-resnet18")
@@ -198,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recorder-src", type=Path, help="a checkout whose msprobe_cmp is measured")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N recorded steps a model")
     ap.add_argument("--msprobe-python", help="a side environment's python with mindstudio-probe 1.2.2 and torch")
+    ap.add_argument("--gc-steps", type=int, default=0, metavar="N",
+                    help="also run N plain then N recorded steps a model: means and the garbage collector's share")
     args = ap.parse_args(argv)
     if args.recorder_src:
         _use_recorder_from(args.recorder_src)
@@ -223,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
                           f"{theirs['recorded_ms']:.1f} ms ({theirs['ratio']:.2f}x), {theirs['entries']} entries; "
                           f"msprobe-cmp records the step {theirs['recorded_ms'] / m['recorded_ms']:.1f}x faster",
                           flush=True)
+            if args.gc_steps:
+                g = _gc_mean(name, level, task, args.gc_steps)
+                print(f"{'':10} means over {args.gc_steps} steps: plain {g['plain_ms']:.1f} ms, recorded "
+                      f"{g['recorded_ms']:.1f} ms ({g['recorded_ms'] / g['plain_ms']:.2f}x); garbage collector "
+                      f"{g['plain_gc_ms']:.1f} ms vs {g['gc_ms']:.1f} ms a step, {g['full']:.0f} full collections "
+                      "while recording", flush=True)
             if args.profile:
                 _profile(name, level, task, args.profile)
     return 0

@@ -30,18 +30,31 @@ _TEMP_NUMBERS = itertools.count()
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
+#: Bytes a file name may have on the common file systems (ext4, XFS, btrfs, NTFS in UTF-16 units, APFS).
+NAME_MAX = 255
+
+
 def create_temp(path: Path) -> tuple[int, str]:
-    """A new empty file beside ``path``, ``.<name>.<pid>.<n>.tmp``, open for writing: ``(descriptor, its name)``.
+    """A new empty file beside ``path``, ``.<name>.<pid>.<n>.tmp`` (pid and n in hex), open for writing:
+    ``(descriptor, its name)``.
 
     It is created with mode 0666, less the process umask, which the kernel applies: the mode a plain
     ``open(path, "w")`` gives (``tempfile.mkstemp`` gives 0600 and would need a ``chmod`` and a read of the umask,
-    ~200 us a file together).
+    ~200 us a file together). ``<name>`` is ``path``'s name, cut after a whole character if need be, so that the
+    whole name stays within :data:`NAME_MAX` bytes however many files came before.
 
     Raises:
         OSError: the file cannot be created (a missing directory, permissions, no space).
     """
+    name = path.name
     while True:
-        tmp = os.path.join(path.parent, f".{path.name}.{os.getpid()}.{next(_TEMP_NUMBERS)}.tmp")
+        suffix = f".{os.getpid():x}.{next(_TEMP_NUMBERS):x}.tmp"
+        if len(name) * 4 + len(suffix) + 1 > NAME_MAX:  # perhaps too long once encoded: cut it at a byte
+            room = NAME_MAX - len(suffix) - 1
+            name = path.name[:room]
+            while len(os.fsencode(name)) > room:  # whole characters only: the name stays valid UTF-8
+                name = name[:-1]
+        tmp = os.path.join(path.parent, f".{name}{suffix}")
         try:
             return os.open(tmp, _TEMP_FLAGS, 0o666), tmp
         except FileExistsError:  # left by an earlier process of the same pid: take the next number

@@ -291,7 +291,7 @@ class _Strings:
 
 
 #: At most this many bytes of a unit page's file name before ``.html`` (file systems allow 255 bytes a name, and
-#: the temporary file written first adds ``.`` and ``.<8 random characters>.tmp``).
+#: the temporary file written first adds ``.`` before it and ``.<pid>.<n>.tmp`` after it, cutting the name if need be).
 PAGE_NAME_BYTES = 200
 
 

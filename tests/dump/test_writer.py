@@ -150,10 +150,34 @@ def test_temporary_names_skip_a_file_left_by_an_earlier_process(tmp_path, monkey
 
     from msprobe_cmp.dump import writer
 
-    monkeypatch.setattr(writer, "_TEMP_NUMBERS", itertools.count(5))
-    left = tmp_path / f".x.npy.{os.getpid()}.5.tmp"
+    monkeypatch.setattr(writer, "_TEMP_NUMBERS", itertools.count(5))  # hex digits below 10 read alike
+    left = tmp_path / f".x.npy.{os.getpid():x}.5.tmp"
     left.write_text("left by a process of the same pid")
     fd, name = writer.create_temp(tmp_path / "x.npy")
     os.close(fd)
-    assert name == str(tmp_path / f".x.npy.{os.getpid()}.6.tmp")
+    assert name == str(tmp_path / f".x.npy.{os.getpid():x}.6.tmp")
     assert left.read_text() == "left by a process of the same pid"
+
+
+def test_temporary_names_stay_within_255_bytes_however_long_the_name_and_the_count(tmp_path, monkeypatch):
+    import itertools
+    import os
+
+    from msprobe_cmp.dump import writer
+
+    monkeypatch.setattr(writer, "_TEMP_NUMBERS", itertools.count(16**12))  # a 13-digit hex number
+    for i, name in enumerate(("a" * 250 + ".npy", "é" * 125 + ".npy", "\U0001f600" * 62 + ".npy")):
+        assert len(name.encode()) in (254, 255, 252)
+        target = tmp_path / name
+        writer.write_bytes_atomic(target, b"payload")
+        assert target.read_bytes() == b"payload"
+        fd, tmp = writer.create_temp(target)
+        os.close(fd)
+        base = os.path.basename(tmp)
+        assert len(base.encode()) <= 255
+        assert base.endswith(f".{os.getpid():x}.{16**12 + 2 * i + 1:x}.tmp")
+        assert name.startswith(base[1:base.index(f".{os.getpid():x}.")])  # a prefix of whole characters
+        base.encode("utf-8")  # valid UTF-8: whole characters only
+        os.unlink(tmp)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ("a" * 250 + ".npy", "é" * 125 + ".npy", "\U0001f600" * 62 + ".npy"))

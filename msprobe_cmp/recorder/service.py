@@ -62,7 +62,7 @@ from msprobe_cmp.dump.schema import (
     ValueLeaf,
 )
 from msprobe_cmp.dump.writer import DumpWriter
-from msprobe_cmp.recorder.collector import Collector, DeviceFetcher, LeafConverter
+from msprobe_cmp.recorder.collector import Collector, DeviceFetcher, LeafConverter, TensorStamp
 from msprobe_cmp.recorder.config import RecordConfig
 
 logger = logging.getLogger(__name__)
@@ -279,6 +279,8 @@ class RecorderService:
         cell_prefix: ``"Cell"`` (MindSpore) or ``"Module"``.
         fetcher: brings deferred device values to the host (``async_dump``); see
             :class:`~msprobe_cmp.recorder.collector.DeviceFetcher`.
+        stamp: the adapter's :data:`~msprobe_cmp.recorder.collector.TensorStamp`, or None: a tensor read again
+            within one ``start()``..``stop()`` window, unchanged by its stamp, reuses its first leaf.
 
     Lifecycle: :meth:`begin` (switch on, if the step is selected) → hooks call ``*_api_*``/``*_cell_*``
     → :meth:`end` (switch off, flush) → :meth:`advance_step` (flush, next step, counters reset).
@@ -294,6 +296,7 @@ class RecorderService:
         tensor_types: tuple[type, ...] = (),
         cell_prefix: str = "Cell",
         fetcher: DeviceFetcher | None = None,
+        stamp: TensorStamp | None = None,
     ) -> None:
         self.config = config
         self.framework = framework
@@ -304,7 +307,7 @@ class RecorderService:
         self.cell_prefix = cell_prefix
         self.collector = Collector(
             convert, save_tensors=config.saves_tensors, checksum=config.summary_mode == "md5", fetcher=fetcher,
-            tensor_types=tensor_types,
+            tensor_types=tensor_types, stamp=stamp,
         )
         if config.async_dump and config.summary_mode == "md5" and not config.saves_tensors:
             logger.warning(
@@ -395,6 +398,7 @@ class RecorderService:
                 "recorded, before stop(); the entries after that point are missing",
             )
         self._on = False
+        self.collector.forget_reads()
         # stop(): the step stays open, so its files need not survive a power loss yet (advance_step makes them
         # durable); at close they must.
         self.flush(durable=closing)

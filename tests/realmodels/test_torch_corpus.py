@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 from msprobe_cmp import PrecisionDebugger  # noqa: E402
 from msprobe_cmp.comparator.compare import CompareOptions, compare  # noqa: E402
 from msprobe_cmp.dump.reader import load_dump  # noqa: E402
+from msprobe_cmp.recorder.adapters.torch import TorchAdapter  # noqa: E402
 from tests.realmodels import torch_corpus  # noqa: E402
 
 MODELS = ("bert", "gpt2", "llama", "resnet18")
@@ -197,6 +198,43 @@ def test_batchnorm_buffers_are_recorded_before_and_after_the_forward(recordings:
         assert leaf["Norm"] == pytest.approx(np.linalg.norm(v), rel=1e-9, abs=1e-12)
     assert entry["buffers"]["num_batches_tracked"]["Max"] == 1.0
     assert entry["buffers_before"]["num_batches_tracked"]["Max"] == 0.0
+
+
+def _checkpointed_resnet18() -> torch_corpus.Case:
+    """ResNet-18 whose stage2 runs under ``torch.utils.checkpoint``: its modules run again inside the backward,
+    where its BatchNorms update their running statistics once more (without bumping their version counters)."""
+    case = _build("resnet18")
+    stage = case.model.get_submodule("features.stage2")
+    forward = stage.forward
+    stage.forward = lambda x: torch.utils.checkpoint.checkpoint(forward, x, use_reentrant=False)
+    return case
+
+
+@pytest.mark.parametrize("name", [*MODELS, "resnet18_checkpointed"])
+def test_reading_a_tensor_once_while_unchanged_records_what_reading_it_every_time_does(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tensor recorded again while its stamp (``TorchAdapter._tensor_stamp``: version counter, data pointer,
+    shape, strides) is unchanged reuses its first leaf; two steps' dump.json equal those recorded with every record
+    reading its tensor (no stamp), and fewer tensors were read."""
+    build = _checkpointed_resnet18 if name == "resnet18_checkpointed" else lambda: _build(name)
+    reads = [0]
+    convert = TorchAdapter._convert
+
+    def counting(self: TorchAdapter, value: object) -> Any:
+        reads[0] += isinstance(value, torch.Tensor)
+        return convert(self, value)
+
+    monkeypatch.setattr(TorchAdapter, "_convert", counting)
+    _train(build(), 2, tmp_path / "once", level="mix", task="statistics")
+    once = reads[0]
+    monkeypatch.setattr(TorchAdapter, "_tensor_stamp", lambda self: None)
+    _train(build(), 2, tmp_path / "every", level="mix", task="statistics")
+    every = reads[0] - once
+    for step in (0, 1):
+        a, b = (json.dumps(_doc(tmp_path / d, step)["data"], sort_keys=True) for d in ("once", "every"))
+        assert a == b, f"{name}: step {step}'s dump.json differs"
+    assert 0 < once < every * 0.7, (once, every)
 
 
 def test_a_batchnorm_momentum_bug_is_found_at_that_module(tmp_path: Path, recordings: dict[str, Path]) -> None:

@@ -272,3 +272,86 @@ def test_framework_tensors_go_to_the_converter_first() -> None:
     assert node is None
     as_seq = Collector(convert).collect(tensor, writer=None, entry_name="E", arg_path="x")
     assert isinstance(as_seq, Seq) and as_seq.items == (ValueLeaf("float", 1.0), ValueLeaf("float", -2.0))
+
+
+class StampedTensor:
+    """A framework tensor with a version counter (weakly referable, as torch.Tensor is)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self.version = 0
+
+
+def _counting_collector(**kw: object) -> tuple[Collector, list[int]]:
+    """A collector whose converter notes each tensor it reads, and whose stamp is the tensor's version (None
+    when the version is negative: the adapter cannot tell)."""
+    reads: list[int] = []  # ids: the converter keeps no tensor alive
+
+    def convert(value: object) -> HostTensor | None:
+        if isinstance(value, StampedTensor):
+            reads.append(id(value))
+            return HostTensor(value.array.copy(), "Float32", "torch.Tensor")
+        return None
+
+    def stamp(value: object) -> object:
+        assert isinstance(value, StampedTensor)
+        return None if value.version < 0 else value.version
+
+    return Collector(convert, tensor_types=(StampedTensor,), stamp=stamp, **kw), reads  # type: ignore[arg-type]
+
+
+def test_a_tensor_read_again_with_the_same_stamp_reuses_its_first_leaf() -> None:
+    col, reads = _counting_collector()
+    t = StampedTensor(np.arange(6, dtype=np.float32))
+    first = col.collect(t, writer=None, entry_name="a", arg_path="output.0")
+    again = col.collect((t, t), writer=None, entry_name="b", arg_path="input")
+    assert reads == [id(t)]
+    assert isinstance(again, Seq) and again.items == (first, first)
+    assert isinstance(first, TensorLeaf) and first.max == 5.0 and first.mean == 2.5
+
+
+def test_a_changed_stamp_a_forget_or_a_new_step_reads_the_tensor_again() -> None:
+    col, reads = _counting_collector()
+    t = StampedTensor(np.arange(4, dtype=np.float32))
+    col.collect(t, writer=None, entry_name="a", arg_path="output.0")
+    t.array[:] = 10.0
+    t.version += 1  # an in-place write the framework counts
+    leaf = col.collect(t, writer=None, entry_name="b", arg_path="input.0")
+    assert isinstance(leaf, TensorLeaf) and (leaf.max, leaf.min, leaf.mean, leaf.norm) == (10.0, 10.0, 10.0, 20.0)
+    col.forget_reads()  # stop()
+    col.collect(t, writer=None, entry_name="c", arg_path="input.0")
+    col.start_step()
+    col.collect(t, writer=None, entry_name="d", arg_path="input.0")
+    assert reads == [id(t)] * 4
+
+
+def test_a_tensor_without_a_stamp_is_read_every_time() -> None:
+    col, reads = _counting_collector()
+    t = StampedTensor(np.ones(3, dtype=np.float32))
+    t.version = -1
+    col.collect([t, t], writer=None, entry_name="a", arg_path="input")
+    assert reads == [id(t)] * 2
+
+
+def test_a_new_tensor_at_a_freed_tensors_id_is_read() -> None:
+    """Objects' ids are reused once they are freed: the leaf is reused for the same object only."""
+    col, reads = _counting_collector()
+    seen: dict[int, TensorLeaf] = {}
+    for value in range(20):
+        t = StampedTensor(np.full(2, float(value), dtype=np.float32))
+        leaf = col.collect(t, writer=None, entry_name="a", arg_path="input.0")
+        assert isinstance(leaf, TensorLeaf) and leaf.max == float(value)
+        seen[id(t)] = leaf
+        del t
+    assert len(reads) == 20
+    assert len(seen) < 20  # the test did meet a reused id (CPython reuses a freed object's memory at once)
+
+
+def test_the_tensor_task_reads_and_saves_every_record(tmp_path: Path) -> None:
+    col, reads = _counting_collector(save_tensors=True)
+    writer = DumpWriter(tmp_path / "rank", DumpMeta("tensor", "L1", "pytorch"))
+    t = StampedTensor(np.arange(3, dtype=np.float32))
+    a = col.collect(t, writer=writer, entry_name="Functional.relu.0.forward", arg_path="output.0")
+    b = col.collect(t, writer=writer, entry_name="Module.fc.Linear.forward.0", arg_path="output.0")
+    assert reads == [id(t)] * 2
+    assert isinstance(a, TensorLeaf) and isinstance(b, TensorLeaf) and a.data_name != b.data_name

@@ -20,7 +20,7 @@ import numpy as np
 
 from msprobe_cmp.dump.schema import ValueLeaf
 from msprobe_cmp.errors import ConfigError
-from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor
+from msprobe_cmp.recorder.collector import DEVICE_STAT_FIELDS, DeferredTensor, HostTensor, TensorStamp
 from msprobe_cmp.recorder.config import RecordConfig
 from msprobe_cmp.recorder.service import ApiCall, CellCall, RecorderService, TrainingError, note_passed_on
 
@@ -176,6 +176,7 @@ class AdapterBase(abc.ABC):
             tensor_types=(self._tensor_type,),
             cell_prefix=cell_prefix,
             fetcher=self,
+            stamp=self._tensor_stamp(),
         )
         self._patches: list[_Patch] = []
         self._handles: list[Any] = []
@@ -225,6 +226,11 @@ class AdapterBase(abc.ABC):
     @abc.abstractmethod
     def fetch_copy(self, copy: Any) -> Any:
         """A deferred device copy (tensor task) → its numpy array."""
+
+    def _tensor_stamp(self) -> TensorStamp | None:
+        """The collector's :data:`~msprobe_cmp.recorder.collector.TensorStamp` for this framework's tensors, or
+        None (the default: every record of a tensor reads it)."""
+        return None
 
     @abc.abstractmethod
     def _grad_enabled(self) -> bool: ...

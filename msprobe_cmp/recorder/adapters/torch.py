@@ -84,7 +84,7 @@ from msprobe_cmp.recorder.adapters.torch_support import (
     unreached_reason,
 )
 from msprobe_cmp.recorder.api_lists import load_api_names
-from msprobe_cmp.recorder.collector import DeferredTensor, HostTensor
+from msprobe_cmp.recorder.collector import DeferredTensor, HostTensor, TensorStamp
 from msprobe_cmp.recorder.config import RecordConfig
 from msprobe_cmp.recorder.service import ApiCall, CellCall, describe_error
 
@@ -363,6 +363,33 @@ class TorchAdapter(AdapterBase):
                 ranks = None
             return ValueLeaf("torch.distributed.ProcessGroup", ranks)
         return None
+
+    def _tensor_stamp(self) -> TensorStamp | None:
+        """PyTorch: ``(_version, data_ptr(), shape, stride(), dtype, requires_grad)`` of a tensor in the autograd
+        graph (``requires_grad``: activations, parameters) or read by a backward hook (a gradient: inside
+        ``backward()`` with gradients disabled); None for the rest (a module's buffers, the inputs, masks, a
+        forward under ``no_grad()``, a checkpointed forward recomputed in the backward), which are read every time:
+        kernels write some such tensors without counting it (BatchNorm's running statistics).
+
+        The version counter counts every in-place operation on the tensor and its views (``detach()`` shares it);
+        the data pointer, shape and strides show ``tensor.data = other`` and ``set_``.  Writes PyTorch does not
+        count (through ``.data``, a numpy view or DLPack) to such a tensor between two of its records within one
+        ``start()``..``stop()`` are not seen.  mindtorch: None (MindSpore tensors have no version counter)."""
+        if self._mindtorch:
+            return None
+        torch = self._torch
+        graph_task = getattr(torch._C, "_current_graph_task_id", None)
+        grad_enabled = torch.is_grad_enabled
+
+        def stamp(t: Any) -> tuple[Any, ...] | None:
+            try:
+                if not t.requires_grad and (graph_task is None or grad_enabled() or graph_task() == -1):
+                    return None
+                return (t._version, t.data_ptr(), t.shape, t.stride(), t.dtype, t.requires_grad)
+            except Exception:  # inference-mode tensors have no version counter, sparse ones no strides
+                return None
+
+        return stamp
 
     def _host_array(self, value: Any, dtype: str) -> np.ndarray:
         if self._mindtorch:
@@ -654,6 +681,8 @@ class TorchAdapter(AdapterBase):
         """End of a DDP backward pass: each hooked parameter's ``.grad`` (DDP's averaged gradient) into
         ``<module>.parameters_grad_reduced``."""
         self._reduced_queued = False
+        # the all-reduce wrote the gradients read by the parameter hooks (their buckets): read them anew
+        self.service.collector.forget_reads()
         for path, cls, mi, params in self._ddp_modules:
             grads = [(n, p.grad) for n, p in params if p.grad is not None]
             if grads:

@@ -336,7 +336,7 @@ class Collector:
         """Give the next step's tensor leaves columns of their own (:meth:`tensor_leaf`), so that a step's leaves
         are freed with its entries; forget the reads (:meth:`forget_reads`)."""
         self._leaves = LeafColumns()
-        self._reads.clear()
+        self.forget_reads()
 
     def forget_reads(self) -> None:
         """Read every tensor anew from now on (the recorder calls it at ``stop()`` and at each step: outside a
@@ -481,9 +481,9 @@ class Collector:
         return leaf_view(cols, row)
 
     def _read_once(self, value: object, writer: DumpWriter | None, entry: str, path: str, depth: int) -> Node:
-        """The node of framework tensor ``value``: the leaf of its last read while its stamp is unchanged."""
-        assert self._stamp is not None
-        stamp = self._stamp(value)
+        """The node of framework tensor ``value``: the leaf of its last read while its stamp is unchanged (read every
+        time without a :data:`TensorStamp`)."""
+        stamp = None if self._stamp is None else self._stamp(value)
         if stamp is not None:
             seen = self._reads.get(id(value))
             # the weak reference tells the same object from a new one at a reused id
@@ -502,10 +502,7 @@ class Collector:
 
     def _node(self, value: object, writer: DumpWriter | None, entry: str, path: str, depth: int) -> Node:
         if isinstance(value, self._tensor_types) and depth < MAX_DEPTH:  # deeper: null, as any framework object
-            if self._stamp is not None:
-                return self._read_once(value, writer, entry, path, depth)
-            converted = self._convert(value)
-            return None if converted is None else self._node(converted, writer, entry, path, depth)
+            return self._read_once(value, writer, entry, path, depth)
         if value is None:
             return None
         if isinstance(value, (bool, int, float, str)):

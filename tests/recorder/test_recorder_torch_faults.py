@@ -372,6 +372,44 @@ def test_torch_compile_runs_the_original_calls_and_reports_no_failure(
     assert not [m for m in messages if "recompile" in m or "msprobe-cmp" in m]
 
 
+_DYNAMO_IMPORTED_WHILE_RECORDING = """
+import sys
+import torch
+from msprobe_cmp import PrecisionDebugger
+
+assert "torch._dynamo" not in sys.modules, "this check needs dynamo unimported before the recorder starts"
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+dbg = PrecisionDebugger(dump_path=sys.argv[1], level="mix", framework="pytorch")
+dbg.start(net)
+opt = torch.optim.SGD(net.parameters(), 0.1)  # the first optimizer of a process imports torch._dynamo
+net(torch.randn(2, 4)).sum().backward()
+dbg.stop()
+opt.step()
+dbg.close()
+import torch._dynamo
+
+def fn(x):
+    return torch.tanh(x) * 2 + torch.sin(x).sum()
+
+print(torch._dynamo.explain(fn)(torch.randn(3)).graph_break_count)
+"""
+
+
+def test_dynamo_first_imported_while_recording_compiles_the_original_apis_after_close(tmp_path: Path) -> None:
+    """torch._dynamo builds its tables of torch functions when first imported; imported while the recorder's
+    wrappers stand in for torch.tanh and the rest (a user's optimizer built after start()), the tables must still
+    hold the originals, or every later torch.compile breaks its graph at a wrapped API."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _DYNAMO_IMPORTED_WHILE_RECORDING, str(tmp_path / "dump")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "0"
+    assert (tmp_path / "dump" / "step0" / "rank" / "dump.json").is_file()
+
+
 # ----------------------------------------------------------------------------- 5. no input substitutes
 
 

@@ -170,7 +170,8 @@ def run_port_training(
     losses: list[float] = []
     # One PyTorch thread while training: PyTorch's CPU kernels split a reduction between threads, so the thread count
     # (the machine's cores, or OMP_NUM_THREADS) changes the sum order and the losses' last digits (2.2080584 with
-    # one thread, 2.2080586 with two); with one, the demo prints the same losses everywhere.  Restored after.
+    # one thread, 2.2080586 with two on one machine).  The CPU's vector width still moves the last bit (2.2080586
+    # with one thread on another), so a printed loss may differ by one in its sixth decimal.  Restored after.
     torch = import_torch("pytorch") if port == "pytorch" else None
     threads = torch.get_num_threads() if torch is not None else 0
     if torch is not None:

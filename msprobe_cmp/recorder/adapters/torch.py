@@ -466,6 +466,8 @@ class TorchAdapter(AdapterBase):
         return owners
 
     def _install_apis(self) -> None:
+        if not self._mindtorch:
+            _load_dynamo_tables()
         ours: set[int] = set()
         for family, target, list_file in API_FAMILIES:
             for owner in self._owners(target):
@@ -920,6 +922,25 @@ def _set_at(skeleton: Any, path: tuple[Any, ...], value: Any) -> None:
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
+
+
+def _load_dynamo_tables() -> None:
+    """Import ``torch._dynamo`` (when it imports) before any API is wrapped.
+
+    Dynamo builds its tables of torch functions (``torch._dynamo.trace_rules``: which callables go into a graph
+    as torch ops) once, when it is first imported, from what ``torch.tanh``, ``torch.Tensor.add`` and so on are
+    at that moment.  Imported while the recorder's wrappers stand in for them (the first ``torch.optim`` optimizer
+    imports it, and users build theirs after the debugger), those tables hold the wrappers: every
+    ``torch.compile`` in the process, during recording or after ``close()``, then breaks its graph at each
+    wrapped API and runs the recorder's code in dynamo frames (which guard on the tensors' ids and recompile
+    until dynamo's limit).  Imported first, the tables hold the originals and the wrappers stay plain Python
+    functions that dynamo traces through (they return to the original while ``is_compiling()``).  Costs about a
+    second once per process when nothing imported dynamo yet; a torch without it is left alone.
+    """
+    try:
+        importlib.import_module("torch._dynamo")
+    except Exception:  # a build without dynamo, or one whose import fails: nothing to protect
+        logger.debug("torch._dynamo does not import; API wrappers installed without it")
 
 
 def _working(check: Callable[[], Any] | None) -> Callable[[], bool] | None:

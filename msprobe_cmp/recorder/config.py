@@ -12,6 +12,7 @@ file.  Every problem raises :class:`~msprobe_cmp.errors.ConfigError` with one li
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -302,6 +303,12 @@ def build_config(
         raise _fail(path_src, "dump_path", "is required")
     if not isinstance(path_value, (str, Path)):
         raise _fail(path_src, "dump_path", f"expected a path string, got {path_value!r}")
+    # the nearest part of the path that exists must be a directory: a file there fails every write of the run
+    existing = Path(path_value).expanduser().absolute()
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if os.path.exists(existing) and not os.path.isdir(existing):
+        raise _fail(path_src, "dump_path", f"{existing} is a file, not a directory")
 
     steps = (
         parse_int_list(raw.get("step"), source, "step") if step is None else parse_int_list(step, "arguments", "step")

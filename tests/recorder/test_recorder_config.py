@@ -121,6 +121,18 @@ def test_missing_dump_path_names_the_file(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_a_dump_path_at_or_below_a_file_is_refused_and_the_file_kept(tmp_path: Path) -> None:
+    existing = tmp_path / "dump.json"
+    existing.write_text("{}")
+    path = _write(tmp_path, {"dump_path": str(existing)})
+    with pytest.raises(ConfigError, match=rf"^{path}: dump_path: {existing} is a file, not a directory$"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=rf"^arguments: dump_path: {existing} is a file, not a directory$"):
+        load_config(path, dump_path=existing / "step0" / "run")
+    assert existing.read_text() == "{}"
+    assert load_config(path, dump_path=tmp_path / "new" / "dump").dump_path == tmp_path / "new" / "dump"
+
+
 def test_bad_override_names_the_arguments(tmp_path: Path) -> None:
     path = _write(tmp_path, {"dump_path": str(tmp_path)})
     with pytest.raises(ConfigError, match=r"^arguments: level: "):
